@@ -1,0 +1,11 @@
+#!/usr/bin/env node
+// Runs the compiled CLI; `npm ci` builds dist/ through the prepare script.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const entry = new URL('../dist/cli/main.js', import.meta.url);
+if (!existsSync(fileURLToPath(entry))) {
+  console.error('mailroom: dist/ is missing; run `npm run build` (npm ci does it for you)');
+  process.exit(1);
+}
+await import(entry.href);

@@ -1,0 +1,238 @@
+// buildApp(deps): the whole HTTP API as a Fastify instance that never listens. server.ts owns the process.
+import rateLimit from '@fastify/rate-limit';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import type { Redis } from 'ioredis';
+import { KeysService, type Principal } from './auth/keys.service.js';
+import type { Permission } from './auth/keys.js';
+import { type Clock, type Ids, systemClock, uuidIds } from './clock.js';
+import type { Config } from './config.js';
+import { contactsEndpoints } from './contacts/contacts.routes.js';
+import { ContactsService } from './contacts/contacts.service.js';
+import { emailsEndpoints } from './emails/emails.routes.js';
+import { EmailsService } from './emails/emails.service.js';
+import { AppError } from './errors.js';
+import type { AnyEndpoint } from './http/endpoint.js';
+import { renderError } from './http/error-handler.js';
+import { listsEndpoints } from './lists/lists.routes.js';
+import { ListsService } from './lists/lists.service.js';
+import { OrgsService } from './orgs/orgs.service.js';
+import type { Store } from './store/store.js';
+import { createValidatorCompiler } from './validation/ajv.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null;
+    authFault: unknown;
+  }
+  interface FastifyContextConfig {
+    permission?: Permission;
+  }
+}
+
+export interface AppDeps {
+  config: Readonly<Config>;
+  store: Store;
+  clock?: Clock;
+  ids?: Ids;
+  logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
+  redis?: Redis | undefined;
+  /** Wakes an in-process delivery worker when an email is committed. */
+  onEmailQueued?: () => void;
+}
+
+export interface Services {
+  orgs: OrgsService;
+  keys: KeysService;
+  lists: ListsService;
+  contacts: ContactsService;
+  emails: EmailsService;
+}
+
+export function createServices(deps: AppDeps): Services {
+  const clock = deps.clock ?? systemClock;
+  const ids = deps.ids ?? uuidIds;
+  const orgs = new OrgsService(deps.store, clock, ids);
+  return {
+    orgs,
+    keys: new KeysService(deps.store, orgs, clock, ids),
+    lists: new ListsService(deps.store, clock, ids),
+    contacts: new ContactsService(deps.store, clock, ids),
+    emails: new EmailsService(deps.store, clock, ids, { mailFrom: deps.config.mailFrom }, deps.onEmailQueued),
+  };
+}
+
+type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** Every API route and the permission it needs, in one table. */
+function routeTable(s: Services): [Method, string, Permission, AnyEndpoint][] {
+  const lists = listsEndpoints(s.lists);
+  const contacts = contactsEndpoints(s.contacts);
+  const emails = emailsEndpoints(s.emails);
+  const table: [Method, string, Permission, AnyEndpoint][] = [
+    ['GET', '/api/v1/lists', 'readContacts', lists.listAll],
+    ['POST', '/api/v1/lists', 'writeContacts', lists.create],
+    ['GET', '/api/v1/lists/:id', 'readContacts', lists.get],
+    ['PUT', '/api/v1/lists/:id', 'writeContacts', lists.update],
+    ['DELETE', '/api/v1/lists/:id', 'writeContacts', lists.delete],
+    ['POST', '/api/v1/lists/:id/contacts', 'writeContacts', lists.addContacts],
+    ['DELETE', '/api/v1/lists/:id/contacts', 'writeContacts', lists.removeContacts],
+    ['GET', '/api/v1/contacts', 'readContacts', contacts.list],
+    ['POST', '/api/v1/contacts', 'writeContacts', contacts.create],
+    ['PUT', '/api/v1/contacts', 'writeContacts', contacts.update],
+    ['DELETE', '/api/v1/contacts', 'writeContacts', contacts.delete],
+    ['POST', '/api/v1/emails', 'sendEmails', emails.send],
+    ['GET', '/api/v1/emails', 'sendEmails', emails.list],
+    ['GET', '/api/v1/emails/:id', 'sendEmails', emails.get],
+  ];
+  return table;
+}
+
+const BEARER = /^Bearer ([^\s]+)$/;
+
+export async function buildApp(
+  deps: AppDeps,
+  services: Services = createServices(deps),
+): Promise<FastifyInstance> {
+  const { config, store } = deps;
+  const loggerOption =
+    deps.logger && typeof (deps.logger as FastifyBaseLogger).info === 'function'
+      ? { loggerInstance: deps.logger as FastifyBaseLogger }
+      : { logger: (deps.logger as FastifyServerOptions['logger']) ?? false };
+  const app = Fastify({
+    ...loggerOption,
+    bodyLimit: config.bodyLimitBytes,
+    requestTimeout: 30_000,
+    connectionTimeout: 60_000,
+    keepAliveTimeout: 72_000,
+    return503OnClosing: true,
+    genReqId: nextRequestId,
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.setValidatorCompiler(createValidatorCompiler());
+  // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
+  app.removeContentTypeParser(['text/plain']);
+  app.decorateRequest('principal', null);
+  app.decorateRequest('authFault', null);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Mailroom API',
+        version: '1.0.0',
+        description:
+          'Contact lists, contacts and transactional email. Authenticate with `Authorization: Bearer <API key>`.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+  });
+  await app.register(swaggerUi, {
+    routePrefix: '/docs',
+    staticCSP: true,
+    uiConfig: { url: '/api/v1/openapi.json' },
+  });
+
+  // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
+  // reported by the permission check, after the rate-limit headers are set.
+  app.addHook('onRequest', async (req) => {
+    if (!req.routeOptions.config.permission) return;
+    const match = BEARER.exec(req.headers.authorization ?? '');
+    if (!match) return;
+    try {
+      req.principal = await services.keys.authenticate(match[1]!);
+    } catch (err) {
+      req.authFault = err;
+    }
+  });
+
+  await app.register(rateLimit, {
+    global: true,
+    max: config.rateLimitPerMinute,
+    timeWindow: 60_000,
+    redis: deps.redis,
+    nameSpace: 'mailroom-rl-',
+    skipOnError: true,
+    keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${req.ip}`),
+    errorResponseBuilder: (_req, ctx) =>
+      new AppError(
+        'RATE_LIMITED',
+        `Rate limit exceeded: ${ctx.max} requests per minute; retry in ${ctx.after}`,
+      ),
+  });
+
+  app.addHook('preParsing', async (req) => {
+    const permission = req.routeOptions.config.permission;
+    if (!permission) return;
+    if (req.authFault) throw req.authFault;
+    if (!req.principal) {
+      const header = req.headers.authorization;
+      throw new AppError(
+        'UNAUTHORIZED',
+        header === undefined
+          ? 'Missing Authorization header; send Authorization: Bearer <API key>'
+          : BEARER.test(header)
+            ? 'Invalid or revoked API key'
+            : 'Malformed Authorization header; expected Bearer <API key>',
+      );
+    }
+    if (!req.principal.permissions.has(permission)) {
+      throw new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
+    }
+  });
+
+  app.addHook('onSend', async (req, reply) => {
+    // @fastify/rate-limit reports seconds until reset; the API promises the unix time of the reset.
+    const reset = reply.getHeader('x-ratelimit-reset');
+    if (reset !== undefined && Number(reset) < 1e9) {
+      reply.header('x-ratelimit-reset', Math.ceil(Date.now() / 1000) + Number(reset));
+    }
+    reply.header('x-content-type-options', 'nosniff');
+    if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    const { status, body } = renderError(err, req.url, req.id);
+    if (status >= 500) req.log.error({ err }, 'request failed');
+    return reply.code(status).send(body);
+  });
+
+  app.setNotFoundHandler({ preHandler: app.rateLimit() }, (req, reply) => {
+    const { status, body } = renderError(
+      new AppError('ROUTE_NOT_FOUND', `Route ${req.method} ${req.url.split('?')[0]} not found`),
+      req.url,
+      req.id,
+    );
+    return reply.code(status).send(body);
+  });
+
+  app.get('/health', { config: { rateLimit: false }, schema: { hide: true } }, async (_req, reply) => {
+    try {
+      await store.ping();
+      return { status: 'ok' };
+    } catch {
+      return reply.code(503).send({ status: 'unavailable' });
+    }
+  });
+
+  app.get('/api/v1/openapi.json', { config: { rateLimit: false }, schema: { hide: true } }, async () =>
+    app.swagger(),
+  );
+
+  for (const [method, url, permission, ep] of routeTable(services)) {
+    app.route({ method, url, schema: ep.schema, config: { permission }, handler: ep.handler as never });
+  }
+
+  return app;
+}
+
+let counter = 0;
+const bootId = Math.random().toString(36).slice(2, 8);
+/** Request ids unique across restarts of the process, cheap enough for every request. */
+function nextRequestId(): string {
+  counter = (counter + 1) % Number.MAX_SAFE_INTEGER;
+  return `req-${bootId}-${counter.toString(36)}`;
+}

@@ -1,0 +1,36 @@
+import type { Executor } from '../store/store.js';
+
+export interface ApiKeyRow {
+  id: string;
+  organization_id: string;
+  name: string;
+  key_hash: string;
+  key_prefix: string;
+  permissions: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export async function insertKey(db: Executor, row: ApiKeyRow): Promise<void> {
+  await db.insertInto('api_keys').values(row).execute();
+}
+
+export function findKeyByHash(db: Executor, hash: string): Promise<ApiKeyRow | undefined> {
+  return db.selectFrom('api_keys').selectAll().where('key_hash', '=', hash).executeTakeFirst();
+}
+
+export function listKeys(db: Executor, organizationId: string | undefined): Promise<ApiKeyRow[]> {
+  let q = db.selectFrom('api_keys').selectAll();
+  if (organizationId) q = q.where('organization_id', '=', organizationId);
+  return q.orderBy('created_at').orderBy('id').execute();
+}
+
+export async function revokeKey(db: Executor, id: string, at: string): Promise<ApiKeyRow | undefined> {
+  await db
+    .updateTable('api_keys')
+    .set({ revoked_at: at })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .execute();
+  return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst();
+}

@@ -1,0 +1,103 @@
+// Issuing, listing, revoking and checking API keys. Lookups are cached for a few seconds so a request does
+// not cost a query; the short TTL is what bounds how long a revoked key keeps working (on every instance).
+import type { Clock, Ids } from '../clock.js';
+import { AppError } from '../errors.js';
+import type { OrgsService } from '../orgs/orgs.service.js';
+import type { Store } from '../store/store.js';
+import { type Permission, generateKey, hashKey, looksLikeKey, sameHash } from './keys.js';
+import * as repo from './keys.repository.js';
+
+export interface Principal {
+  keyId: string;
+  organizationId: string;
+  permissions: ReadonlySet<Permission>;
+}
+
+export interface ApiKeyInfo {
+  id: string;
+  name: string;
+  organizationId: string;
+  permissions: Permission[];
+  prefix: string;
+  createdAt: string;
+  revokedAt: string | null;
+}
+
+export const KEY_CACHE_TTL_MS = 4_000;
+const CACHE_MAX = 10_000;
+
+const toInfo = (r: repo.ApiKeyRow): ApiKeyInfo => ({
+  id: r.id,
+  name: r.name,
+  organizationId: r.organization_id,
+  permissions: r.permissions.split(',') as Permission[],
+  prefix: r.key_prefix,
+  createdAt: r.created_at,
+  revokedAt: r.revoked_at,
+});
+
+export class KeysService {
+  private readonly cache = new Map<string, { principal: Principal | null; expires: number }>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly orgs: OrgsService,
+    private readonly clock: Clock,
+    private readonly ids: Ids,
+  ) {}
+
+  async create(input: {
+    name: string;
+    permissions: Permission[];
+    organizationId?: string | undefined;
+  }): Promise<ApiKeyInfo & { key: string }> {
+    const org = input.organizationId
+      ? await this.orgs.get(input.organizationId)
+      : await this.orgs.getOrCreateDefault();
+    const key = generateKey();
+    const row: repo.ApiKeyRow = {
+      id: this.ids.next(),
+      organization_id: org.id,
+      name: input.name,
+      key_hash: hashKey(key),
+      key_prefix: key.slice(0, 10),
+      permissions: input.permissions.join(','),
+      created_at: this.clock.now().toISOString(),
+      revoked_at: null,
+    };
+    await this.store.write((trx) => repo.insertKey(trx, row));
+    return { ...toInfo(row), key };
+  }
+
+  async list(organizationId?: string): Promise<ApiKeyInfo[]> {
+    return (await repo.listKeys(this.store.db, organizationId)).map(toInfo);
+  }
+
+  async revoke(id: string): Promise<ApiKeyInfo> {
+    const now = this.clock.now().toISOString();
+    const row = await this.store.write((trx) => repo.revokeKey(trx, id, now));
+    if (!row) throw new AppError('NOT_FOUND', `API key ${id} not found`);
+    return toInfo(row);
+  }
+
+  /** The principal for a presented key, or null when the key is unknown or revoked. */
+  async authenticate(key: string): Promise<Principal | null> {
+    if (!looksLikeKey(key)) return null;
+    const hash = hashKey(key);
+    const now = Date.now();
+    const cached = this.cache.get(hash);
+    if (cached && cached.expires > now) return cached.principal;
+    const row = await repo.findKeyByHash(this.store.db, hash);
+    const principal =
+      row && row.revoked_at === null && sameHash(row.key_hash, hash)
+        ? {
+            keyId: row.id,
+            organizationId: row.organization_id,
+            permissions: new Set(row.permissions.split(',') as Permission[]),
+          }
+        : null;
+    if (this.cache.size >= CACHE_MAX) this.cache.clear();
+    this.cache.set(hash, { principal, expires: now + KEY_CACHE_TTL_MS });
+    return principal;
+  }
+}

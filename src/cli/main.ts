@@ -1,0 +1,180 @@
+// `mailroom` CLI: serve | worker | migrate | orgs create|list | keys create|list|revoke.
+// With --json every command prints exactly one JSON object as its last stdout line (errors too).
+import { parseArgs } from 'node:util';
+import { createServices } from '../app.js';
+import { parsePermissions } from '../auth/keys.js';
+import { ConfigError, loadConfig } from '../config.js';
+import { AppError } from '../errors.js';
+import { openStore } from '../runtime.js';
+import { runWorker, serve } from '../server.js';
+
+const USAGE = `Usage: mailroom <command> [options] [--json]
+
+  serve [--no-worker]            serve the API (and deliver mail unless --no-worker)
+  worker                         deliver mail only
+  migrate                        bring the store's schema up to date
+  orgs create --name NAME        create an organisation
+  orgs list                      list organisations
+  keys create --name NAME --permissions readContacts,writeContacts,sendEmails [--org ORG_ID]
+                                 create an API key (shown once)
+  keys list [--org ORG_ID]       list API keys (never the keys themselves)
+  keys revoke KEY_ID             revoke an API key
+
+Configuration comes from the environment (DATA_DIR, DATABASE_URL, ...); see README.md.`;
+
+class UsageError extends Error {}
+
+type Flags = {
+  json: boolean;
+  name?: string;
+  permissions?: string;
+  org?: string;
+  'no-worker': boolean;
+  help: boolean;
+};
+
+function parse(argv: string[]): { positionals: string[]; flags: Flags } {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      json: { type: 'boolean', default: false },
+      name: { type: 'string' },
+      permissions: { type: 'string' },
+      org: { type: 'string' },
+      'no-worker': { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  return { positionals, flags: values as Flags };
+}
+
+function required(value: string | undefined, flag: string): string {
+  if (value === undefined || value.trim() === '') throw new UsageError(`--${flag} is required`);
+  return value.trim();
+}
+
+async function withServices<T>(fn: (s: ReturnType<typeof createServices>) => Promise<T>): Promise<T> {
+  const config = loadConfig();
+  const store = openStore(config);
+  try {
+    await store.migrate();
+    return await fn(createServices({ config, store }));
+  } finally {
+    await store.close();
+  }
+}
+
+function print(json: boolean, value: object, human: string): void {
+  console.log(json ? JSON.stringify(value) : human);
+}
+
+async function run(argv: string[]): Promise<void> {
+  const { positionals, flags } = parse(argv);
+  const [command, sub, arg] = positionals;
+  const json = flags.json;
+  if (flags.help || command === undefined || command === 'help') {
+    print(json, { usage: USAGE }, USAGE);
+    return;
+  }
+  switch (`${command} ${sub ?? ''}`.trim()) {
+    case 'serve':
+      await serve(loadConfig(), { worker: !flags['no-worker'] });
+      if (json) console.log(JSON.stringify({ status: 'listening' }));
+      return;
+    case 'worker':
+      await runWorker(loadConfig());
+      if (json) console.log(JSON.stringify({ status: 'running' }));
+      return;
+    case 'migrate': {
+      const config = loadConfig();
+      const store = openStore(config);
+      try {
+        const applied = await store.migrate();
+        print(
+          json,
+          { applied },
+          applied.length > 0 ? `applied: ${applied.join(', ')}` : 'schema is up to date',
+        );
+      } finally {
+        await store.close();
+      }
+      return;
+    }
+    case 'orgs create': {
+      const name = required(flags.name, 'name');
+      const org = await withServices((s) => s.orgs.create(name));
+      print(json, org, `created organisation ${org.id} (${org.name})`);
+      return;
+    }
+    case 'orgs list': {
+      const organizations = await withServices((s) => s.orgs.list());
+      print(
+        json,
+        { organizations },
+        organizations.map((o) => `${o.id}  ${o.createdAt}  ${o.name}`).join('\n') || 'no organisations',
+      );
+      return;
+    }
+    case 'keys create': {
+      const name = required(flags.name, 'name');
+      const permissions = parsePermissions(required(flags.permissions, 'permissions'));
+      if (typeof permissions === 'string') throw new UsageError(permissions);
+      const created = await withServices((s) =>
+        s.keys.create({ name, permissions, organizationId: flags.org }),
+      );
+      const out = {
+        id: created.id,
+        key: created.key,
+        name: created.name,
+        organizationId: created.organizationId,
+        permissions: created.permissions,
+        createdAt: created.createdAt,
+      };
+      print(
+        json,
+        out,
+        `API key ${out.id} for organisation ${out.organizationId}\n\n  ${out.key}\n\nIt is shown only now; store it safely.`,
+      );
+      return;
+    }
+    case 'keys list': {
+      const keys = await withServices((s) => s.keys.list(flags.org));
+      print(
+        json,
+        { keys },
+        keys
+          .map(
+            (k) =>
+              `${k.id}  ${k.prefix}…  ${k.revokedAt ? 'revoked' : 'active '}  ${k.permissions.join(',')}  ${k.name}`,
+          )
+          .join('\n') || 'no keys',
+      );
+      return;
+    }
+    case 'keys revoke': {
+      const id = required(arg, 'KEY_ID (positional)');
+      const key = await withServices((s) => s.keys.revoke(id));
+      print(json, key, `revoked ${key.id} (${key.name})`);
+      return;
+    }
+    default:
+      throw new UsageError(`unknown command "${positionals.join(' ')}"\n\n${USAGE}`);
+  }
+}
+
+const argv = process.argv.slice(2);
+run(argv).catch((err: unknown) => {
+  const json = argv.includes('--json');
+  const known =
+    err instanceof ConfigError ||
+    err instanceof UsageError ||
+    err instanceof AppError ||
+    (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS');
+  const message = err instanceof Error ? err.message : String(err);
+  if (json) console.log(JSON.stringify({ error: message }));
+  console.error(`mailroom: ${known ? message : (err instanceof Error && err.stack) || message}`);
+  process.exit(
+    err instanceof UsageError || (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS') ? 2 : 1,
+  );
+});

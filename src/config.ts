@@ -1,0 +1,114 @@
+// The only reader of process.env. Every variable is declared once here, parsed once at start-up and frozen;
+// a bad value stops the process with a one-line message naming the variable.
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseConfiguredMailbox } from './validation/addresses.js';
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  databaseUrl: string | undefined;
+  databasePoolSize: number;
+  smtpUrl: string | undefined;
+  mailFrom: string;
+  rateLimitPerMinute: number;
+  redisUrl: string | undefined;
+  deliveryRetryBaseMs: number;
+  deliveryMaxAttempts: number;
+  deliveryConcurrency: number;
+  bodyLimitBytes: number;
+  logLevel: string;
+  sqliteSynchronous: 'FULL' | 'NORMAL';
+  dkim: { domainName: string; keySelector: string; privateKey: string } | undefined;
+}
+
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  const n = Number(raw.trim());
+  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function url(env: Env, name: string, protocols: string[]): string | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(raw);
+  } catch {
+    throw new ConfigError(`${name} is not a valid URL`);
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
+  }
+  return raw;
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function readPem(name: string, value: string): string {
+  const text = value.includes('-----BEGIN') ? value : existsSync(value) ? readFileSync(value, 'utf8') : '';
+  if (!text.includes('PRIVATE KEY-----')) {
+    throw new ConfigError(`${name} must be a PEM private key or the path to a PEM file`);
+  }
+  return text;
+}
+
+export function loadConfig(env: Env = process.env): Readonly<Config> {
+  const smtpUrl = url(env, 'SMTP_URL', ['smtp:', 'smtps:']);
+  const mailFrom = env.MAIL_FROM?.trim() || undefined;
+  if (smtpUrl && !mailFrom) throw new ConfigError('MAIL_FROM is required when SMTP_URL is set');
+  if (mailFrom && !parseConfiguredMailbox(mailFrom)) {
+    throw new ConfigError('MAIL_FROM must be an address, e.g. "Acme <noreply@acme.test>"');
+  }
+  const logLevel = env.LOG_LEVEL?.trim() || 'info';
+  if (!LOG_LEVELS.includes(logLevel))
+    throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  const sync = (env.SQLITE_SYNCHRONOUS?.trim() || 'FULL').toUpperCase();
+  if (sync !== 'FULL' && sync !== 'NORMAL')
+    throw new ConfigError('SQLITE_SYNCHRONOUS must be FULL or NORMAL');
+
+  const dkimVars = ['DKIM_DOMAIN', 'DKIM_SELECTOR', 'DKIM_PRIVATE_KEY'] as const;
+  const dkimSet = dkimVars.filter((v) => env[v]);
+  if (dkimSet.length > 0 && dkimSet.length < 3) {
+    const missing = dkimVars.filter((v) => !env[v]);
+    throw new ConfigError(
+      `${missing.join(', ')} must be set too: DKIM needs all three of ${dkimVars.join(', ')}`,
+    );
+  }
+  const dkim =
+    dkimSet.length === 3
+      ? {
+          domainName: env.DKIM_DOMAIN!.trim(),
+          keySelector: env.DKIM_SELECTOR!.trim(),
+          privateKey: readPem('DKIM_PRIVATE_KEY', env.DKIM_PRIVATE_KEY!),
+        }
+      : undefined;
+
+  const config: Config = {
+    port: int(env, 'PORT', 3000, 0, 65535),
+    host: env.HOST?.trim() || '0.0.0.0',
+    dataDir: path.resolve(env.DATA_DIR?.trim() || './data'),
+    databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
+    databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10, 1, 1000),
+    smtpUrl,
+    mailFrom: mailFrom ?? 'Mailroom <noreply@localhost>',
+    rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 10_000_000),
+    redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    deliveryRetryBaseMs: int(env, 'DELIVERY_RETRY_BASE_MS', 30_000, 1, 86_400_000),
+    deliveryMaxAttempts: int(env, 'DELIVERY_MAX_ATTEMPTS', 12, 1, 100),
+    deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),
+    bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    logLevel,
+    sqliteSynchronous: sync,
+    dkim,
+  };
+  return Object.freeze(config);
+}

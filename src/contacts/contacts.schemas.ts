@@ -1,0 +1,98 @@
+import { Type } from 'typebox';
+import { ContactsError, PageQuery, Pagination, Timestamp, errorResponses } from '../http/schemas.js';
+
+export const MAX_TAGS = 50;
+export const MAX_CUSTOM_FIELDS = 50;
+export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
+
+const Email = Type.String({
+  minLength: 1,
+  maxLength: 320,
+  description: 'Email address (trimmed; at most 254 characters)',
+});
+const PersonName = Type.String({ maxLength: 100 });
+const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: MAX_TAGS });
+const CustomValue = Type.Union([Type.String(), Type.Number(), Type.Boolean(), Type.Null()]);
+const CustomFields = Type.Record(Type.String(), CustomValue, {
+  maxProperties: MAX_CUSTOM_FIELDS,
+  additionalProperties: false,
+  description: 'Flat object: values are strings, numbers, booleans or null; at most 50 keys and 16 KiB',
+});
+
+export const Contact = Type.Object({
+  id: Type.String(),
+  email: Type.String(),
+  firstName: Type.Union([Type.String(), Type.Null()]),
+  lastName: Type.Union([Type.String(), Type.Null()]),
+  tags: Type.Array(Type.String()),
+  customFields: Type.Record(Type.String(), CustomValue),
+  unsubscribed: Type.Boolean(),
+  createdAt: Timestamp,
+});
+
+const errors = errorResponses(ContactsError);
+const ContactResponse = Type.Object({ success: Type.Boolean(), contact: Contact });
+
+export const listContactsSchema = {
+  summary: 'List contacts',
+  tags: ['contacts'],
+  querystring: Type.Object({
+    ...PageQuery,
+    email: Type.Optional(
+      Type.String({ maxLength: 320, description: 'Case-insensitive substring of the email' }),
+    ),
+    tag: Type.Optional(Type.String({ maxLength: 64, description: 'Exact tag' })),
+    unsubscribed: Type.Optional(Type.Boolean()),
+  }),
+  response: {
+    200: Type.Object({ success: Type.Boolean(), contacts: Type.Array(Contact), pagination: Pagination }),
+    ...errors,
+  },
+};
+
+export const createContactSchema = {
+  summary: 'Create a contact',
+  tags: ['contacts'],
+  body: Type.Object(
+    {
+      email: Email,
+      firstName: Type.Optional(PersonName),
+      lastName: Type.Optional(PersonName),
+      tags: Type.Optional(Tags),
+      customFields: Type.Optional(CustomFields),
+      unsubscribed: Type.Optional(Type.Boolean()),
+    },
+    { additionalProperties: false },
+  ),
+  response: { 201: ContactResponse, ...errors },
+};
+
+export const updateContactSchema = {
+  summary: 'Update a contact, identified by id or email',
+  description:
+    'When both id and email are given, id identifies the contact and email is its new address. tags replaces all tags; customFields is merged, and a null value removes that field.',
+  tags: ['contacts'],
+  body: Type.Object(
+    {
+      id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+      email: Type.Optional(Email),
+      firstName: Type.Optional(Type.Union([PersonName, Type.Null()])),
+      lastName: Type.Optional(Type.Union([PersonName, Type.Null()])),
+      tags: Type.Optional(Tags),
+      customFields: Type.Optional(CustomFields),
+      unsubscribed: Type.Optional(Type.Boolean()),
+    },
+    { additionalProperties: false },
+  ),
+  response: { 200: ContactResponse, ...errors },
+};
+
+export const deleteContactSchema = {
+  summary: 'Delete a contact, identified by id or email',
+  tags: ['contacts'],
+  querystring: Type.Object({
+    id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+    email: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
+  }),
+  response: { 200: Type.Object({ success: Type.Boolean(), message: Type.String() }), ...errors },
+};

@@ -1,0 +1,189 @@
+// The messenger side of delivery: SMTP through nodemailer's pooled transport, or a file outbox when no relay
+// is configured. Both build the MIME with nodemailer; Mailroom never writes MIME or SMTP itself.
+import { mkdir, open, rename } from 'node:fs/promises';
+import path from 'node:path';
+import nodemailer, { type Transporter } from 'nodemailer';
+import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
+import type Mail from 'nodemailer/lib/mailer/index.js';
+
+export interface OutgoingMessage {
+  id: string;
+  messageId: string;
+  date: Date;
+  from: string;
+  /** Envelope sender: the bare address of `from`. */
+  envelopeFrom: string;
+  to: string[];
+  cc: string[];
+  replyTo: string[];
+  subject: string;
+  html: string | null;
+  text: string | null;
+  headers: Record<string, string>;
+  /** Envelope recipients still to deliver; Bcc lives only here, never in the headers. */
+  recipients: string[];
+}
+
+export interface RecipientFailure {
+  address: string;
+  response: string;
+  permanent: boolean;
+}
+
+export interface DeliveryResult {
+  accepted: string[];
+  rejected: RecipientFailure[];
+  response: string;
+}
+
+/** The whole message failed; `permanent` is a 5xx for the message, otherwise it will be retried. */
+export class DeliveryError extends Error {
+  constructor(
+    message: string,
+    readonly permanent: boolean,
+  ) {
+    super(message);
+  }
+}
+
+export interface Mailer {
+  readonly description: string;
+  send(message: OutgoingMessage): Promise<DeliveryResult>;
+  close(): Promise<void>;
+}
+
+export interface DkimOptions {
+  domainName: string;
+  keySelector: string;
+  privateKey: string;
+}
+
+function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
+  return {
+    messageId: m.messageId,
+    date: m.date,
+    from: m.from,
+    to: m.to.length > 0 ? m.to : undefined,
+    cc: m.cc.length > 0 ? m.cc : undefined,
+    replyTo: m.replyTo.length > 0 ? m.replyTo : undefined,
+    subject: m.subject,
+    text: m.text ?? undefined,
+    html: m.html ?? undefined,
+    headers: m.headers,
+    envelope: { from: m.envelopeFrom, to: m.recipients },
+    // Content is never read from files or URLs, whatever a field contains.
+    disableFileAccess: true,
+    disableUrlAccess: true,
+    textEncoding: 'quoted-printable',
+    dkim,
+  };
+}
+
+interface SmtpError extends Error {
+  code?: string;
+  responseCode?: number;
+  response?: string;
+  rejectedErrors?: SmtpError[];
+  recipient?: string;
+}
+
+export interface SmtpMailerOptions {
+  url: string;
+  dkim?: DkimOptions | undefined;
+  maxConnections?: number;
+  connectionTimeoutMs?: number;
+  socketTimeoutMs?: number;
+}
+
+export class SmtpMailer implements Mailer {
+  readonly description: string;
+  private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
+
+  constructor(private readonly options: SmtpMailerOptions) {
+    const url = new URL(options.url);
+    this.description = `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;
+    this.transport = nodemailer.createTransport({
+      pool: true,
+      host: url.hostname,
+      port: url.port ? Number(url.port) : url.protocol === 'smtps:' ? 465 : 587,
+      secure: url.protocol === 'smtps:',
+      auth: url.username
+        ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
+        : undefined,
+      maxConnections: options.maxConnections ?? 5,
+      maxMessages: Infinity,
+      connectionTimeout: options.connectionTimeoutMs ?? 30_000,
+      greetingTimeout: options.connectionTimeoutMs ?? 30_000,
+      socketTimeout: options.socketTimeoutMs ?? 60_000,
+      disableFileAccess: true,
+      disableUrlAccess: true,
+    });
+  }
+
+  async send(message: OutgoingMessage): Promise<DeliveryResult> {
+    try {
+      const info = await this.transport.sendMail(mailOptions(message, this.options.dkim));
+      const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map(toFailure);
+      return {
+        accepted: (info.accepted ?? []).map(String),
+        rejected: rejectedErrors,
+        response: info.response ?? '',
+      };
+    } catch (err) {
+      const e = err as SmtpError;
+      if (e.rejectedErrors && e.rejectedErrors.length > 0) {
+        // Every recipient was refused at RCPT TO: each gets its own verdict.
+        return { accepted: [], rejected: e.rejectedErrors.map(toFailure), response: e.response ?? e.message };
+      }
+      const permanent = typeof e.responseCode === 'number' && e.responseCode >= 500;
+      throw new DeliveryError(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`, permanent);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.transport.close();
+  }
+}
+
+function toFailure(e: SmtpError): RecipientFailure {
+  return {
+    address: e.recipient ?? '',
+    response: e.response ?? e.message,
+    permanent: typeof e.responseCode === 'number' && e.responseCode >= 500,
+  };
+}
+
+/** Writes each message as DATA_DIR/outbox/<id>.eml (synced, then renamed into place) and calls it sent. */
+export class FileOutboxMailer implements Mailer {
+  readonly description: string;
+  private readonly transport = nodemailer.createTransport({
+    streamTransport: true,
+    buffer: true,
+    newline: 'unix',
+  });
+
+  constructor(
+    private readonly dir: string,
+    private readonly dkim?: DkimOptions,
+  ) {
+    this.description = `file outbox ${dir}`;
+  }
+
+  async send(message: OutgoingMessage): Promise<DeliveryResult> {
+    await mkdir(this.dir, { recursive: true });
+    const info = await this.transport.sendMail(mailOptions(message, this.dkim));
+    const file = path.join(this.dir, `${message.id}.eml`);
+    const tmp = `${file}.tmp`;
+    const handle = await open(tmp, 'w');
+    try {
+      await handle.writeFile(info.message as Buffer);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+    return { accepted: message.recipients, rejected: [], response: `written to ${file}` };
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,77 @@
+// The delivery queue is the emails table itself (transactional outbox): a row is due when next_attempt_at
+// has passed. Claiming pushes next_attempt_at to the end of the lease, so a worker that dies mid-send
+// leaves its rows due again once the lease runs out.
+import type { DialectName } from '../store/dialect.js';
+import type { EmailRow } from '../store/schema.js';
+import type { Executor } from '../store/store.js';
+import type { RecipientRow } from '../emails/emails.repository.js';
+
+export async function claimDue(
+  db: Executor,
+  dialect: DialectName,
+  opts: { now: string; leaseUntil: string; owner: string; limit: number },
+): Promise<EmailRow[]> {
+  let due = db
+    .selectFrom('emails')
+    .select('id')
+    .where('next_attempt_at', 'is not', null)
+    .where('next_attempt_at', '<=', opts.now)
+    .orderBy('next_attempt_at')
+    .limit(opts.limit);
+  // Several workers on PostgreSQL each take different rows without waiting on each other.
+  if (dialect === 'postgres') due = due.forUpdate().skipLocked();
+  return db
+    .updateTable('emails')
+    .set((eb) => ({
+      status: 'sending',
+      lease_owner: opts.owner,
+      lease_until: opts.leaseUntil,
+      next_attempt_at: opts.leaseUntil,
+      attempts: eb('attempts', '+', 1),
+      updated_at: opts.now,
+    }))
+    .where('id', 'in', due)
+    .returningAll()
+    .execute();
+}
+
+export function recipientsOf(db: Executor, emailIds: string[]): Promise<RecipientRow[]> {
+  if (emailIds.length === 0) return Promise.resolve([]);
+  return db
+    .selectFrom('email_recipients')
+    .selectAll()
+    .where('email_id', 'in', emailIds)
+    .orderBy('email_id')
+    .orderBy('position')
+    .execute();
+}
+
+export async function updateRecipient(
+  db: Executor,
+  emailId: string,
+  position: number,
+  changes: { status: string; response: string | null; updated_at: string },
+): Promise<void> {
+  await db
+    .updateTable('email_recipients')
+    .set(changes)
+    .where('email_id', '=', emailId)
+    .where('position', '=', position)
+    .execute();
+}
+
+/** Records an attempt's outcome, but only while this worker still holds the lease. */
+export async function finishAttempt(
+  db: Executor,
+  emailId: string,
+  owner: string,
+  changes: { status: string; next_attempt_at: string | null; last_error: string | null; updated_at: string },
+): Promise<boolean> {
+  const result = await db
+    .updateTable('emails')
+    .set({ ...changes, lease_owner: null, lease_until: null })
+    .where('id', '=', emailId)
+    .where('lease_owner', '=', owner)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}

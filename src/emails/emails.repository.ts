@@ -1,0 +1,129 @@
+import type { Executor } from '../store/store.js';
+import type { EmailRow, NewEmail } from '../store/schema.js';
+import type { Page } from '../http/schemas.js';
+
+export interface RecipientRow {
+  email_id: string;
+  position: number;
+  kind: string;
+  address: string;
+  status: string;
+  response: string | null;
+  updated_at: string;
+}
+
+export interface EventRow {
+  id: string;
+  email_id: string;
+  type: string;
+  at: string;
+  detail: string | null;
+}
+
+export async function insertEmail(
+  db: Executor,
+  row: NewEmail,
+  recipients: RecipientRow[],
+  events: EventRow[],
+) {
+  await db.insertInto('emails').values(row).execute();
+  if (recipients.length > 0) await db.insertInto('email_recipients').values(recipients).execute();
+  await insertEvents(db, events);
+}
+
+export async function insertEvents(db: Executor, events: EventRow[]): Promise<void> {
+  if (events.length > 0) await db.insertInto('email_events').values(events).execute();
+}
+
+export function findEmail(db: Executor, organizationId: string, id: string): Promise<EmailRow | undefined> {
+  return db
+    .selectFrom('emails')
+    .selectAll()
+    .where('id', '=', id)
+    .where('organization_id', '=', organizationId)
+    .executeTakeFirst();
+}
+
+export function listRecipients(db: Executor, emailId: string): Promise<RecipientRow[]> {
+  return db
+    .selectFrom('email_recipients')
+    .selectAll()
+    .where('email_id', '=', emailId)
+    .orderBy('position')
+    .execute();
+}
+
+export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
+  return db.selectFrom('email_events').selectAll().where('email_id', '=', emailId).orderBy('id').execute();
+}
+
+function filtered(db: Executor, organizationId: string, status: string | undefined) {
+  let q = db.selectFrom('emails').where('organization_id', '=', organizationId);
+  if (status !== undefined) q = q.where('status', '=', status);
+  return q;
+}
+
+export function pageEmails(db: Executor, organizationId: string, status: string | undefined, page: Page) {
+  return filtered(db, organizationId, status)
+    .selectAll()
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(page.limit)
+    .offset((page.page - 1) * page.limit)
+    .execute();
+}
+
+export async function countEmails(
+  db: Executor,
+  organizationId: string,
+  status: string | undefined,
+): Promise<number> {
+  const row = await filtered(db, organizationId, status)
+    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+export interface IdempotencyRow {
+  organization_id: string;
+  key: string;
+  request_hash: string;
+  email_id: string;
+  created_at: string;
+}
+
+export function findIdempotency(
+  db: Executor,
+  organizationId: string,
+  key: string,
+): Promise<IdempotencyRow | undefined> {
+  return db
+    .selectFrom('idempotency_keys')
+    .selectAll()
+    .where('organization_id', '=', organizationId)
+    .where('key', '=', key)
+    .executeTakeFirst();
+}
+
+/** Claims the key; false when another request holds it (PostgreSQL waits for that request to commit). */
+export async function claimIdempotency(db: Executor, row: IdempotencyRow): Promise<boolean> {
+  const result = await db
+    .insertInto('idempotency_keys')
+    .values(row)
+    .onConflict((oc) => oc.columns(['organization_id', 'key']).doNothing())
+    .executeTakeFirst();
+  return Number(result.numInsertedOrUpdatedRows ?? 0) > 0;
+}
+
+export async function deleteIdempotency(db: Executor, organizationId: string, key: string): Promise<void> {
+  await db
+    .deleteFrom('idempotency_keys')
+    .where('organization_id', '=', organizationId)
+    .where('key', '=', key)
+    .execute();
+}
+
+export async function deleteExpiredIdempotency(db: Executor, before: string): Promise<number> {
+  const result = await db.deleteFrom('idempotency_keys').where('created_at', '<', before).executeTakeFirst();
+  return Number(result.numDeletedRows);
+}

@@ -1,0 +1,142 @@
+// The rules of contract.md "Email sending" that a JSON schema cannot say: address syntax, CR/LF, refused
+// header names, the cc+bcc total, and which From is used. Everything is reported at once, by field path.
+import type { Static } from 'typebox';
+import { DetailCollector } from '../errors.js';
+import {
+  type ParsedAddress,
+  domainOf,
+  formatMailbox,
+  parseConfiguredMailbox,
+  parseMailbox,
+} from '../validation/addresses.js';
+import { MAX_CC_BCC, type SendEmailBody } from './emails.schemas.js';
+
+export type SendEmailInput = Static<typeof SendEmailBody>;
+
+export const REFUSED_HEADERS = new Set(
+  [
+    'From',
+    'Sender',
+    'To',
+    'Cc',
+    'Bcc',
+    'Reply-To',
+    'Subject',
+    'Date',
+    'Message-ID',
+    'Return-Path',
+    'Received',
+    'DKIM-Signature',
+    'MIME-Version',
+    'Content-Type',
+    'Content-Transfer-Encoding',
+  ].map((h) => h.toLowerCase()),
+);
+
+// RFC 5322 field name: printable US-ASCII except colon.
+const FIELD_NAME = /^[!-9;-~]+$/;
+const CRLF = /[\r\n]/;
+
+export interface Recipient {
+  kind: 'to' | 'cc' | 'bcc';
+  address: string;
+}
+
+export interface NormalizedEmail {
+  from: string;
+  fromReplaced: boolean;
+  to: string[];
+  cc: string[];
+  bcc: string[];
+  replyTo: string[];
+  subject: string;
+  html: string | null;
+  text: string | null;
+  headers: Record<string, string>;
+  tags: { name: string; value: string }[];
+  /** Envelope recipients, each address once (to before cc before bcc). */
+  recipients: Recipient[];
+}
+
+const asList = (v: string | string[] | undefined): string[] =>
+  v === undefined ? [] : Array.isArray(v) ? v : [v];
+
+function mailboxes(
+  errors: DetailCollector,
+  field: string,
+  value: string | string[] | undefined,
+): ParsedAddress[] {
+  const out: ParsedAddress[] = [];
+  asList(value).forEach((raw, i) => {
+    const parsed = parseMailbox(raw);
+    const path = Array.isArray(value) ? `${field}[${i}]` : field;
+    if (typeof parsed === 'string') errors.add(path, parsed);
+    else out.push(parsed);
+  });
+  return out;
+}
+
+export function normalizeEmail(body: SendEmailInput, mailFrom: string): NormalizedEmail {
+  const errors = new DetailCollector();
+  const to = mailboxes(errors, 'to', body.to);
+  const cc = mailboxes(errors, 'cc', body.cc);
+  const bcc = mailboxes(errors, 'bcc', body.bcc);
+  const replyTo = mailboxes(errors, 'replyTo', body.replyTo);
+  const from = body.from === undefined ? [] : mailboxes(errors, 'from', body.from);
+
+  if (asList(body.cc).length + asList(body.bcc).length > MAX_CC_BCC) {
+    errors.add('bcc', `cc and bcc together must have at most ${MAX_CC_BCC} addresses`);
+  }
+  if (CRLF.test(body.subject)) errors.add('subject', 'must not contain line breaks');
+  const html = body.html ?? null;
+  const text = body.text ?? null;
+  if (!html && !text) errors.add('html', 'html or text is required');
+
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(body.headers ?? {})) {
+    const field = `headers.${name}`;
+    if (!FIELD_NAME.test(name) || name.length > 100) errors.add(field, 'is not a valid header name');
+    else if (REFUSED_HEADERS.has(name.toLowerCase()))
+      errors.add(field, 'is set by Mailroom and cannot be overridden');
+    else if (typeof value !== 'string') errors.add(field, 'must be a string');
+    else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
+    else headers[name] = value;
+  }
+  errors.throwIfAny();
+
+  // `from` is used only when it is in MAIL_FROM's domain; otherwise MAIL_FROM is used (contract.md).
+  const defaultFrom = parseConfiguredMailbox(mailFrom)!;
+  const requested = from[0];
+  const allowed = requested !== undefined && domainOf(requested.address) === domainOf(defaultFrom.address);
+
+  const recipients: Recipient[] = [];
+  const seen = new Set<string>();
+  const kinds: [Recipient['kind'], ParsedAddress[]][] = [
+    ['to', to],
+    ['cc', cc],
+    ['bcc', bcc],
+  ];
+  for (const [kind, list] of kinds) {
+    for (const m of list) {
+      const key = m.address.toLowerCase();
+      if (seen.has(key)) continue;
+      seen.add(key);
+      recipients.push({ kind, address: m.address });
+    }
+  }
+
+  return {
+    from: formatMailbox(allowed ? requested : defaultFrom),
+    fromReplaced: requested !== undefined && !allowed,
+    to: to.map(formatMailbox),
+    cc: cc.map(formatMailbox),
+    bcc: bcc.map(formatMailbox),
+    replyTo: replyTo.map(formatMailbox),
+    subject: body.subject,
+    html,
+    text,
+    headers,
+    tags: body.tags ?? [],
+    recipients,
+  };
+}

@@ -1,0 +1,114 @@
+import { Type } from 'typebox';
+import { EmailsError, IdParams, PageQuery, Pagination, Timestamp, errorResponses } from '../http/schemas.js';
+
+export const MAX_TO = 50;
+export const MAX_CC_BCC = 50;
+export const MAX_TAGS = 10;
+export const EMAIL_STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'] as const;
+export type EmailStatus = (typeof EMAIL_STATUSES)[number];
+export const RECIPIENT_STATUSES = ['queued', 'deferred', 'sent', 'failed'] as const;
+export type RecipientStatus = (typeof RECIPIENT_STATUSES)[number];
+
+const Mailbox = Type.String({
+  minLength: 1,
+  maxLength: 1000,
+  description: '`a@b.example` or `Name <a@b.example>`',
+});
+const Mailboxes = (max: number) =>
+  Type.Union([Mailbox, Type.Array(Mailbox, { minItems: 1, maxItems: max })], {
+    description: `One address, or an array of at most ${max}`,
+  });
+
+const Tag = Type.Object(
+  {
+    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$' }),
+    value: Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$' }),
+  },
+  { additionalProperties: false },
+);
+
+export const SendEmailBody = Type.Object(
+  {
+    from: Type.Optional(Mailbox),
+    to: Mailboxes(MAX_TO),
+    subject: Type.String({ minLength: 1, maxLength: 998 }),
+    html: Type.Optional(Type.String()),
+    text: Type.Optional(Type.String()),
+    replyTo: Type.Optional(Mailboxes(MAX_TO)),
+    cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
+    bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
+    headers: Type.Optional(
+      Type.Record(Type.String(), Type.String({ maxLength: 4096 }), {
+        maxProperties: 50,
+        additionalProperties: false,
+        description: 'Custom headers; string values only, no CR/LF, and not the headers Mailroom sets itself',
+      }),
+    ),
+    tags: Type.Optional(Type.Array(Tag, { maxItems: MAX_TAGS })),
+  },
+  { additionalProperties: false },
+);
+
+const errors = errorResponses(EmailsError);
+
+export const sendEmailSchema = {
+  summary: 'Send an email',
+  description:
+    'Stores the email and queues it for delivery in one commit before answering. An `Idempotency-Key` header (at most 256 characters, kept 24 hours) makes retries safe.',
+  tags: ['emails'],
+  headers: Type.Object({ 'idempotency-key': Type.Optional(Type.String({ minLength: 1, maxLength: 256 })) }),
+  body: SendEmailBody,
+  response: { 200: Type.Object({ id: Type.String({ format: 'uuid' }), message: Type.String() }), ...errors },
+};
+
+const Recipient = Type.Object({
+  email: Type.String(),
+  status: Type.Enum([...RECIPIENT_STATUSES]),
+  response: Type.Union([Type.String(), Type.Null()]),
+});
+
+const Event = Type.Object({
+  type: Type.String(),
+  at: Timestamp,
+  detail: Type.Union([Type.String(), Type.Null()]),
+});
+
+const EmailSummaryFields = {
+  id: Type.String(),
+  status: Type.Enum([...EMAIL_STATUSES]),
+  from: Type.String(),
+  to: Type.Array(Type.String()),
+  cc: Type.Array(Type.String()),
+  bcc: Type.Array(Type.String()),
+  replyTo: Type.Array(Type.String()),
+  subject: Type.String(),
+  tags: Type.Array(Type.Object({ name: Type.String(), value: Type.String() })),
+  createdAt: Timestamp,
+  updatedAt: Timestamp,
+  attempts: Type.Integer(),
+  lastError: Type.Union([Type.String(), Type.Null()]),
+};
+
+export const EmailSummary = Type.Object(EmailSummaryFields);
+export const EmailRecord = Type.Object({
+  ...EmailSummaryFields,
+  recipients: Type.Array(Recipient),
+  events: Type.Array(Event),
+});
+
+export const getEmailSchema = {
+  summary: 'Get an email and its delivery state',
+  tags: ['emails'],
+  params: IdParams,
+  response: { 200: EmailRecord, ...errors },
+};
+
+export const listEmailsSchema = {
+  summary: 'List emails, newest first',
+  tags: ['emails'],
+  querystring: Type.Object({
+    ...PageQuery,
+    status: Type.Optional(Type.Enum([...EMAIL_STATUSES])),
+  }),
+  response: { 200: Type.Object({ emails: Type.Array(EmailSummary), pagination: Pagination }), ...errors },
+};

@@ -1,0 +1,172 @@
+import { createHash } from 'node:crypto';
+import type { Clock, Ids } from '../clock.js';
+import { AppError } from '../errors.js';
+import { type Page, pagination } from '../http/schemas.js';
+import type { EmailRow } from '../store/schema.js';
+import type { Store } from '../store/store.js';
+import { domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
+import type { EmailStatus } from './emails.schemas.js';
+import { type SendEmailInput, normalizeEmail } from './emails.rules.js';
+import * as repo from './emails.repository.js';
+
+export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
+export const QUEUED_MESSAGE = 'Email queued for delivery';
+
+export interface EmailsConfig {
+  mailFrom: string;
+}
+
+function stableStringify(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(stableStringify).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const entries = Object.keys(value)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${stableStringify((value as Record<string, unknown>)[k])}`);
+    return `{${entries.join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+const parseList = (text: string): string[] => JSON.parse(text) as string[];
+
+function toSummary(r: EmailRow) {
+  return {
+    id: r.id,
+    status: r.status as EmailStatus,
+    from: r.from_address,
+    to: parseList(r.to_addresses),
+    cc: parseList(r.cc_addresses),
+    bcc: parseList(r.bcc_addresses),
+    replyTo: parseList(r.reply_to),
+    subject: r.subject,
+    tags: JSON.parse(r.tags) as { name: string; value: string }[],
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    attempts: Number(r.attempts),
+    lastError: r.last_error,
+  };
+}
+
+export class EmailsService {
+  private readonly messageIdDomain: string;
+
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    private readonly ids: Ids,
+    private readonly config: EmailsConfig,
+    /** Called after an email is committed, so an in-process worker can start at once. */
+    private readonly onQueued: () => void = () => undefined,
+  ) {
+    this.messageIdDomain = domainOf(parseConfiguredMailbox(config.mailFrom)?.address ?? 'mailroom@localhost');
+  }
+
+  async send(
+    orgId: string,
+    body: SendEmailInput,
+    idempotencyKey?: string,
+  ): Promise<{ id: string; message: string }> {
+    const email = normalizeEmail(body, this.config.mailFrom);
+    const now = this.clock.now();
+    const at = now.toISOString();
+    const id = this.ids.next();
+    const requestHash = createHash('sha256').update(stableStringify(body)).digest('hex');
+    const events: repo.EventRow[] = [{ id: this.ids.next(), email_id: id, type: 'queued', at, detail: null }];
+    if (email.fromReplaced) {
+      events[0]!.detail = `from is outside the sending domain; sent as ${email.from}`;
+    }
+
+    const result = await this.store.write(async (trx) => {
+      if (idempotencyKey !== undefined) {
+        let existing = await repo.findIdempotency(trx, orgId, idempotencyKey);
+        if (existing && existing.created_at < new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString()) {
+          await repo.deleteIdempotency(trx, orgId, idempotencyKey);
+          existing = undefined;
+        }
+        if (!existing) {
+          const claim = {
+            organization_id: orgId,
+            key: idempotencyKey,
+            request_hash: requestHash,
+            email_id: id,
+            created_at: at,
+          };
+          if (!(await repo.claimIdempotency(trx, claim)))
+            existing = await repo.findIdempotency(trx, orgId, idempotencyKey);
+        }
+        if (existing) {
+          if (existing.request_hash !== requestHash) {
+            throw new AppError(
+              'IDEMPOTENCY_CONFLICT',
+              'Idempotency-Key was already used with a different request body',
+              [{ field: 'Idempotency-Key', message: 'was used before with another body' }],
+            );
+          }
+          return { id: existing.email_id, created: false };
+        }
+      }
+      await repo.insertEmail(
+        trx,
+        {
+          id,
+          organization_id: orgId,
+          status: 'queued',
+          from_address: email.from,
+          to_addresses: JSON.stringify(email.to),
+          cc_addresses: JSON.stringify(email.cc),
+          bcc_addresses: JSON.stringify(email.bcc),
+          reply_to: JSON.stringify(email.replyTo),
+          subject: email.subject,
+          html: email.html,
+          text: email.text,
+          headers: JSON.stringify(email.headers),
+          tags: JSON.stringify(email.tags),
+          message_id: `<${id}@${this.messageIdDomain}>`,
+          attempts: 0,
+          next_attempt_at: at,
+          lease_until: null,
+          lease_owner: null,
+          last_error: null,
+          created_at: at,
+          updated_at: at,
+        },
+        email.recipients.map((r, position) => ({
+          email_id: id,
+          position,
+          kind: r.kind,
+          address: r.address,
+          status: 'queued',
+          response: null,
+          updated_at: at,
+        })),
+        events,
+      );
+      return { id, created: true };
+    });
+    if (result.created) this.onQueued();
+    return { id: result.id, message: QUEUED_MESSAGE };
+  }
+
+  async get(orgId: string, id: string) {
+    const row = await repo.findEmail(this.store.db, orgId, id);
+    if (!row) throw new AppError('EMAIL_NOT_FOUND', `Email ${id} not found`);
+    const [recipients, events] = await Promise.all([
+      repo.listRecipients(this.store.db, id),
+      repo.listEvents(this.store.db, id),
+    ]);
+    return {
+      ...toSummary(row),
+      recipients: recipients.map((r) => ({ email: r.address, status: r.status, response: r.response })),
+      events: events.map((e) => ({ type: e.type, at: e.at, detail: e.detail })),
+    };
+  }
+
+  async page(orgId: string, query: Page & { status?: EmailStatus | undefined }) {
+    const page = { page: query.page, limit: query.limit };
+    const [rows, total] = await Promise.all([
+      repo.pageEmails(this.store.db, orgId, query.status, page),
+      repo.countEmails(this.store.db, orgId, query.status),
+    ]);
+    return { emails: rows.map(toSummary), pagination: pagination(page, total) };
+  }
+}

@@ -1,0 +1,59 @@
+// One error type for the whole service; the HTTP layer maps codes to statuses through STATUS below.
+export interface ErrorDetail {
+  field: string;
+  message: string;
+}
+
+export const STATUS = {
+  VALIDATION_FAILED: 400,
+  INVALID_JSON: 400,
+  UNAUTHORIZED: 401,
+  FORBIDDEN: 403,
+  NOT_FOUND: 404,
+  LIST_NOT_FOUND: 404,
+  CONTACT_NOT_FOUND: 404,
+  EMAIL_NOT_FOUND: 404,
+  ROUTE_NOT_FOUND: 404,
+  CONTACT_EMAIL_TAKEN: 409,
+  IDEMPOTENCY_CONFLICT: 409,
+  PAYLOAD_TOO_LARGE: 413,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  RATE_LIMITED: 429,
+  INTERNAL: 500,
+  STORE_UNAVAILABLE: 503,
+} as const;
+
+export type ErrorCode = keyof typeof STATUS;
+
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  readonly details: ErrorDetail[] | undefined;
+
+  constructor(code: ErrorCode, message: string, details?: ErrorDetail[]) {
+    super(message);
+    this.name = 'AppError';
+    this.code = code;
+    this.details = details;
+  }
+
+  get status(): number {
+    return STATUS[this.code];
+  }
+}
+
+export function validationError(details: ErrorDetail[]): AppError {
+  return new AppError('VALIDATION_FAILED', 'Validation failed', details);
+}
+
+/** Collects field errors and throws them all at once, so a client sees every problem in one answer. */
+export class DetailCollector {
+  readonly details: ErrorDetail[] = [];
+
+  add(field: string, message: string): void {
+    this.details.push({ field, message });
+  }
+
+  throwIfAny(): void {
+    if (this.details.length > 0) throw validationError(this.details);
+  }
+}

@@ -1,0 +1,54 @@
+// Typed route handlers: the TypeBox schema decides the request's types, so a handler cannot read a field
+// the schema does not declare.
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type {
+  ContextConfigDefault,
+  FastifyReply,
+  FastifyRequest,
+  FastifySchema,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+  RouteGenericInterface,
+} from 'fastify';
+import type { Principal } from '../auth/keys.service.js';
+
+export type Req<S extends FastifySchema> = FastifyRequest<
+  RouteGenericInterface,
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  S,
+  TypeBoxTypeProvider
+>;
+
+export type Rep<S extends FastifySchema> = FastifyReply<
+  RouteGenericInterface,
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  ContextConfigDefault,
+  S,
+  TypeBoxTypeProvider
+>;
+
+export interface Endpoint<S extends FastifySchema = FastifySchema> {
+  schema: S;
+  handler: (req: Req<S>, reply: Rep<S>) => Promise<unknown>;
+}
+
+/** Any endpoint, with its request types erased, for the route table. */
+export interface AnyEndpoint {
+  schema: FastifySchema;
+  handler: (req: never, reply: never) => Promise<unknown>;
+}
+
+export function endpoint<S extends FastifySchema>(schema: S, handler: Endpoint<S>['handler']): Endpoint<S> {
+  return { schema, handler };
+}
+
+/** The calling key's organisation; the auth hook guarantees a principal on every protected route. */
+export function orgOf(req: FastifyRequest): string {
+  const principal: Principal | null = req.principal;
+  if (!principal) throw new Error('route reached without a principal');
+  return principal.organizationId;
+}

@@ -1,0 +1,66 @@
+// Turns any error into the contract's status and body: `{ success: false, error, details? }` for lists and
+// contacts, `{ error, details? }` for emails. Internals (stacks, SQL) never reach a response.
+import type { ErrorObject } from 'ajv';
+import { AppError, type ErrorDetail, STATUS } from '../errors.js';
+import { isStoreUnavailable } from '../store/dialect.js';
+import { toDetails } from '../validation/ajv.js';
+
+interface FastifyishError {
+  code?: string;
+  statusCode?: number;
+  message?: string;
+  validation?: ErrorObject[];
+  validationContext?: string;
+}
+
+function classify(err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  const e = (err ?? {}) as FastifyishError;
+  if (e.validation) {
+    const part = e.validationContext ?? 'body';
+    return new AppError('VALIDATION_FAILED', 'Validation failed', toDetails(e.validation, part));
+  }
+  switch (e.code) {
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new AppError(
+        'UNSUPPORTED_MEDIA_TYPE',
+        'Request body must be sent as Content-Type: application/json',
+      );
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AppError('PAYLOAD_TOO_LARGE', 'Request body is larger than the server accepts');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new AppError('VALIDATION_FAILED', 'Request body is empty', [
+        { field: 'body', message: 'must be a JSON object' },
+      ]);
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new AppError('VALIDATION_FAILED', 'Content-Length does not match the body');
+  }
+  if (err instanceof SyntaxError || e.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
+    return new AppError('INVALID_JSON', 'Request body is not valid JSON', [
+      { field: 'body', message: 'is not valid JSON' },
+    ]);
+  }
+  if (isStoreUnavailable(err))
+    return new AppError('STORE_UNAVAILABLE', 'The store is unavailable; try again shortly');
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    // A client error raised by Fastify itself (e.g. prototype poisoning in JSON): keep its status.
+    const err4xx = new AppError('VALIDATION_FAILED', e.message ?? 'Bad request');
+    return Object.assign(err4xx, { overrideStatus: e.statusCode });
+  }
+  return new AppError('INTERNAL', 'Internal server error');
+}
+
+export function renderError(
+  err: unknown,
+  url: string,
+  requestId: string,
+): { status: number; body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } } {
+  const appErr = classify(err);
+  const status = (appErr as AppError & { overrideStatus?: number }).overrideStatus ?? STATUS[appErr.code];
+  // Key order matters to readers: success first, as in the spec's examples.
+  const body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } =
+    url.startsWith('/api/v1/emails') ? { error: appErr.message } : { success: false, error: appErr.message };
+  if (appErr.details && appErr.details.length > 0) body.details = appErr.details;
+  if (status >= 500) body.requestId = requestId;
+  return { status, body };
+}

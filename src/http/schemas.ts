@@ -1,0 +1,52 @@
+// Schemas shared by several routes: paging, error bodies, ids.
+import { Type } from 'typebox';
+
+export const Id = Type.String({ minLength: 1, maxLength: 64, description: 'Opaque identifier' });
+
+export const IdParams = Type.Object({ id: Id });
+
+export const PageQuery = {
+  page: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1, description: 'Page number, from 1' }),
+  limit: Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Items per page, at most 100' }),
+};
+
+export const Pagination = Type.Object({
+  page: Type.Integer(),
+  limit: Type.Integer(),
+  total: Type.Integer(),
+  pages: Type.Integer(),
+});
+
+export const Timestamp = Type.String({ format: 'date-time', description: 'UTC ISO 8601 with milliseconds' });
+
+const Detail = Type.Object({ field: Type.String(), message: Type.String() });
+
+/** Error body of the lists and contacts endpoints. */
+export const ContactsError = Type.Object({
+  success: Type.Literal(false),
+  error: Type.String(),
+  details: Type.Optional(Type.Array(Detail)),
+  requestId: Type.Optional(Type.String()),
+});
+
+/** Error body of the emails endpoints (no `success`, as api-v1.md 4.3 shows). */
+export const EmailsError = Type.Object({
+  error: Type.String(),
+  details: Type.Optional(Type.Array(Detail)),
+  requestId: Type.Optional(Type.String()),
+});
+
+const errorStatuses = [400, 401, 403, 404, 409, 413, 415, 429, 500, 503] as const;
+
+export function errorResponses(body: typeof ContactsError | typeof EmailsError): Record<number, unknown> {
+  return Object.fromEntries(errorStatuses.map((s) => [s, body]));
+}
+
+export interface Page {
+  page: number;
+  limit: number;
+}
+
+export function pagination(page: Page, total: number) {
+  return { page: page.page, limit: page.limit, total, pages: Math.ceil(total / page.limit) };
+}

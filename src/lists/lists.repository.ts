@@ -1,0 +1,101 @@
+import type { Executor } from '../store/store.js';
+import type { ListRow } from '../store/schema.js';
+import type { Page } from '../http/schemas.js';
+
+export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
+  await db.insertInto('lists').values(row).execute();
+}
+
+export function findList(db: Executor, organizationId: string, id: string): Promise<ListRow | undefined> {
+  return db
+    .selectFrom('lists')
+    .selectAll()
+    .where('id', '=', id)
+    .where('organization_id', '=', organizationId)
+    .executeTakeFirst();
+}
+
+export function pageLists(db: Executor, organizationId: string, page: Page): Promise<ListRow[]> {
+  return db
+    .selectFrom('lists')
+    .selectAll()
+    .where('organization_id', '=', organizationId)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(page.limit)
+    .offset((page.page - 1) * page.limit)
+    .execute();
+}
+
+export async function countLists(db: Executor, organizationId: string): Promise<number> {
+  const row = await db
+    .selectFrom('lists')
+    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .where('organization_id', '=', organizationId)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+export async function updateList(
+  db: Executor,
+  organizationId: string,
+  id: string,
+  changes: { name?: string; description?: string; updated_at: string },
+): Promise<boolean> {
+  const result = await db
+    .updateTable('lists')
+    .set(changes)
+    .where('id', '=', id)
+    .where('organization_id', '=', organizationId)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}
+
+export async function deleteList(db: Executor, organizationId: string, id: string): Promise<boolean> {
+  const result = await db
+    .deleteFrom('lists')
+    .where('id', '=', id)
+    .where('organization_id', '=', organizationId)
+    .executeTakeFirst();
+  return Number(result.numDeletedRows) > 0;
+}
+
+/** Ids among `contactIds` that are contacts of the organisation. */
+export async function existingContactIds(
+  db: Executor,
+  organizationId: string,
+  contactIds: string[],
+): Promise<string[]> {
+  const rows = await db
+    .selectFrom('contacts')
+    .select('id')
+    .where('organization_id', '=', organizationId)
+    .where('id', 'in', contactIds)
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+/** Inserts memberships that do not exist yet; returns how many were new. */
+export async function addMembers(
+  db: Executor,
+  listId: string,
+  contactIds: string[],
+  at: string,
+): Promise<number> {
+  if (contactIds.length === 0) return 0;
+  const result = await db
+    .insertInto('list_members')
+    .values(contactIds.map((contact_id) => ({ list_id: listId, contact_id, created_at: at })))
+    .onConflict((oc) => oc.columns(['list_id', 'contact_id']).doNothing())
+    .executeTakeFirst();
+  return Number(result.numInsertedOrUpdatedRows ?? 0);
+}
+
+export async function removeMembers(db: Executor, listId: string, contactIds: string[]): Promise<number> {
+  const result = await db
+    .deleteFrom('list_members')
+    .where('list_id', '=', listId)
+    .where('contact_id', 'in', contactIds)
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
+}

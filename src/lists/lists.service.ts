@@ -1,0 +1,110 @@
+import type { Clock, Ids } from '../clock.js';
+import { AppError } from '../errors.js';
+import { type Page, pagination } from '../http/schemas.js';
+import type { ListRow } from '../store/schema.js';
+import type { Executor, Store } from '../store/store.js';
+import * as repo from './lists.repository.js';
+
+export interface List {
+  id: string;
+  name: string;
+  description: string | null;
+  contactCount: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export const toList = (r: ListRow): List => ({
+  id: r.id,
+  name: r.name,
+  description: r.description,
+  contactCount: Number(r.contact_count),
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
+export class ListsService {
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    private readonly ids: Ids,
+  ) {}
+
+  async create(orgId: string, input: { name: string; description?: string | undefined }): Promise<List> {
+    const now = this.clock.now().toISOString();
+    const row = {
+      id: this.ids.next(),
+      organization_id: orgId,
+      name: input.name,
+      description: input.description ?? null,
+      created_at: now,
+      updated_at: now,
+    };
+    await this.store.write((trx) => repo.insertList(trx, row));
+    return toList({ ...row, contact_count: 0 });
+  }
+
+  async get(orgId: string, id: string): Promise<List> {
+    return toList(await this.getRow(this.store.db, orgId, id));
+  }
+
+  async page(orgId: string, page: Page) {
+    const [rows, total] = await Promise.all([
+      repo.pageLists(this.store.db, orgId, page),
+      repo.countLists(this.store.db, orgId),
+    ]);
+    return { lists: rows.map(toList), pagination: pagination(page, total) };
+  }
+
+  async update(
+    orgId: string,
+    id: string,
+    input: { name?: string | undefined; description?: string | undefined },
+  ) {
+    const changes: { name?: string; description?: string; updated_at: string } = {
+      updated_at: this.clock.now().toISOString(),
+    };
+    if (input.name !== undefined) changes.name = input.name;
+    if (input.description !== undefined) changes.description = input.description;
+    const row = await this.store.write(async (trx) => {
+      if (!(await repo.updateList(trx, orgId, id, changes))) throw notFound(id);
+      return this.getRow(trx, orgId, id);
+    });
+    return toList(row);
+  }
+
+  async delete(orgId: string, id: string): Promise<void> {
+    const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
+    if (!deleted) throw notFound(id);
+  }
+
+  async addContacts(orgId: string, id: string, contactIds: string[]) {
+    const unique = [...new Set(contactIds)];
+    const at = this.clock.now().toISOString();
+    return this.store.write(async (trx) => {
+      await this.getRow(trx, orgId, id);
+      const found = await repo.existingContactIds(trx, orgId, unique);
+      const foundSet = new Set(found);
+      const added = await repo.addMembers(trx, id, found, at);
+      return { added, notFound: unique.filter((c) => !foundSet.has(c)) };
+    });
+  }
+
+  async removeContacts(orgId: string, id: string, contactIds: string[]) {
+    const unique = [...new Set(contactIds)];
+    return this.store.write(async (trx) => {
+      await this.getRow(trx, orgId, id);
+      return repo.removeMembers(trx, id, unique);
+    });
+  }
+
+  private async getRow(db: Executor, orgId: string, id: string): Promise<ListRow> {
+    const row = await repo.findList(db, orgId, id);
+    if (!row) throw notFound(id);
+    return row;
+  }
+}
+
+function notFound(id: string): AppError {
+  return new AppError('LIST_NOT_FOUND', `List ${id} not found`);
+}

@@ -1,0 +1,29 @@
+import type { Executor } from '../store/store.js';
+
+export interface OrganizationRow {
+  id: string;
+  name: string;
+  created_at: string;
+}
+
+export async function insertOrganization(db: Executor, row: OrganizationRow): Promise<void> {
+  await db.insertInto('organizations').values(row).execute();
+}
+
+export function findOrganization(db: Executor, id: string): Promise<OrganizationRow | undefined> {
+  return db.selectFrom('organizations').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+export function findOldestOrganization(db: Executor): Promise<OrganizationRow | undefined> {
+  return db
+    .selectFrom('organizations')
+    .selectAll()
+    .orderBy('created_at')
+    .orderBy('id')
+    .limit(1)
+    .executeTakeFirst();
+}
+
+export function listOrganizations(db: Executor): Promise<OrganizationRow[]> {
+  return db.selectFrom('organizations').selectAll().orderBy('created_at').orderBy('id').execute();
+}

@@ -1,0 +1,51 @@
+import { AppError } from '../errors.js';
+import type { Clock, Ids } from '../clock.js';
+import type { Store } from '../store/store.js';
+import * as repo from './orgs.repository.js';
+
+export interface Organization {
+  id: string;
+  name: string;
+  createdAt: string;
+}
+
+const toOrganization = (r: repo.OrganizationRow): Organization => ({
+  id: r.id,
+  name: r.name,
+  createdAt: r.created_at,
+});
+
+export class OrgsService {
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    private readonly ids: Ids,
+  ) {}
+
+  async create(name: string): Promise<Organization> {
+    const row = { id: this.ids.next(), name, created_at: this.clock.now().toISOString() };
+    await this.store.write((trx) => repo.insertOrganization(trx, row));
+    return toOrganization(row);
+  }
+
+  async list(): Promise<Organization[]> {
+    return (await repo.listOrganizations(this.store.db)).map(toOrganization);
+  }
+
+  async get(id: string): Promise<Organization> {
+    const row = await repo.findOrganization(this.store.db, id);
+    if (!row) throw new AppError('NOT_FOUND', `Organization ${id} not found`);
+    return toOrganization(row);
+  }
+
+  /** The organisation keys go to when none is named: the oldest one, created on first use. */
+  async getOrCreateDefault(): Promise<Organization> {
+    return this.store.write(async (trx) => {
+      const existing = await repo.findOldestOrganization(trx);
+      if (existing) return toOrganization(existing);
+      const row = { id: this.ids.next(), name: 'Default', created_at: this.clock.now().toISOString() };
+      await repo.insertOrganization(trx, row);
+      return toOrganization(row);
+    });
+  }
+}

@@ -1,0 +1,77 @@
+// The server process: config, store, migrations, app, in-process worker, graceful shutdown.
+import type { Logger } from 'pino';
+import { buildApp } from './app.js';
+import type { Config } from './config.js';
+import { createLogger, createMailer, createRedis, createWorker, openStore } from './runtime.js';
+
+export interface ServeOptions {
+  worker: boolean;
+}
+
+export async function serve(config: Config, options: ServeOptions): Promise<void> {
+  const logger = createLogger(config);
+  const store = openStore(config);
+  const applied = await store.migrate();
+  if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
+  logger.info(
+    { store: store.dialect === 'sqlite' ? `sqlite ${config.dataDir}` : 'postgresql' },
+    'store open',
+  );
+
+  const mailer = options.worker ? createMailer(config) : undefined;
+  const worker = mailer ? createWorker(config, store, mailer, logger) : undefined;
+  if (mailer) {
+    if (!config.smtpUrl)
+      logger.info(`no SMTP_URL: accepted mail is written to ${mailer.description} and marked sent`);
+    else logger.info(`delivering through ${mailer.description}`);
+  }
+  const redis = createRedis(config, logger);
+  const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
+  await app.listen({ port: config.port, host: config.host });
+  worker?.start();
+
+  onShutdown(logger, async () => {
+    await app.close();
+    await worker?.stop();
+    await mailer?.close();
+    redis?.disconnect();
+    await store.close();
+  });
+}
+
+export async function runWorker(config: Config): Promise<void> {
+  const logger = createLogger(config);
+  const store = openStore(config);
+  await store.migrate();
+  const mailer = createMailer(config);
+  const worker = createWorker(config, store, mailer, logger);
+  logger.info(`delivery worker started (${mailer.description})`);
+  worker.start();
+  onShutdown(logger, async () => {
+    await worker.stop();
+    await mailer.close();
+    await store.close();
+  });
+}
+
+function onShutdown(logger: Logger, close: () => Promise<void>): void {
+  let closing = false;
+  const handler = (signal: string) => {
+    if (closing) return;
+    closing = true;
+    logger.info({ signal }, 'shutting down');
+    const force = setTimeout(() => {
+      logger.error('shutdown took too long; exiting');
+      process.exit(1);
+    }, 25_000);
+    force.unref();
+    close()
+      .then(() => process.exit(0))
+      .catch((err: unknown) => {
+        logger.error({ err }, 'shutdown failed');
+        process.exit(1);
+      });
+  };
+  process.on('SIGTERM', () => handler('SIGTERM'));
+  process.on('SIGINT', () => handler('SIGINT'));
+}

@@ -1,0 +1,53 @@
+// What differs between the two stores, in one place. Everything else is shared query code.
+import type { SelectQueryBuilder } from 'kysely';
+
+export type DialectName = 'sqlite' | 'postgres';
+
+interface DbError {
+  code?: unknown;
+  errno?: unknown;
+}
+
+function codeOf(err: unknown): string {
+  const code = (err as DbError | null)?.code;
+  return typeof code === 'string' ? code : '';
+}
+
+export function isUniqueViolation(err: unknown): boolean {
+  const code = codeOf(err);
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}
+
+/** Faults of the store itself (down, disk full, locked too long), as opposed to bugs in a query. */
+export function isStoreUnavailable(err: unknown): boolean {
+  const code = codeOf(err);
+  if (/^SQLITE_(FULL|IOERR|BUSY|LOCKED|CANTOPEN|READONLY|NOMEM|PROTOCOL)/.test(code)) return true;
+  // PostgreSQL: connection exceptions (08), insufficient resources (53), operator intervention (57),
+  // system errors (58); and the socket-level faults of the pg client.
+  if (/^(08|53|57|58)/.test(code)) return true;
+  if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code))
+    return true;
+  const message = err instanceof Error ? err.message : '';
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|the database system is (starting up|shutting down)/i.test(
+    message,
+  );
+}
+
+/** Transient conflicts worth retrying the whole transaction for. */
+export function isRetryableConflict(err: unknown): boolean {
+  const code = codeOf(err);
+  return code === '40001' || code === '40P01';
+}
+
+/** Row lock for read-modify-write on PostgreSQL; SQLite has one writer, so the lock is implicit there. */
+export function forUpdate<DB, TB extends keyof DB, O>(
+  dialect: DialectName,
+  qb: SelectQueryBuilder<DB, TB, O>,
+): SelectQueryBuilder<DB, TB, O> {
+  return dialect === 'postgres' ? qb.forUpdate() : qb;
+}
+
+/** LIKE pattern for a literal substring: `%` and `_` (and the escape itself) match only themselves. */
+export function containsPattern(value: string): string {
+  return `%${value.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}

@@ -1,0 +1,83 @@
+// Group commit for the embedded store: writes that arrive while a commit is in flight are queued and run
+// together in the next transaction, each inside its own savepoint, so many requests share one fsync while
+// a failing write rolls back only itself. A caller's promise settles only after its commit is durable.
+import { type Kysely, sql } from 'kysely';
+
+interface Job<DB> {
+  fn: (trx: Kysely<DB>) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+const MAX_BATCH = 256;
+
+export class GroupCommit<DB> {
+  private queue: Job<DB>[] = [];
+  private running = false;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(private readonly db: Kysely<DB>) {}
+
+  run<T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      if (!this.running) {
+        this.running = true;
+        // Let the current tick's other requests join this batch.
+        setImmediate(() => void this.drain());
+      }
+    });
+  }
+
+  /** Resolves once every queued write has settled. */
+  idle(): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private async drain(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0, MAX_BATCH);
+      await this.runBatch(batch);
+    }
+    this.running = false;
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private async runBatch(batch: Job<DB>[]): Promise<void> {
+    const outcomes: { ok: boolean; value: unknown }[] = [];
+    try {
+      await this.db.connection().execute(async (conn) => {
+        // IMMEDIATE takes the write lock up front, so another process's writer makes us wait
+        // (busy_timeout) instead of failing on a stale read snapshot.
+        await sql`begin immediate`.execute(conn);
+        try {
+          for (const job of batch) {
+            await sql`savepoint w`.execute(conn);
+            try {
+              const value = await job.fn(conn);
+              await sql`release w`.execute(conn);
+              outcomes.push({ ok: true, value });
+            } catch (err) {
+              await sql`rollback to w`.execute(conn);
+              await sql`release w`.execute(conn);
+              outcomes.push({ ok: false, value: err });
+            }
+          }
+          await sql`commit`.execute(conn);
+        } catch (err) {
+          await sql`rollback`.execute(conn).catch(() => undefined);
+          throw err;
+        }
+      });
+    } catch (err) {
+      for (const job of batch) job.reject(err);
+      return;
+    }
+    batch.forEach((job, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome.ok) job.resolve(outcome.value);
+      else job.reject(outcome.value);
+    });
+  }
+}

@@ -1,0 +1,233 @@
+// Schema migrations, run by kysely's Migrator at start-up and by `mailroom migrate`. The DDL is written with
+// kysely's schema builder so the same migration runs on SQLite and PostgreSQL; the two dialect-specific
+// pieces (count triggers, the trigram index) are chosen by the `dialect` argument.
+import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import type { DialectName } from './dialect.js';
+
+function initial(dialect: DialectName): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable('organizations')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .execute();
+
+      await db.schema
+        .createTable('api_keys')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('organization_id', 'text', (c) =>
+          c.notNull().references('organizations.id').onDelete('cascade'),
+        )
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('key_hash', 'text', (c) => c.notNull().unique())
+        .addColumn('key_prefix', 'text', (c) => c.notNull())
+        .addColumn('permissions', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('revoked_at', 'text')
+        .execute();
+      await db.schema
+        .createIndex('api_keys_org')
+        .on('api_keys')
+        .columns(['organization_id', 'created_at'])
+        .execute();
+
+      await db.schema
+        .createTable('lists')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('organization_id', 'text', (c) =>
+          c.notNull().references('organizations.id').onDelete('cascade'),
+        )
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('description', 'text')
+        .addColumn('contact_count', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('lists_org_created')
+        .on('lists')
+        .columns(['organization_id', 'created_at', 'id'])
+        .execute();
+
+      await db.schema
+        .createTable('contacts')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('organization_id', 'text', (c) =>
+          c.notNull().references('organizations.id').onDelete('cascade'),
+        )
+        .addColumn('email', 'text', (c) => c.notNull())
+        .addColumn('email_lower', 'text', (c) => c.notNull())
+        .addColumn('first_name', 'text')
+        .addColumn('last_name', 'text')
+        .addColumn('unsubscribed', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('custom_fields', 'text', (c) => c.notNull())
+        .addColumn('tags', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('contacts_org_email')
+        .on('contacts')
+        .columns(['organization_id', 'email_lower'])
+        .unique()
+        .execute();
+      await db.schema
+        .createIndex('contacts_org_created')
+        .on('contacts')
+        .columns(['organization_id', 'created_at', 'id'])
+        .execute();
+      await db.schema
+        .createIndex('contacts_org_unsub_created')
+        .on('contacts')
+        .columns(['organization_id', 'unsubscribed', 'created_at', 'id'])
+        .execute();
+
+      await db.schema
+        .createTable('contact_tags')
+        .addColumn('contact_id', 'text', (c) => c.notNull().references('contacts.id').onDelete('cascade'))
+        .addColumn('organization_id', 'text', (c) => c.notNull())
+        .addColumn('tag', 'text', (c) => c.notNull())
+        .addColumn('contact_created_at', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('contact_tags_pk', ['contact_id', 'tag'])
+        .execute();
+      await db.schema
+        .createIndex('contact_tags_org_tag')
+        .on('contact_tags')
+        .columns(['organization_id', 'tag', 'contact_created_at', 'contact_id'])
+        .execute();
+
+      await db.schema
+        .createTable('list_members')
+        .addColumn('list_id', 'text', (c) => c.notNull().references('lists.id').onDelete('cascade'))
+        .addColumn('contact_id', 'text', (c) => c.notNull().references('contacts.id').onDelete('cascade'))
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('list_members_pk', ['list_id', 'contact_id'])
+        .execute();
+      await db.schema.createIndex('list_members_contact').on('list_members').column('contact_id').execute();
+
+      // contactCount is kept by the database itself, so it equals the member count under any interleaving
+      // of add, remove and cascading deletes of contacts or lists.
+      if (dialect === 'sqlite') {
+        await sql`CREATE TRIGGER list_members_count_ins AFTER INSERT ON list_members BEGIN
+          UPDATE lists SET contact_count = contact_count + 1 WHERE id = NEW.list_id; END`.execute(db);
+        await sql`CREATE TRIGGER list_members_count_del AFTER DELETE ON list_members BEGIN
+          UPDATE lists SET contact_count = contact_count - 1 WHERE id = OLD.list_id; END`.execute(db);
+      } else {
+        await sql`CREATE FUNCTION list_members_count() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN
+            IF TG_OP = 'INSERT' THEN
+              UPDATE lists SET contact_count = contact_count + 1 WHERE id = NEW.list_id;
+            ELSE
+              UPDATE lists SET contact_count = contact_count - 1 WHERE id = OLD.list_id;
+            END IF;
+            RETURN NULL;
+          END $$`.execute(db);
+        await sql`CREATE TRIGGER list_members_count AFTER INSERT OR DELETE ON list_members
+          FOR EACH ROW EXECUTE FUNCTION list_members_count()`.execute(db);
+      }
+
+      await db.schema
+        .createTable('emails')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('organization_id', 'text', (c) =>
+          c.notNull().references('organizations.id').onDelete('cascade'),
+        )
+        .addColumn('status', 'text', (c) => c.notNull())
+        .addColumn('from_address', 'text', (c) => c.notNull())
+        .addColumn('to_addresses', 'text', (c) => c.notNull())
+        .addColumn('cc_addresses', 'text', (c) => c.notNull())
+        .addColumn('bcc_addresses', 'text', (c) => c.notNull())
+        .addColumn('reply_to', 'text', (c) => c.notNull())
+        .addColumn('subject', 'text', (c) => c.notNull())
+        .addColumn('html', 'text')
+        .addColumn('text', 'text')
+        .addColumn('headers', 'text', (c) => c.notNull())
+        .addColumn('tags', 'text', (c) => c.notNull())
+        .addColumn('message_id', 'text', (c) => c.notNull())
+        .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('next_attempt_at', 'text')
+        .addColumn('lease_until', 'text')
+        .addColumn('lease_owner', 'text')
+        .addColumn('last_error', 'text')
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('emails_org_created')
+        .on('emails')
+        .columns(['organization_id', 'created_at', 'id'])
+        .execute();
+      await db.schema
+        .createIndex('emails_org_status_created')
+        .on('emails')
+        .columns(['organization_id', 'status', 'created_at', 'id'])
+        .execute();
+      // The delivery queue: only rows that still need work carry a next_attempt_at.
+      await db.schema
+        .createIndex('emails_due')
+        .on('emails')
+        .column('next_attempt_at')
+        .where(sql.ref('next_attempt_at'), 'is not', null)
+        .execute();
+
+      await db.schema
+        .createTable('email_recipients')
+        .addColumn('email_id', 'text', (c) => c.notNull().references('emails.id').onDelete('cascade'))
+        .addColumn('position', 'integer', (c) => c.notNull())
+        .addColumn('kind', 'text', (c) => c.notNull())
+        .addColumn('address', 'text', (c) => c.notNull())
+        .addColumn('status', 'text', (c) => c.notNull())
+        .addColumn('response', 'text')
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('email_recipients_pk', ['email_id', 'position'])
+        .execute();
+
+      await db.schema
+        .createTable('email_events')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('email_id', 'text', (c) => c.notNull().references('emails.id').onDelete('cascade'))
+        .addColumn('type', 'text', (c) => c.notNull())
+        .addColumn('at', 'text', (c) => c.notNull())
+        .addColumn('detail', 'text')
+        .execute();
+      await db.schema
+        .createIndex('email_events_email')
+        .on('email_events')
+        .columns(['email_id', 'id'])
+        .execute();
+
+      await db.schema
+        .createTable('idempotency_keys')
+        .addColumn('organization_id', 'text', (c) =>
+          c.notNull().references('organizations.id').onDelete('cascade'),
+        )
+        .addColumn('key', 'text', (c) => c.notNull())
+        .addColumn('request_hash', 'text', (c) => c.notNull())
+        .addColumn('email_id', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('idempotency_keys_pk', ['organization_id', 'key'])
+        .execute();
+      await db.schema
+        .createIndex('idempotency_keys_created')
+        .on('idempotency_keys')
+        .column('created_at')
+        .execute();
+    },
+  };
+}
+
+class StaticProvider implements MigrationProvider {
+  constructor(private readonly dialect: DialectName) {}
+  async getMigrations(): Promise<Record<string, Migration>> {
+    return { '0001_initial': initial(this.dialect) };
+  }
+}
+
+export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {
+  const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) throw error instanceof Error ? error : new Error(String(error));
+  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}

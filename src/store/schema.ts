@@ -1,0 +1,126 @@
+// Table types for kysely. Portable column types on both stores: ids and timestamps are TEXT (UTC ISO 8601
+// with milliseconds and Z, which sorts correctly as text), flags are INTEGER 0/1 and JSON is TEXT, so one
+// query path serves SQLite and PostgreSQL without per-dialect value mapping.
+import type { Generated, Insertable, Selectable } from 'kysely';
+
+export interface OrganizationsTable {
+  id: string;
+  name: string;
+  created_at: string;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  key_hash: string;
+  key_prefix: string;
+  permissions: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export interface ListsTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  description: string | null;
+  contact_count: Generated<number>;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ContactsTable {
+  id: string;
+  organization_id: string;
+  email: string;
+  email_lower: string;
+  first_name: string | null;
+  last_name: string | null;
+  unsubscribed: number;
+  custom_fields: string;
+  tags: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ContactTagsTable {
+  contact_id: string;
+  organization_id: string;
+  tag: string;
+  contact_created_at: string;
+}
+
+export interface ListMembersTable {
+  list_id: string;
+  contact_id: string;
+  created_at: string;
+}
+
+export interface EmailsTable {
+  id: string;
+  organization_id: string;
+  status: string;
+  from_address: string;
+  to_addresses: string;
+  cc_addresses: string;
+  bcc_addresses: string;
+  reply_to: string;
+  subject: string;
+  html: string | null;
+  text: string | null;
+  headers: string;
+  tags: string;
+  message_id: string;
+  attempts: number;
+  next_attempt_at: string | null;
+  lease_until: string | null;
+  lease_owner: string | null;
+  last_error: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface EmailRecipientsTable {
+  email_id: string;
+  position: number;
+  kind: string;
+  address: string;
+  status: string;
+  response: string | null;
+  updated_at: string;
+}
+
+export interface EmailEventsTable {
+  id: string;
+  email_id: string;
+  type: string;
+  at: string;
+  detail: string | null;
+}
+
+export interface IdempotencyKeysTable {
+  organization_id: string;
+  key: string;
+  request_hash: string;
+  email_id: string;
+  created_at: string;
+}
+
+export interface Database {
+  organizations: OrganizationsTable;
+  api_keys: ApiKeysTable;
+  lists: ListsTable;
+  contacts: ContactsTable;
+  contact_tags: ContactTagsTable;
+  list_members: ListMembersTable;
+  emails: EmailsTable;
+  email_recipients: EmailRecipientsTable;
+  email_events: EmailEventsTable;
+  idempotency_keys: IdempotencyKeysTable;
+}
+
+export type ListRow = Selectable<ListsTable>;
+export type ContactRow = Selectable<ContactsTable>;
+export type EmailRow = Selectable<EmailsTable>;
+export type NewEmail = Insertable<EmailsTable>;

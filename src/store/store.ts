@@ -1,0 +1,124 @@
+// The database factory: embedded SQLite under DATA_DIR by default, PostgreSQL when DATABASE_URL is set.
+// Services read through `store.db` and write through `store.write`, which is one transaction per call on
+// PostgreSQL and a shared group commit on SQLite.
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import pg from 'pg';
+import type { Database } from './schema.js';
+import { type DialectName, isRetryableConflict } from './dialect.js';
+import { GroupCommit } from './group-commit.js';
+import { migrateToLatest } from './migrations.js';
+
+export type Executor = Kysely<Database>;
+
+export interface Store {
+  readonly dialect: DialectName;
+  /** For reads; on SQLite a separate connection, so reads never wait behind a write batch. */
+  readonly db: Executor;
+  /** Runs fn in a transaction; resolves only when the transaction is durably committed. */
+  write<T>(fn: (trx: Executor) => Promise<T>): Promise<T>;
+  migrate(): Promise<string[]>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface StoreOptions {
+  databaseUrl?: string | undefined;
+  dataDir: string;
+  poolSize?: number;
+  sqliteSynchronous?: 'FULL' | 'NORMAL';
+}
+
+export function createStore(options: StoreOptions): Store {
+  return options.databaseUrl
+    ? createPostgresStore(options.databaseUrl, options.poolSize ?? 10)
+    : createSqliteStore(options);
+}
+
+function openSqlite(file: string, synchronous: string, readonly: boolean): BetterSqlite3.Database {
+  const conn = new BetterSqlite3(file);
+  conn.pragma('journal_mode = WAL');
+  conn.pragma(`synchronous = ${synchronous}`);
+  conn.pragma('busy_timeout = 10000');
+  conn.pragma('foreign_keys = ON');
+  if (readonly) conn.pragma('query_only = ON');
+  return conn;
+}
+
+function createSqliteStore(options: StoreOptions): Store {
+  mkdirSync(options.dataDir, { recursive: true });
+  const file = path.join(options.dataDir, 'mailroom.sqlite');
+  const synchronous = options.sqliteSynchronous ?? 'FULL';
+  const writer = new Kysely<Database>({
+    dialect: new SqliteDialect({ database: openSqlite(file, synchronous, false) }),
+  });
+  let reader: Kysely<Database> | undefined;
+  const group = new GroupCommit(writer);
+  return {
+    dialect: 'sqlite',
+    get db() {
+      // Opened lazily: the reader must not create the file before the writer has set WAL mode.
+      reader ??= new Kysely<Database>({
+        dialect: new SqliteDialect({ database: openSqlite(file, synchronous, true) }),
+      });
+      return reader;
+    },
+    write: (fn) => group.run(fn),
+    migrate: () => migrateToLatest(writer as Kysely<unknown>, 'sqlite'),
+    async ping() {
+      await sql`select 1`.execute(this.db);
+    },
+    async close() {
+      await group.idle();
+      await reader?.destroy();
+      await writer.destroy();
+    },
+  };
+}
+
+function createPostgresStore(databaseUrl: string, poolSize: number): Store {
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: poolSize,
+    connectionTimeoutMillis: 5_000,
+    query_timeout: 15_000,
+  });
+  // An idle client losing its connection (server restart) must not crash the process; the pool replaces it.
+  pool.on('error', () => undefined);
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return {
+    dialect: 'postgres',
+    db,
+    async write(fn) {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await db.transaction().execute(fn);
+        } catch (err) {
+          if (attempt >= 3 || !isRetryableConflict(err)) throw err;
+        }
+      }
+    },
+    async migrate() {
+      // The trigram index makes substring search on email fast; it needs the pg_trgm extension, which
+      // a restricted role may not be allowed to create. Search still works without it, only slower.
+      const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
+      try {
+        await sql`create extension if not exists pg_trgm`.execute(db);
+        await sql`create index if not exists contacts_email_trgm on contacts using gin (email_lower gin_trgm_ops)`.execute(
+          db,
+        );
+      } catch {
+        done.push('(pg_trgm unavailable: email substring search scans)');
+      }
+      return done;
+    },
+    async ping() {
+      await sql`select 1`.execute(db);
+    },
+    async close() {
+      await db.destroy();
+    },
+  };
+}

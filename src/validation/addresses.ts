@@ -1,0 +1,62 @@
+// Address rules shared by contacts and emails (contract.md): one address per string, bare `a@b.example` or
+// `Name <a@b.example>`. The address itself is ajv-formats' RFC 5321 dot-atom check (no quotes, comments or
+// group syntax, a dotted domain) plus the 254-character limit; display names carry no CR/LF.
+import { fullFormats } from 'ajv-formats/dist/formats.js';
+
+const EMAIL = fullFormats.email as RegExp;
+const MAX_ADDRESS = 254;
+
+export interface ParsedAddress {
+  name: string | undefined;
+  address: string;
+}
+
+export function isValidEmail(address: string): boolean {
+  return address.length <= MAX_ADDRESS && EMAIL.test(address);
+}
+
+/** Returns the parsed mailbox, or a message saying what is wrong with it. */
+export function parseMailbox(input: string): ParsedAddress | string {
+  if (/[\r\n\0]/.test(input)) return 'must not contain line breaks';
+  const value = input.trim();
+  if (value === '') return 'must not be empty';
+  const angle = /^(.*?)\s*<([^<>]*)>$/.exec(value);
+  if (!angle) {
+    return isValidEmail(value) ? { name: undefined, address: value } : 'must be a valid email address';
+  }
+  const rawName = angle[1]!.trim();
+  const address = angle[2]!.trim();
+  if (!isValidEmail(address)) return 'must be a valid email address';
+  let name = rawName;
+  if (name.startsWith('"') && name.endsWith('"') && name.length >= 2) {
+    name = name.slice(1, -1);
+    if (/(^|[^\\])"/.test(name)) return 'display name has an unescaped quote';
+    name = name.replace(/\\(.)/g, '$1');
+  } else if (/[",;:<>@()[\]\\]/.test(name)) {
+    // An unquoted comma, semicolon or colon would make mail clients read several addresses or a group.
+    return 'display name with special characters must be quoted';
+  }
+  if (name.length > 256) return 'display name must be at most 256 characters';
+  return { name: name === '' ? undefined : name, address };
+}
+
+export function formatMailbox(m: ParsedAddress): string {
+  if (!m.name) return m.address;
+  // Quote only names that need it, so what the client wrote is what it reads back.
+  if (!/[",;:<>@()[\]\\.]/.test(m.name)) return `${m.name} <${m.address}>`;
+  return `"${m.name.replace(/(["\\])/g, '\\$1')}" <${m.address}>`;
+}
+
+export function domainOf(address: string): string {
+  return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
+}
+
+/** The operator's MAIL_FROM: the same syntax, but a dotless domain such as `localhost` is allowed. */
+export function parseConfiguredMailbox(input: string): ParsedAddress | undefined {
+  const strict = parseMailbox(input);
+  if (typeof strict !== 'string') return strict;
+  const m = /^\s*(?:(.*?)\s*<([^\s@<>]+@[A-Za-z0-9-]+)>|([^\s@<>]+@[A-Za-z0-9-]+))\s*$/.exec(input);
+  if (!m || /[\r\n]/.test(input)) return undefined;
+  const name = m[1]?.replace(/^"(.*)"$/, '$1').trim();
+  return { name: name || undefined, address: (m[2] ?? m[3])! };
+}
