@@ -1,0 +1,81 @@
+// Every API and delivery suite runs once per store: SQLite always, PostgreSQL when TEST_DATABASE_URL is set.
+// Each test store is new: a temp directory, or a fresh database that is dropped afterwards.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { type Store, createStore } from '../../src/store/store.js';
+
+export type StoreKind = 'sqlite' | 'postgres';
+
+export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL;
+export const TEST_REDIS_URL = process.env.TEST_REDIS_URL;
+
+let warned = false;
+export function storeKinds(): StoreKind[] {
+  if (!TEST_DATABASE_URL && !warned) {
+    warned = true;
+    console.warn('\n*** TEST_DATABASE_URL is not set: PostgreSQL variants of the suites are SKIPPED ***\n');
+  }
+  return TEST_DATABASE_URL ? ['sqlite', 'postgres'] : ['sqlite'];
+}
+
+export interface TestStore {
+  kind: StoreKind;
+  store: Store;
+  dataDir: string;
+  databaseUrl: string | undefined;
+  /** Opens another store on the same data (a restart, or a second process's view). */
+  reopen(): Store;
+  destroy(): Promise<void>;
+}
+
+function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `mailroom_test_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  return {
+    url: withDatabase(TEST_DATABASE_URL!, name),
+    drop: async () => {
+      const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+export async function createTestStore(kind: StoreKind): Promise<TestStore> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-test-'));
+  let databaseUrl: string | undefined;
+  let drop = async () => {};
+  if (kind === 'postgres') {
+    const db = await createTestDatabase();
+    databaseUrl = db.url;
+    drop = db.drop;
+  }
+  const open = () => createStore({ databaseUrl, dataDir, poolSize: 10 });
+  const store = open();
+  await store.migrate();
+  return {
+    kind,
+    store,
+    dataDir,
+    databaseUrl,
+    reopen: open,
+    async destroy() {
+      await store.close().catch(() => undefined);
+      await drop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
