@@ -15,6 +15,8 @@ export class GroupCommit<DB> {
   private queue: Job<DB>[] = [];
   private running = false;
   private idleWaiters: (() => void)[] = [];
+  /** Transactions committed so far; each may carry many writes. */
+  commits = 0;
 
   constructor(private readonly db: Kysely<DB>) {}
 
@@ -65,6 +67,7 @@ export class GroupCommit<DB> {
             }
           }
           await sql`commit`.execute(conn);
+          this.commits++;
         } catch (err) {
           await sql`rollback`.execute(conn).catch(() => undefined);
           throw err;

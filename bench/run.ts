@@ -1,0 +1,295 @@
+// `npm run bench`: Mailroom against ceilings measured in the same run on the same machine, written to
+// BENCHMARKS.md and bench/ratios.svg. Figures are never asserted anywhere: these machines are shared.
+//   ceiling (HTTP):     a bare Fastify JSON route in its own process
+//   ceiling (delivery): raw pooled nodemailer into the same local SMTP sink
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import nodemailer from 'nodemailer';
+import { type Sink, startSink } from './sink.js';
+import { renderChart } from './chart.js';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
+const CONNECTIONS = 50;
+const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 2000);
+const SEED_CONTACTS = 10_000;
+
+export interface Row {
+  name: string;
+  rps: number;
+  p99: number;
+  errors: number;
+  ceiling: number;
+  target: number;
+  unit: string;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitHealthy(url: string): Promise<number> {
+  const start = performance.now();
+  for (let i = 0; i < 400; i++) {
+    try {
+      if ((await fetch(url)).ok) return performance.now() - start;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`${url} never became healthy`);
+}
+
+function rssMiB(pid: number): number {
+  const status = execFileSync('cat', [`/proc/${pid}/status`]).toString();
+  const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  return Math.round(kb / 1024);
+}
+
+type Cannon = Parameters<typeof autocannon>[0];
+
+async function cannon(opts: Partial<Cannon> & { url: string }) {
+  const result = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts } as Cannon);
+  return {
+    rps: Math.round(result.requests.average),
+    p99: result.latency.p99,
+    errors: result.errors + result.non2xx + result.timeouts,
+  };
+}
+
+function startChild(args: string[], env: Record<string, string>): ChildProcess {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout?.resume();
+  return child;
+}
+
+async function ceilingHttp(): Promise<{ rps: number; p99: number }> {
+  const port = await freePort();
+  const child = startChild(['--import', 'tsx', 'bench/ceiling-server.ts'], { PORT: String(port) });
+  try {
+    await waitHealthy(`http://127.0.0.1:${port}/ceiling`);
+    return await cannon({ url: `http://127.0.0.1:${port}/ceiling` });
+  } finally {
+    child.kill('SIGTERM');
+  }
+}
+
+async function ceilingDelivery(sink: Sink): Promise<number> {
+  const transport = nodemailer.createTransport({
+    pool: true,
+    host: '127.0.0.1',
+    port: sink.port,
+    secure: false,
+    maxConnections: 5,
+    maxMessages: Infinity,
+  });
+  const before = sink.received();
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: MESSAGES }, (_, i) =>
+      transport.sendMail({
+        from: 'bench@mailroom.test',
+        to: `r${i}@example.test`,
+        subject: `raw ${i}`,
+        text: 'Hello from the bench',
+        html: '<p>Hello from the bench</p>',
+      }),
+    ),
+  );
+  await sink.waitFor(before + MESSAGES, 60_000);
+  transport.close();
+  return Math.round((MESSAGES / (performance.now() - start)) * 1000);
+}
+
+function cli(args: string[], env: Record<string, string>): Record<string, unknown> {
+  const out = execFileSync(process.execPath, ['bin/mailroom.js', ...args, '--json'], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+  });
+  return JSON.parse(out.toString().trim().split('\n').pop()!) as Record<string, unknown>;
+}
+
+async function main(): Promise<void> {
+  console.log('building…');
+  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
+  const sink = await startSink();
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-bench-'));
+  const port = await freePort();
+  const env = {
+    DATA_DIR: dataDir,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    RATE_LIMIT_PER_MINUTE: '10000000',
+    SMTP_URL: `smtp://127.0.0.1:${sink.port}`,
+    MAIL_FROM: 'Bench <bench@mailroom.test>',
+    ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
+  };
+  const base = `http://127.0.0.1:${port}`;
+  const rows: Row[] = [];
+  let server: ChildProcess | undefined;
+  try {
+    console.log('ceiling: bare Fastify route…');
+    const ceiling = await ceilingHttp();
+    console.log('ceiling: raw nodemailer…');
+    const rawDelivery = await ceilingDelivery(sink);
+
+    cli(['migrate'], env);
+    const key = cli(
+      ['keys', 'create', '--name', 'bench', '--permissions', 'readContacts,writeContacts,sendEmails'],
+      env,
+    ).key as string;
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    server = startChild(['bin/mailroom.js', 'serve'], env);
+    const coldStartMs = await waitHealthy(`${base}/health`);
+    const idleRss = rssMiB(server.pid!);
+
+    const list = (await (
+      await fetch(`${base}/api/v1/lists`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ name: 'Bench' }),
+      })
+    ).json()) as { list: { id: string } };
+    console.log(`seeding ${SEED_CONTACTS} contacts…`);
+    let seeded = 0;
+    await autocannon({
+      url: `${base}/api/v1/contacts`,
+      connections: CONNECTIONS,
+      amount: SEED_CONTACTS,
+      method: 'POST',
+      headers,
+      requests: [
+        {
+          setupRequest: (req) => ({
+            ...req,
+            body: JSON.stringify({
+              email: `seed${seeded++}@example.test`,
+              tags: seeded % 10 === 0 ? ['vip'] : [],
+            }),
+          }),
+        },
+      ],
+    } as Cannon);
+
+    const http = async (name: string, target: number, opts: Partial<Cannon>) => {
+      console.log(`measuring ${name}…`);
+      const r = await cannon({ url: base, headers, ...opts });
+      rows.push({ name, ...r, ceiling: ceiling.rps, target, unit: 'req/s' });
+    };
+    await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${list.list.id}` });
+    await http(`GET /api/v1/contacts?limit=20 (10k contacts)`, 0.3, {
+      url: `${base}/api/v1/contacts?limit=20`,
+    });
+    let n = 0;
+    await http('POST /api/v1/contacts', 0.25, {
+      url: `${base}/api/v1/contacts`,
+      method: 'POST',
+      requests: [
+        {
+          setupRequest: (req) => ({
+            ...req,
+            body: JSON.stringify({ email: `bench${n++}-${Date.now()}@example.test`, firstName: 'Bench' }),
+          }),
+        },
+      ],
+    });
+    const emailBody = JSON.stringify({
+      to: 'reader@example.test',
+      subject: 'Bench',
+      text: 'Hello from the bench',
+      html: '<p>Hello from the bench</p>',
+    });
+    await http('POST /api/v1/emails (worker delivering)', 0.15, {
+      url: `${base}/api/v1/emails`,
+      method: 'POST',
+      body: emailBody,
+    });
+    const loadRss = rssMiB(server.pid!);
+
+    // Let the backlog from the send benchmark drain before the end-to-end delivery run.
+    const accepted = rows.at(-1)!.rps * DURATION;
+    await sink.waitFor(MESSAGES + accepted * 0.9, 300_000);
+    await new Promise((r) => setTimeout(r, 2_000));
+
+    console.log(`end to end: ${MESSAGES} emails accepted over HTTP and delivered…`);
+    const before = sink.received();
+    const start = performance.now();
+    await autocannon({
+      url: `${base}/api/v1/emails`,
+      connections: CONNECTIONS,
+      amount: MESSAGES,
+      method: 'POST',
+      headers,
+      body: emailBody,
+    } as Cannon);
+    const got = await sink.waitFor(before + MESSAGES, 300_000);
+    const e2e = Math.round(((got - before) / (performance.now() - start)) * 1000);
+    rows.push({
+      name: `delivery end to end (${MESSAGES} emails)`,
+      rps: e2e,
+      p99: 0,
+      errors: MESSAGES - (got - before),
+      ceiling: rawDelivery,
+      target: 0.8,
+      unit: 'msg/s',
+    });
+
+    writeReport(rows, { ceiling, rawDelivery, coldStartMs, idleRss, loadRss });
+  } finally {
+    server?.kill('SIGTERM');
+    await sink.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+function writeReport(
+  rows: Row[],
+  m: {
+    ceiling: { rps: number; p99: number };
+    rawDelivery: number;
+    coldStartMs: number;
+    idleRss: number;
+    loadRss: number;
+  },
+): void {
+  const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
+  const lines = [
+    '# Benchmarks',
+    '',
+    `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench\` on ${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, store: ${process.env.BENCH_DATABASE_URL ? 'PostgreSQL' : 'SQLite (WAL, synchronous=FULL)'}.`,
+    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process, measured in the same run (${m.ceiling.rps} req/s, p99 ${m.ceiling.p99} ms). Delivery's ceiling is raw pooled nodemailer (5 connections) into the same local SMTP sink (${m.rawDelivery} msg/s). The machine is shared and noisy: compare ratios, not absolute numbers.`,
+    '',
+    '| what | throughput | p99 ms | errors | ceiling | ratio | target |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ...rows.map(
+      (r) =>
+        `| ${r.name} | ${r.rps} ${r.unit} | ${r.p99 || '–'} | ${r.errors} | ${r.ceiling} | ${(r.rps / r.ceiling).toFixed(2)} | ≥ ${r.target} |`,
+    ),
+    '',
+    `Cold start to first 200 on /health: ${Math.round(m.coldStartMs)} ms. RSS idle ${m.idleRss} MiB, after the load ${m.loadRss} MiB.`,
+    '',
+    '![ratio to ceiling](bench/ratios.svg)',
+    '',
+  ];
+  writeFileSync(path.join(ROOT, 'BENCHMARKS.md'), lines.join('\n'));
+  writeFileSync(path.join(ROOT, 'bench', 'ratios.svg'), renderChart(rows));
+  console.log(lines.join('\n'));
+}
+
+await main();

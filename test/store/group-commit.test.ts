@@ -1,0 +1,93 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import BetterSqlite3 from 'better-sqlite3';
+import { Kysely, SqliteDialect, sql } from 'kysely';
+import { GroupCommit } from '../../src/store/group-commit.js';
+import { type StoreKind, type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
+
+const ORG = { id: 'org-1', name: 'Org', created_at: '2026-01-01T00:00:00.000Z' };
+
+describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
+  let ts: TestStore;
+  afterEach(() => ts.destroy());
+
+  it('commits concurrent writes together, and a failing write rolls back only itself', async () => {
+    ts = await createTestStore(kind);
+    await ts.store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
+    const results = await Promise.allSettled(
+      Array.from({ length: 50 }, (_, i) =>
+        ts.store.write(async (trx) => {
+          await trx
+            .insertInto('organizations')
+            .values({ id: `o${i}`, name: `n${i}`, created_at: ORG.created_at })
+            .execute();
+          // Every fifth write inserts a duplicate key after its first insert: all of it must vanish.
+          if (i % 5 === 0) await trx.insertInto('organizations').values(ORG).execute();
+          return i;
+        }),
+      ),
+    );
+    expect(results.filter((r) => r.status === 'rejected')).toHaveLength(10);
+    const rows = await ts.store.db.selectFrom('organizations').select('id').execute();
+    const ids = new Set(rows.map((r) => r.id));
+    expect(ids.size).toBe(41);
+    for (let i = 0; i < 50; i++) expect(ids.has(`o${i}`)).toBe(i % 5 !== 0);
+  });
+
+  it('keeps what a write committed after the store is closed and opened again', async () => {
+    ts = await createTestStore(kind);
+    await ts.store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
+    await ts.store.close();
+    const again = ts.reopen();
+    const row = await again.db
+      .selectFrom('organizations')
+      .selectAll()
+      .where('id', '=', ORG.id)
+      .executeTakeFirst();
+    expect(row).toEqual(ORG);
+    await again.close();
+  });
+
+  it('a throw inside write() rejects that caller and leaves no trace', async () => {
+    ts = await createTestStore(kind);
+    await expect(
+      ts.store.write(async (trx) => {
+        await trx.insertInto('organizations').values(ORG).execute();
+        throw new Error('boom');
+      }),
+    ).rejects.toThrow('boom');
+    const { rows } = await sql<{ n: number }>`select count(*) as n from organizations`.execute(ts.store.db);
+    expect(Number(rows[0]!.n)).toBe(0);
+  });
+});
+
+describe('sqlite settings', () => {
+  it('runs WAL with synchronous=FULL and foreign keys on', async () => {
+    const ts = await createTestStore('sqlite');
+    try {
+      const pragma = async (name: string) =>
+        Object.values((await sql.raw(`pragma ${name}`).execute(ts.store.db)).rows[0] as object)[0];
+      expect(await pragma('journal_mode')).toBe('wal');
+      expect(await pragma('synchronous')).toBe(2);
+      expect(await pragma('foreign_keys')).toBe(1);
+    } finally {
+      await ts.destroy();
+    }
+  });
+});
+
+describe('group commit', () => {
+  it('shares one commit among writes that arrive together', async () => {
+    const db = new Kysely<{ t: { n: number } }>({
+      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+    });
+    await db.schema.createTable('t').addColumn('n', 'integer').execute();
+    const group = new GroupCommit(db);
+    await Promise.all(
+      Array.from({ length: 100 }, (_, n) => group.run((trx) => trx.insertInto('t').values({ n }).execute())),
+    );
+    expect(group.commits).toBeLessThan(5);
+    const { rows } = await sql<{ c: number }>`select count(*) as c from t`.execute(db);
+    expect(rows[0]!.c).toBe(100);
+    await db.destroy();
+  });
+});
