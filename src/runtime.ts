@@ -50,6 +50,7 @@ export function createWorker(config: Config, store: Store, mailer: Mailer, logge
     retryBaseMs: config.deliveryRetryBaseMs,
     maxAttempts: config.deliveryMaxAttempts,
     concurrency: config.deliveryConcurrency,
+    leaseMs: config.deliveryLeaseMs,
   });
 }
 

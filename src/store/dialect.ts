@@ -25,12 +25,17 @@ export function isStoreUnavailable(err: unknown): boolean {
   // PostgreSQL: connection exceptions (08), insufficient resources (53), operator intervention (57),
   // system errors (58); and the socket-level faults of the pg client.
   if (/^(08|53|57|58)/.test(code)) return true;
+  // 55000 at connect: the database is not accepting connections (ALLOW_CONNECTIONS false, being dropped).
+  if (code === '55000' && /not currently accepting connections/.test(messageOf(err))) return true;
   if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code))
     return true;
-  const message = err instanceof Error ? err.message : '';
   return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|the database system is (starting up|shutting down)/i.test(
-    message,
+    messageOf(err),
   );
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : '';
 }
 
 /** Transient conflicts worth retrying the whole transaction for. */
