@@ -1,0 +1,127 @@
+// Contact field bounds at max and max+1 (contract.md), body types and query-string coercion.
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { addressOfLength, createContact, expect400, uniqueEmail, x, useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+const fields = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i]));
+
+describe.each(storeKinds())('contact limits on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+
+  const post = (payload: Record<string, unknown>) =>
+    t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: { email: uniqueEmail(), ...payload } });
+  const put = (payload: unknown) => t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
+  const get = (query: Record<string, string>) =>
+    t.call({ method: 'GET', url: '/api/v1/contacts', auth, query });
+
+  it('email of 254 characters is accepted, 255 refused', async () => {
+    const ok = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: addressOfLength(254) },
+    });
+    expect(ok.statusCode, ok.body).toBe(201);
+    const long = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: addressOfLength(255) },
+    });
+    expect400(long, 'contacts', ['email']);
+  });
+
+  it.each([
+    'plain',
+    'a b@example.com',
+    'a@b@example.com',
+    'a@localhost',
+    '"quoted"@example.com',
+    'a@example.com (comment)',
+    'Name <a@example.com>',
+    '',
+    '   ',
+  ])('email %j is refused', async (email) => {
+    const res = await t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: { email } });
+    expect400(res, 'contacts', ['email']);
+  });
+
+  it('firstName and lastName: 100 accepted, 101 refused', async () => {
+    expect((await post({ firstName: x(100), lastName: x(100) })).statusCode).toBe(201);
+    expect400(await post({ firstName: x(101) }), 'contacts', ['firstName']);
+    expect400(await post({ lastName: x(101) }), 'contacts', ['lastName']);
+    const c = await createContact(t, auth);
+    expect400(await put({ id: c.id, firstName: x(101) }), 'contacts', ['firstName']);
+  });
+
+  it('tags: 50 accepted, 51 refused; 64 characters accepted, 65 refused', async () => {
+    const tags = (n: number) => Array.from({ length: n }, (_, i) => `t${i}`);
+    expect((await post({ tags: tags(50) })).statusCode).toBe(201);
+    expect400(await post({ tags: tags(51) }), 'contacts', ['tags']);
+    expect((await post({ tags: [x(64)] })).statusCode).toBe(201);
+    expect400(await post({ tags: ['ok', x(65)] }), 'contacts', ['tags[1]']);
+    const c = await createContact(t, auth);
+    expect400(await put({ id: c.id, tags: tags(51) }), 'contacts', ['tags']);
+    expect400(await put({ id: c.id, tags: [x(65)] }), 'contacts', ['tags[0]']);
+  });
+
+  it('customFields: 50 keys accepted, 51 refused, also after a merge', async () => {
+    expect((await post({ customFields: fields(50) })).statusCode).toBe(201);
+    expect400(await post({ customFields: fields(51) }), 'contacts', ['customFields']);
+    const c = await createContact(t, auth, { customFields: fields(50) });
+    expect400(await put({ id: c.id, customFields: { extra: 1 } }), 'contacts', ['customFields']);
+    const swap = await put({ id: c.id, customFields: { k0: null, extra: 1 } });
+    expect(swap.statusCode, swap.body).toBe(200);
+  });
+
+  it('customFields over 16 KiB in all are refused, also after a merge', async () => {
+    const big = { a: x(8000), b: x(8000) };
+    expect((await post({ customFields: big })).statusCode).toBe(201);
+    expect400(await post({ customFields: { ...big, c: x(1000) } }), 'contacts', ['customFields']);
+    const c = await createContact(t, auth, { customFields: big });
+    expect400(await put({ id: c.id, customFields: { c: x(1000) } }), 'contacts', ['customFields']);
+  });
+
+  it('customFields values must be flat; the path names the key', async () => {
+    expect400(await post({ customFields: { plan: { tier: 1 } } }), 'contacts', ['customFields.plan']);
+    expect400(await post({ customFields: { plan: [1] } }), 'contacts', ['customFields.plan']);
+    expect400(await post({ customFields: 'x' }), 'contacts', ['customFields']);
+    expect400(await post({ customFields: [] }), 'contacts', ['customFields']);
+  });
+
+  it('body types are not coerced and unknown fields are named', async () => {
+    expect400(await post({ firstName: 42 }), 'contacts', ['firstName']);
+    expect400(await post({ unsubscribed: 'true' }), 'contacts', ['unsubscribed']);
+    expect400(await post({ tags: 'vip' }), 'contacts', ['tags']);
+    expect400(await post({ tags: [1] }), 'contacts', ['tags[0]']);
+    expect400(await post({ nickname: 'x', age: 3 }), 'contacts', ['nickname', 'age']);
+    const res = await t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: { email: 42 } });
+    expect400(res, 'contacts', ['email']);
+    expect400(await put({ id: 5, firstName: 'x' }), 'contacts', ['id']);
+    expect400(await put({ id: 'x', status: 'x' }), 'contacts', ['status']);
+  });
+
+  it('every offending field is listed in one answer', async () => {
+    const res = await post({ firstName: 1, lastName: x(101), tags: [x(65)], customFields: { plan: {} } });
+    expect400(res, 'contacts', ['firstName', 'lastName', 'tags[0]', 'customFields.plan']);
+  });
+
+  it('query strings are coerced and bounded', async () => {
+    expect((await get({ limit: '5' })).json().pagination.limit).toBe(5);
+    expect((await get({ limit: '100' })).statusCode).toBe(200);
+    expect400(await get({ limit: '101' }), 'contacts', ['limit']);
+    expect400(await get({ limit: '0' }), 'contacts', ['limit']);
+    expect400(await get({ limit: 'abc' }), 'contacts', ['limit']);
+    expect400(await get({ limit: '2.5' }), 'contacts', ['limit']);
+    expect400(await get({ page: '0' }), 'contacts', ['page']);
+    expect400(await get({ page: '-1' }), 'contacts', ['page']);
+    expect400(await get({ unsubscribed: 'yes' }), 'contacts', ['unsubscribed']);
+    expect400(await get({ unsubscribed: '1' }), 'contacts', ['unsubscribed']);
+    expect400(await get({ page: 'x', limit: 'y' }), 'contacts', ['page', 'limit']);
+    expect((await get({ unsubscribed: 'false' })).statusCode).toBe(200);
+    const lists = await t.call({ method: 'GET', url: '/api/v1/lists?limit=101&page=0', auth });
+    expect400(lists, 'contacts', ['limit', 'page']);
+  });
+});

@@ -1,0 +1,205 @@
+// Contacts: success shapes, PUT semantics (id + email, tags replace, customFields merge), DELETE, 409s.
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { ISO_MS, createContact, expect400, expectError, uniqueEmail, useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+const CONTACT_KEYS = [
+  'createdAt',
+  'customFields',
+  'email',
+  'firstName',
+  'id',
+  'lastName',
+  'tags',
+  'unsubscribed',
+].sort();
+
+describe.each(storeKinds())('contacts on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+
+  const post = (payload: unknown) => t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload });
+  const put = (payload: unknown) => t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
+  const find = async (email: string) => {
+    const res = await t.call({ method: 'GET', url: '/api/v1/contacts', auth, query: { email } });
+    return res.json().contacts as Record<string, unknown>[];
+  };
+
+  it('POST answers 201 {success, contact} with every field', async () => {
+    const email = uniqueEmail();
+    const res = await post({
+      email: `  ${email} `,
+      firstName: 'Ada',
+      lastName: 'Lovelace',
+      tags: ['vip', 'beta'],
+      customFields: { plan: 'pro', seats: 3, trial: false },
+    });
+    expect(res.statusCode).toBe(201);
+    const body = res.json();
+    expect(Object.keys(body).sort()).toEqual(['contact', 'success']);
+    expect(body.success).toBe(true);
+    expect(Object.keys(body.contact).sort()).toEqual(CONTACT_KEYS);
+    expect(body.contact).toMatchObject({
+      email,
+      firstName: 'Ada',
+      lastName: 'Lovelace',
+      tags: ['vip', 'beta'],
+      customFields: { plan: 'pro', seats: 3, trial: false },
+      unsubscribed: false,
+    });
+    expect(typeof body.contact.id).toBe('string');
+    expect(body.contact.createdAt).toMatch(ISO_MS);
+    expect(await find(email)).toEqual([body.contact]);
+  });
+
+  it('POST with only an email gives empty tags and fields; unsubscribed may be set', async () => {
+    const res = await post({ email: uniqueEmail(), unsubscribed: true });
+    expect(res.statusCode).toBe(201);
+    expect(res.json().contact).toMatchObject({ tags: [], customFields: {}, unsubscribed: true });
+  });
+
+  it('GET answers {success, contacts, pagination}', async () => {
+    const { auth: own } = await t.newKey();
+    const c = await createContact(t, own, { tags: ['a'] });
+    const res = await t.call({ method: 'GET', url: '/api/v1/contacts', auth: own });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(Object.keys(body).sort()).toEqual(['contacts', 'pagination', 'success']);
+    expect(body.success).toBe(true);
+    expect(body.pagination).toEqual({ page: 1, limit: 20, total: 1, pages: 1 });
+    expect(body.contacts).toHaveLength(1);
+    expect(Object.keys(body.contacts[0]).sort()).toEqual(CONTACT_KEYS);
+    expect(body.contacts[0]).toMatchObject({ id: c.id, email: c.email, tags: ['a'] });
+  });
+
+  it('PUT by id replaces tags, merges customFields and null removes a field', async () => {
+    const c = await createContact(t, auth, {
+      firstName: 'A',
+      tags: ['one', 'two'],
+      customFields: { plan: 'free', seats: 1, keep: 'yes' },
+    });
+    const res = await put({
+      id: c.id,
+      lastName: 'B',
+      tags: ['three'],
+      customFields: { plan: 'pro', seats: null, added: true },
+    });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(Object.keys(body).sort()).toEqual(['contact', 'success']);
+    expect(Object.keys(body.contact).sort()).toEqual(CONTACT_KEYS);
+    expect(body.contact).toMatchObject({
+      id: c.id,
+      email: c.email,
+      firstName: 'A',
+      lastName: 'B',
+      tags: ['three'],
+      customFields: { plan: 'pro', keep: 'yes', added: true },
+    });
+    expect(body.contact.customFields).not.toHaveProperty('seats');
+    expect((await find(c.email))[0]).toEqual(body.contact);
+    const byTag = await t.call({ method: 'GET', url: '/api/v1/contacts?tag=one', auth });
+    expect(byTag.json().contacts.map((k: { id: string }) => k.id)).not.toContain(c.id);
+  });
+
+  it('PUT by email identifies by email; id + email changes the address', async () => {
+    const c = await createContact(t, auth);
+    const byEmail = await put({ email: c.email.toUpperCase(), firstName: 'Found', unsubscribed: true });
+    expect(byEmail.statusCode).toBe(200);
+    expect(byEmail.json().contact).toMatchObject({
+      id: c.id,
+      email: c.email,
+      firstName: 'Found',
+      unsubscribed: true,
+    });
+    const next = uniqueEmail('moved');
+    const moved = await put({ id: c.id, email: next });
+    expect(moved.statusCode).toBe(200);
+    expect(moved.json().contact).toMatchObject({ id: c.id, email: next, firstName: 'Found' });
+    expect(await find(c.email)).toEqual([]);
+    expect((await find(next)).map((k) => k.id)).toEqual([c.id]);
+  });
+
+  it('PUT to an unknown contact is a 404; without id or email or change is a 400', async () => {
+    expectError(await put({ id: 'nope', firstName: 'x' }), 404, 'contacts');
+    expectError(await put({ email: uniqueEmail(), firstName: 'x' }), 404, 'contacts');
+    expect400(await put({ firstName: 'x' }), 'contacts', ['id']);
+    const c = await createContact(t, auth);
+    expectError(await put({ id: c.id }), 400, 'contacts');
+    expect400(await put({ id: c.id, email: 'not-an-address' }), 'contacts', ['email']);
+  });
+
+  it('PUT changing the address to one in use (any case) is a 409', async () => {
+    const a = await createContact(t, auth);
+    const b = await createContact(t, auth);
+    expectError(await put({ id: b.id, email: a.email.toUpperCase() }), 409, 'contacts');
+    const self = await put({ id: a.id, email: a.email.toUpperCase() });
+    expect(self.statusCode).toBe(200);
+    expect(self.json().contact.email).toBe(a.email.toUpperCase());
+  });
+
+  it('DELETE by id or by email answers {success, message}', async () => {
+    const a = await createContact(t, auth);
+    const b = await createContact(t, auth);
+    const byId = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: a.id } });
+    expect(byId.statusCode).toBe(200);
+    expect(Object.keys(byId.json()).sort()).toEqual(['message', 'success']);
+    expect(byId.json().success).toBe(true);
+    const byEmail = await t.call({
+      method: 'DELETE',
+      url: '/api/v1/contacts',
+      auth,
+      query: { email: b.email.toUpperCase() },
+    });
+    expect(byEmail.statusCode).toBe(200);
+    expect(await find(a.email)).toEqual([]);
+    expect(await find(b.email)).toEqual([]);
+    const again = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: a.id } });
+    expectError(again, 404, 'contacts');
+    expect400(await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth }), 'contacts', ['id']);
+  });
+
+  it('deleting a contact removes it from its lists', async () => {
+    const list = await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'L' } });
+    const listId = list.json().list.id;
+    const c = await createContact(t, auth);
+    await t.call({
+      method: 'POST',
+      url: `/api/v1/lists/${listId}/contacts`,
+      auth,
+      payload: { contactIds: [c.id] },
+    });
+    await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: c.id } });
+    const got = await t.call({ method: 'GET', url: `/api/v1/lists/${listId}`, auth });
+    expect(got.json().list.contactCount).toBe(0);
+  });
+
+  it('a duplicate email is a 409, also differing only in case', async () => {
+    const email = uniqueEmail('dup');
+    expect((await post({ email })).statusCode).toBe(201);
+    expect(expectError(await post({ email }), 409, 'contacts')).toEqual(['email']);
+    expectError(await post({ email: email.toUpperCase() }), 409, 'contacts');
+    expectError(await post({ email: ` ${email} ` }), 409, 'contacts');
+  });
+
+  it('the same email in two organisations is fine', async () => {
+    const email = uniqueEmail('shared');
+    const other = (await t.newKey()).auth;
+    expect((await post({ email })).statusCode).toBe(201);
+    const res = await t.call({ method: 'POST', url: '/api/v1/contacts', auth: other, payload: { email } });
+    expect(res.statusCode).toBe(201);
+  });
+
+  it('20 parallel creates of one email give exactly one 201, the rest 409', async () => {
+    const email = uniqueEmail('race');
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => post({ email: i % 2 ? email : email.toUpperCase() })),
+    );
+    const codes = results.map((r) => r.statusCode).sort();
+    expect(codes.filter((c) => c === 201)).toHaveLength(1);
+    expect(codes.filter((c) => c === 409)).toHaveLength(19);
+    for (const r of results.filter((r) => r.statusCode === 409)) expectError(r, 409, 'contacts');
+    expect(await find(email)).toHaveLength(1);
+  });
+});
