@@ -60,18 +60,39 @@ export async function updateRecipient(
     .execute();
 }
 
-/** Records an attempt's outcome, but only while this worker still holds the lease. */
+/** Extends this worker's leases on emails still being sent, so a long send is not claimed twice. */
+export async function renewLeases(
+  db: Executor,
+  owner: string,
+  emailIds: string[],
+  leaseUntil: string,
+): Promise<number> {
+  if (emailIds.length === 0) return 0;
+  const result = await db
+    .updateTable('emails')
+    .set({ lease_until: leaseUntil, next_attempt_at: leaseUntil })
+    .where('id', 'in', emailIds)
+    .where('lease_owner', '=', owner)
+    .where('status', '=', 'sending')
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/**
+ * Records an attempt's outcome, but only while this claim still holds the lease: the owner and the attempt
+ * number both match, so a claim that outlived its lease never overwrites a newer one, even by the same worker.
+ */
 export async function finishAttempt(
   db: Executor,
-  emailId: string,
-  owner: string,
+  claim: { emailId: string; owner: string; attempts: number },
   changes: { status: string; next_attempt_at: string | null; last_error: string | null; updated_at: string },
 ): Promise<boolean> {
   const result = await db
     .updateTable('emails')
     .set({ ...changes, lease_owner: null, lease_until: null })
-    .where('id', '=', emailId)
-    .where('lease_owner', '=', owner)
+    .where('id', '=', claim.emailId)
+    .where('lease_owner', '=', claim.owner)
+    .where('attempts', '=', claim.attempts)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) > 0;
 }

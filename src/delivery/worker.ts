@@ -10,9 +10,9 @@ import {
   insertEvents,
 } from '../emails/emails.repository.js';
 import type { EmailRow } from '../store/schema.js';
-import type { Store } from '../store/store.js';
-import { parseConfiguredMailbox } from '../validation/addresses.js';
-import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
+import type { Executor, Store } from '../store/store.js';
+import type { Mailer } from './mailer.js';
+import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import * as queue from './queue.repository.js';
 import { retryDelayMs } from './retry.js';
 
@@ -25,38 +25,52 @@ export interface WorkerOptions {
   retryBaseMs: number;
   maxAttempts: number;
   concurrency: number;
-  /** How long a claim lasts before another worker may take the email again. */
+  /** How long a claim lasts unless renewed; a crashed worker's emails are sent again after at most this. */
   leaseMs?: number;
   pollMs?: number;
   random?: () => number;
 }
 
-interface Verdict {
-  status: 'sent' | 'deferred' | 'failed';
-  response: string;
-}
+/**
+ * Short, because it bounds how long a crash delays mail; a live worker renews its leases every quarter of
+ * it, so a slow relay never makes a send look abandoned.
+ */
+export const DEFAULT_LEASE_MS = 20_000;
 
-const parseList = (text: string): string[] => JSON.parse(text) as string[];
+type RecordWrite = (trx: Executor) => Promise<boolean>;
+
+interface PendingRecord {
+  write: RecordWrite;
+  resolve: (recorded: boolean) => void;
+  reject: (err: unknown) => void;
+}
 
 export class DeliveryWorker {
   readonly owner = randomUUID();
   private readonly leaseMs: number;
   private readonly pollMs: number;
   private inflight = new Set<Promise<void>>();
+  /** Emails this worker holds a lease on, for renewal. */
+  private leased = new Set<string>();
+  private records: PendingRecord[] = [];
+  private recording = false;
   private timer: NodeJS.Timeout | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
   private running = false;
-  private ticking = false;
+  private ticking: Promise<void> | undefined;
   private wanted = false;
   private lastCleanup = 0;
 
   constructor(private readonly o: WorkerOptions) {
-    this.leaseMs = o.leaseMs ?? 5 * 60_000;
+    this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
   }
 
   start(): void {
     if (this.running) return;
     this.running = true;
+    this.heartbeat = setInterval(() => void this.renewLeases(), Math.max(10, this.leaseMs / 4));
+    this.heartbeat.unref();
     this.notify();
   }
 
@@ -71,16 +85,30 @@ export class DeliveryWorker {
     this.timer = setTimeout(() => void this.tick(), 0);
   }
 
-  /** Stops claiming and waits (bounded) for in-flight sends; anything unfinished is re-claimed after its lease. */
+  /**
+   * Stops claiming and waits (bounded) for in-flight sends and their results. A send still running at the
+   * deadline keeps its lease until it runs out, then the email is claimed again: late, never lost.
+   */
   async stop(timeoutMs = 10_000): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
-    const drained = Promise.allSettled([...this.inflight]).then(() => true);
-    const timedOut = new Promise<boolean>((r) => setTimeout(() => r(false), timeoutMs).unref());
-    if (!(await Promise.race([drained, timedOut]))) {
+    const drained = (async () => {
+      // A claim in progress turns into sends that must be waited for too.
+      await this.ticking;
+      await Promise.allSettled([...this.inflight]);
+      return true;
+    })();
+    let deadline: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<boolean>((r) => {
+      deadline = setTimeout(() => r(false), timeoutMs);
+    });
+    const finished = await Promise.race([drained, timedOut]);
+    clearTimeout(deadline);
+    clearInterval(this.heartbeat);
+    if (!finished) {
       this.o.logger.warn(
         { inflight: this.inflight.size },
-        'delivery stopped with sends in flight; they retry after the lease',
+        'delivery stopped with sends in flight; they are sent again after their lease',
       );
     }
   }
@@ -102,35 +130,50 @@ export class DeliveryWorker {
     }
   }
 
-  private async tick(): Promise<void> {
-    if (this.ticking) return;
-    this.ticking = true;
+  private tick(): Promise<void> {
+    this.ticking ??= this.claimAndSend().finally(() => {
+      this.ticking = undefined;
+      if (this.running) {
+        clearTimeout(this.timer);
+        this.timer = setTimeout(() => void this.tick(), this.wanted ? 0 : this.pollMs);
+      }
+    });
+    return this.ticking;
+  }
+
+  private async claimAndSend(): Promise<void> {
     try {
       this.wanted = false;
       const free = this.o.concurrency - this.inflight.size;
       if (free > 0) {
         const claimed = await this.claim(free);
-        for (const job of claimed) this.track(this.deliver(job.email, job.recipients));
+        for (const job of claimed) this.track(job.email.id, this.deliver(job.email, job.recipients));
         if (claimed.length === free) this.wanted = true;
       }
       await this.cleanupIdempotency();
     } catch (err) {
       this.o.logger.error({ err }, 'delivery: claiming failed; retrying shortly');
-    } finally {
-      this.ticking = false;
-      if (this.running) {
-        clearTimeout(this.timer);
-        this.timer = setTimeout(() => void this.tick(), this.wanted ? 0 : this.pollMs);
-      }
     }
   }
 
-  private track(p: Promise<void>): void {
+  private track(emailId: string, p: Promise<void>): void {
+    this.leased.add(emailId);
     this.inflight.add(p);
     void p.finally(() => {
+      this.leased.delete(emailId);
       this.inflight.delete(p);
       this.notify();
     });
+  }
+
+  private async renewLeases(): Promise<void> {
+    if (this.leased.size === 0) return;
+    const leaseUntil = new Date(this.o.clock.now().getTime() + this.leaseMs).toISOString();
+    try {
+      await this.o.store.write((trx) => queue.renewLeases(trx, this.owner, [...this.leased], leaseUntil));
+    } catch (err) {
+      this.o.logger.warn({ err }, 'delivery: renewing leases failed');
+    }
   }
 
   private async claim(limit: number): Promise<{ email: EmailRow; recipients: RecipientRow[] }[]> {
@@ -168,18 +211,13 @@ export class DeliveryWorker {
 
   private async deliver(email: EmailRow, recipients: RecipientRow[]): Promise<void> {
     const log = this.o.logger.child({ emailId: email.id, attempt: Number(email.attempts) });
-    const pending = recipients.filter((r) => r.status === 'queued' || r.status === 'deferred');
-    const verdicts = new Map<number, Verdict>();
+    const pending = pendingRecipients(recipients);
+    let verdicts = new Map<number, Verdict>();
     if (pending.length > 0) {
-      const message = this.toMessage(email, pending);
       try {
-        const result = await this.o.mailer.send(message);
-        this.judge(pending, result, verdicts);
+        verdicts = judgeResult(pending, await this.o.mailer.send(toMessage(email, pending)));
       } catch (err) {
-        const permanent = err instanceof DeliveryError && err.permanent;
-        const response = err instanceof Error ? err.message : String(err);
-        for (const r of pending)
-          verdicts.set(r.position, { status: permanent ? 'failed' : 'deferred', response });
+        verdicts = judgeFailure(pending, err);
       }
     }
     try {
@@ -190,82 +228,37 @@ export class DeliveryWorker {
     }
   }
 
-  private judge(pending: RecipientRow[], result: DeliveryResult, verdicts: Map<number, Verdict>): void {
-    const accepted = new Set(result.accepted.map((a) => a.toLowerCase()));
-    const rejected = new Map(result.rejected.map((r) => [r.address.toLowerCase(), r]));
-    for (const r of pending) {
-      const key = r.address.toLowerCase();
-      const failure = rejected.get(key);
-      if (failure)
-        verdicts.set(r.position, {
-          status: failure.permanent ? 'failed' : 'deferred',
-          response: failure.response,
-        });
-      else if (accepted.has(key)) verdicts.set(r.position, { status: 'sent', response: result.response });
-      else
-        verdicts.set(r.position, { status: 'deferred', response: 'recipient not acknowledged by the relay' });
-    }
-  }
-
   private async record(
     email: EmailRow,
     recipients: RecipientRow[],
-    verdicts: Map<number, Verdict>,
+    judged: Map<number, Verdict>,
     log: Logger,
   ): Promise<void> {
     const now = this.o.clock.now();
     const at = now.toISOString();
     const attempts = Number(email.attempts);
-    const exhausted = attempts >= this.o.maxAttempts;
-    for (const [position, v] of verdicts) {
-      if (v.status === 'deferred' && exhausted) {
-        verdicts.set(position, {
-          status: 'failed',
-          response: `${v.response} (gave up after ${attempts} attempts)`,
-        });
-      }
-    }
-    const finalStatuses = recipients.map((r) => verdicts.get(r.position)?.status ?? r.status);
-    const status = finalStatuses.includes('deferred')
-      ? 'deferred'
-      : finalStatuses.includes('sent')
-        ? 'sent'
-        : 'failed';
-    const errors = [...verdicts.values()].filter((v) => v.status !== 'sent');
-    const lastError = errors.length > 0 ? errors[errors.length - 1]!.response : null;
+    const { status, verdicts, lastError, details } = settle(recipients, judged, attempts, this.o.maxAttempts);
     const nextAttempt =
       status === 'deferred'
         ? new Date(now.getTime() + retryDelayMs(attempts, this.o.retryBaseMs, this.o.random)).toISOString()
         : null;
+    const events: EventRow[] = (['sent', 'deferred', 'failed'] as const)
+      .filter((type) => details[type] !== undefined)
+      .map((type) => ({ id: this.o.ids.next(), email_id: email.id, type, at, detail: details[type]! }));
 
-    const events: EventRow[] = [];
-    const byStatus = (s: Verdict['status']) =>
-      recipients
-        .filter((r) => verdicts.get(r.position)?.status === s)
-        .map((r) => `${r.address}: ${verdicts.get(r.position)!.response}`);
-    for (const type of ['sent', 'deferred', 'failed'] as const) {
-      const lines = byStatus(type);
-      if (lines.length > 0)
-        events.push({ id: this.o.ids.next(), email_id: email.id, type, at, detail: lines.join('\n') });
-    }
-
-    const recorded = await this.o.store.write(async (trx) => {
-      const held = await queue.finishAttempt(trx, email.id, this.owner, {
-        status,
-        next_attempt_at: nextAttempt,
-        last_error: lastError,
-        updated_at: at,
-      });
+    const recorded = await this.enqueueRecord(async (trx) => {
+      const held = await queue.finishAttempt(
+        trx,
+        { emailId: email.id, owner: this.owner, attempts },
+        { status, next_attempt_at: nextAttempt, last_error: lastError, updated_at: at },
+      );
       if (!held) return false;
-      for (const r of recipients) {
-        const v = verdicts.get(r.position);
-        if (v)
-          await queue.updateRecipient(trx, email.id, r.position, {
-            status: v.status,
-            response: v.response,
-            updated_at: at,
-          });
-      }
+      for (const [position, v] of verdicts)
+        await queue.updateRecipient(trx, email.id, position, {
+          status: v.status,
+          response: v.response,
+          updated_at: at,
+        });
       await insertEvents(trx, events);
       return true;
     });
@@ -275,23 +268,33 @@ export class DeliveryWorker {
     else log.warn({ lastError }, 'failed');
   }
 
-  private toMessage(email: EmailRow, pending: RecipientRow[]): OutgoingMessage {
-    const from = parseConfiguredMailbox(email.from_address);
-    return {
-      id: email.id,
-      messageId: email.message_id,
-      date: new Date(email.created_at),
-      from: email.from_address,
-      envelopeFrom: from?.address ?? email.from_address,
-      to: parseList(email.to_addresses),
-      cc: parseList(email.cc_addresses),
-      replyTo: parseList(email.reply_to),
-      subject: email.subject,
-      html: email.html,
-      text: email.text,
-      headers: JSON.parse(email.headers) as Record<string, string>,
-      recipients: pending.map((r) => r.address),
-    };
+  /** Results that finish together are written in one transaction rather than one commit each. */
+  private enqueueRecord(write: RecordWrite): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      this.records.push({ write, resolve, reject });
+      if (!this.recording) {
+        this.recording = true;
+        setImmediate(() => void this.flushRecords());
+      }
+    });
+  }
+
+  private async flushRecords(): Promise<void> {
+    while (this.records.length > 0) {
+      const batch = this.records.splice(0, 100);
+      try {
+        const results = await this.o.store.write(async (trx) => {
+          const out: boolean[] = [];
+          for (const r of batch) out.push(await r.write(trx));
+          return out;
+        });
+        batch.forEach((r, i) => r.resolve(results[i]!));
+      } catch {
+        // One bad result must not sink the others: write them one by one.
+        for (const r of batch) await this.o.store.write(r.write).then(r.resolve, r.reject);
+      }
+    }
+    this.recording = false;
   }
 
   private async cleanupIdempotency(): Promise<void> {

@@ -1,0 +1,109 @@
+// Shared by the delivery suites: a real app and store, an in-process DeliveryWorker with fast retries, and
+// the HTTP calls a client makes to send an email and watch it.
+import pino from 'pino';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { systemClock, uuidIds } from '../../src/clock.js';
+import { type Mailer, SmtpMailer } from '../../src/delivery/mailer.js';
+import { DeliveryWorker, type WorkerOptions } from '../../src/delivery/worker.js';
+import { type TestApp, createTestApp } from '../helpers/app.js';
+import { type SinkOptions, type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
+import type { StoreKind } from '../helpers/stores.js';
+
+export const FAST_RETRY_MS = 50;
+export const MAIL_FROM = 'Mailroom <noreply@mailroom.test>';
+
+export function startWorker(
+  t: TestApp,
+  mailer: Mailer,
+  options: Partial<WorkerOptions> = {},
+): DeliveryWorker {
+  const worker = new DeliveryWorker({
+    store: t.ts.store,
+    mailer,
+    clock: systemClock,
+    ids: uuidIds,
+    logger: pino({ level: 'silent' }),
+    retryBaseMs: FAST_RETRY_MS,
+    maxAttempts: 5,
+    concurrency: 10,
+    pollMs: 20,
+    ...options,
+  });
+  worker.start();
+  return worker;
+}
+
+export interface EmailView {
+  id: string;
+  status: string;
+  attempts: number;
+  lastError: string | null;
+  recipients: { email: string; status: string; response: string | null }[];
+  events: { type: string; at: string; detail: string | null }[];
+}
+
+export async function sendEmail(
+  t: TestApp,
+  auth: string,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+): Promise<string> {
+  const res = await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: body, headers });
+  expect(res.statusCode, res.body).toBe(200);
+  return (res.json() as { id: string }).id;
+}
+
+export async function getEmail(t: TestApp, auth: string, id: string): Promise<EmailView> {
+  const res = await t.call({ method: 'GET', url: `/api/v1/emails/${id}`, auth });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json() as EmailView;
+}
+
+/** Waits until the email reaches a final status (sent or failed) and returns it. */
+export function settled(t: TestApp, auth: string, id: string, timeoutMs = 15_000): Promise<EmailView> {
+  return eventually(
+    async () => {
+      const email = await getEmail(t, auth, id);
+      return email.status === 'sent' || email.status === 'failed' ? email : undefined;
+    },
+    timeoutMs,
+    `email ${id} to be sent or failed`,
+  );
+}
+
+export const basicEmail = (to: string, extra: Record<string, unknown> = {}) => ({
+  to: [to],
+  subject: 'Hello',
+  text: 'Hello there',
+  ...extra,
+});
+
+export interface DeliveryContext {
+  t: TestApp;
+  sink: SmtpSink;
+  mailer: SmtpMailer;
+  worker: DeliveryWorker;
+  auth: string;
+}
+
+/**
+ * Registers hooks for a suite that delivers to a real SMTP sink: app and store, sink, pooled SmtpMailer and
+ * a running worker. Fields are filled in beforeAll; `worker` may be replaced by a test.
+ */
+export function useDelivery(kind: StoreKind, sinkOptions: SinkOptions = {}): DeliveryContext {
+  const ctx = {} as DeliveryContext;
+  beforeAll(async () => {
+    ctx.t = await createTestApp(kind, { MAIL_FROM });
+    ctx.sink = await startSmtpSink(sinkOptions);
+    ctx.mailer = new SmtpMailer({ url: ctx.sink.url });
+    ctx.worker = startWorker(ctx.t, ctx.mailer);
+    ctx.auth = (await ctx.t.newKey()).auth;
+  });
+  afterAll(async () => {
+    await ctx.worker.stop();
+    await ctx.mailer.close();
+    await ctx.sink.close();
+    await ctx.t.close();
+  });
+  return ctx;
+}

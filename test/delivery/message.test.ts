@@ -1,0 +1,182 @@
+// What the relay receives: envelope, headers, bodies and encodings, exactly as the API was asked.
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { type AddressObject, simpleParser } from 'mailparser';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FileOutboxMailer } from '../../src/delivery/mailer.js';
+import { eventually } from '../helpers/smtp.js';
+import { storeKinds } from '../helpers/stores.js';
+import { sendEmail, settled, startWorker, useDelivery } from './harness.js';
+
+const addresses = (a: AddressObject | AddressObject[] | undefined) =>
+  (Array.isArray(a) ? a : a ? [a] : []).flatMap((o) => o.value.map((v) => v.address));
+
+describe.each(storeKinds())('message content on %s', (kind) => {
+  const d = useDelivery(kind);
+
+  it('puts Bcc only in the envelope and keeps Reply-To, custom headers, Message-ID and Date', async () => {
+    const { t, sink, auth } = d;
+    const id = await sendEmail(t, auth, {
+      to: ['Ann <ann@example.org>', 'bob@example.org'],
+      cc: ['carol@example.org'],
+      bcc: ['secret@example.org'],
+      replyTo: 'Support <support@mailroom.test>',
+      subject: 'Envelope check',
+      text: 'plain part',
+      html: '<p>html part</p>',
+      headers: { 'X-Campaign': 'spring-42' },
+    });
+    const email = await settled(t, auth, id);
+    expect(email.status).toBe('sent');
+    expect(email.recipients.map((r) => r.status)).toEqual(['sent', 'sent', 'sent', 'sent']);
+
+    expect(sink.messages).toHaveLength(1);
+    const { envelope, raw } = sink.messages[0]!;
+    expect(envelope.from).toBe('noreply@mailroom.test');
+    expect([...envelope.to].sort()).toEqual(
+      ['ann@example.org', 'bob@example.org', 'carol@example.org', 'secret@example.org'].sort(),
+    );
+    const text = raw.toString('utf8');
+    expect(text).not.toMatch(/^bcc:/im);
+    expect(text).not.toContain('secret@example.org');
+
+    const parsed = await simpleParser(raw);
+    expect(addresses(parsed.to)).toEqual(['ann@example.org', 'bob@example.org']);
+    expect(addresses(parsed.cc)).toEqual(['carol@example.org']);
+    expect(parsed.bcc).toBeUndefined();
+    expect(parsed.replyTo?.value[0]?.address).toBe('support@mailroom.test');
+    expect(parsed.from?.value[0]).toMatchObject({ address: 'noreply@mailroom.test', name: 'Mailroom' });
+    expect(parsed.headers.get('x-campaign')).toBe('spring-42');
+    const row = await t.ts.store.db
+      .selectFrom('emails')
+      .select(['message_id', 'created_at'])
+      .where('id', '=', id)
+      .executeTakeFirstOrThrow();
+    expect(parsed.messageId).toBe(row.message_id);
+    expect(parsed.date?.toISOString()).toBe(
+      new Date(Math.floor(Date.parse(row.created_at) / 1000) * 1000).toISOString(),
+    );
+    expect(parsed.headers.get('content-type')).toMatchObject({ value: 'multipart/alternative' });
+    expect(parsed.text?.trim()).toBe('plain part');
+    expect(parsed.html).toContain('<p>html part</p>');
+  });
+
+  it('round-trips unicode and never writes a line over 998 octets', async () => {
+    const { t, sink, auth } = d;
+    sink.messages.length = 0;
+    const subject = 'Grüße aus Zürich — 東京 🚀 ' + 'ü'.repeat(200);
+    const body = 'Привет, мир! ' + 'ß'.repeat(300) + ' 👋';
+    const longHtml = `<p>${'x'.repeat(5000)}</p>`;
+    const id = await sendEmail(t, auth, { to: ['u@example.org'], subject, text: body, html: longHtml });
+    expect((await settled(t, auth, id)).status).toBe('sent');
+    const { raw } = sink.messages[0]!;
+    const longest = Math.max(
+      ...raw
+        .toString('binary')
+        .split('\r\n')
+        .map((l) => l.length),
+    );
+    expect(longest).toBeLessThanOrEqual(998);
+    const parsed = await simpleParser(raw);
+    expect(parsed.subject).toBe(subject);
+    expect(parsed.text?.trim()).toBe(body);
+    expect(parsed.html).toBe(longHtml);
+  });
+
+  it('writes DATA_DIR/outbox/<id>.eml, parseable, and calls the email sent when there is no relay', async () => {
+    const { t, auth } = d;
+    const outbox = path.join(t.ts.dataDir, 'outbox');
+    const fileMailer = new FileOutboxMailer(outbox);
+    // A second worker on the same store would race the SMTP one for due emails; pause that one.
+    await d.worker.stop();
+    const fileWorker = startWorker(t, fileMailer);
+    try {
+      const id = await sendEmail(t, auth, {
+        to: ['file@example.org'],
+        bcc: ['hidden@example.org'],
+        subject: 'Outbox ✓',
+        html: '<b>saved</b>',
+      });
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      const parsed = await simpleParser(await readFile(path.join(outbox, `${id}.eml`)));
+      expect(parsed.subject).toBe('Outbox ✓');
+      expect(addresses(parsed.to)).toEqual(['file@example.org']);
+      expect(parsed.bcc).toBeUndefined();
+      expect(parsed.html).toContain('<b>saved</b>');
+    } finally {
+      await fileWorker.stop();
+      d.worker = startWorker(t, d.mailer);
+    }
+  });
+});
+
+describe.each(storeKinds())('idempotency on %s', (kind) => {
+  const d = useDelivery(kind);
+  afterEach(() => {
+    d.sink.messages.length = 0;
+  });
+
+  it('answers a repeated key with the first response and sends once; another body is a 409', async () => {
+    const { t, sink } = d;
+    const { auth } = await t.newKey();
+    const body = { to: ['idem@example.org'], subject: 'Once', text: 'only once' };
+    const headers = { 'idempotency-key': 'order-1001' };
+    const first = await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: body, headers });
+    const again = await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: body, headers });
+    expect(first.statusCode).toBe(200);
+    expect(again.statusCode).toBe(200);
+    expect(again.json()).toEqual(first.json());
+    const id = (first.json() as { id: string }).id;
+    expect((await settled(t, auth, id)).status).toBe('sent');
+
+    const other = await t.call({
+      method: 'POST',
+      url: '/api/v1/emails',
+      auth,
+      payload: { ...body, subject: 'Different' },
+      headers,
+    });
+    expect(other.statusCode).toBe(409);
+    expect(other.json()).toEqual({ error: expect.any(String), details: expect.any(Array) });
+
+    // Another organisation's identical key is its own.
+    const { auth: otherOrg } = await t.newKey();
+    const separate = await t.call({
+      method: 'POST',
+      url: '/api/v1/emails',
+      auth: otherOrg,
+      payload: body,
+      headers,
+    });
+    expect(separate.statusCode).toBe(200);
+    expect((separate.json() as { id: string }).id).not.toBe(id);
+    await settled(t, otherOrg, (separate.json() as { id: string }).id);
+    expect(sink.deliveredTo('idem@example.org')).toHaveLength(2);
+  });
+
+  it('makes exactly one email from 10 concurrent requests with the same key', async () => {
+    const { t, sink } = d;
+    const { auth } = await t.newKey();
+    const body = { to: ['burst@example.org'], subject: 'Burst', text: 'one of ten' };
+    const responses = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        t.call({
+          method: 'POST',
+          url: '/api/v1/emails',
+          auth,
+          payload: body,
+          headers: { 'idempotency-key': 'burst-key' },
+        }),
+      ),
+    );
+    expect(responses.map((r) => r.statusCode)).toEqual(Array(10).fill(200));
+    const ids = new Set(responses.map((r) => (r.json() as { id: string }).id));
+    expect(ids.size).toBe(1);
+    const [id] = [...ids];
+    expect((await settled(t, auth, id!)).status).toBe('sent');
+    const list = await t.call({ method: 'GET', url: '/api/v1/emails', auth });
+    expect((list.json() as { emails: unknown[] }).emails).toHaveLength(1);
+    await eventually(() => sink.deliveredTo('burst@example.org').length === 1);
+    expect(sink.deliveredTo('burst@example.org')).toHaveLength(1);
+  });
+});

@@ -1,0 +1,134 @@
+// A real SMTP server (the `smtp-server` package) on loopback that records what it receives, and can be
+// scripted to answer any command with an error, the way a real relay would.
+import net from 'node:net';
+import { SMTPServer, type SMTPServerAddress, type SMTPServerSession } from 'smtp-server';
+
+export interface SmtpReply {
+  code: number;
+  message: string;
+}
+
+export interface SinkMessage {
+  envelope: { from: string; to: string[] };
+  raw: Buffer;
+}
+
+export interface SinkOptions {
+  /** A fixed port (to start a relay where one was down); random when unset. */
+  port?: number;
+  /** Answer to RCPT TO; nothing means accepted. */
+  onRcpt?: (address: string) => SmtpReply | undefined;
+  /** Answer after the message data; nothing means accepted (and recorded). */
+  onData?: (raw: Buffer, envelope: SinkMessage['envelope']) => SmtpReply | undefined;
+  /** Milliseconds to wait before answering the data, to keep sends in flight. */
+  dataDelayMs?: number;
+}
+
+export interface SmtpSink {
+  port: number;
+  url: string;
+  messages: SinkMessage[];
+  /** Messages received for one address, from the envelope. */
+  deliveredTo(address: string): SinkMessage[];
+  close(): Promise<void>;
+}
+
+function replyError(reply: SmtpReply): Error {
+  return Object.assign(new Error(reply.message), { responseCode: reply.code });
+}
+
+const addressOf = (a: SMTPServerAddress | false): string => (a ? a.address : '');
+
+export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink> {
+  const messages: SinkMessage[] = [];
+  const server = new SMTPServer({
+    logger: false,
+    authOptional: true,
+    disabledCommands: ['STARTTLS'],
+    // Pooled clients keep connections open; closing must not wait for them.
+    closeTimeout: 50,
+    size: 50 * 1024 * 1024,
+    onRcptTo(address, _session, callback) {
+      const reply = options.onRcpt?.(address.address);
+      callback(reply ? replyError(reply) : undefined);
+    },
+    onData(stream, session: SMTPServerSession, callback) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        const raw = Buffer.concat(chunks);
+        const envelope = {
+          from: addressOf(session.envelope.mailFrom),
+          to: session.envelope.rcptTo.map((r) => r.address),
+        };
+        const answer = () => {
+          const reply = options.onData?.(raw, envelope);
+          if (reply) return callback(replyError(reply));
+          messages.push({ envelope, raw });
+          callback(null, 'OK queued');
+        };
+        if (options.dataDelayMs) setTimeout(answer, options.dataDelayMs);
+        else answer();
+      });
+    },
+  });
+  server.on('error', () => undefined);
+  await new Promise<void>((resolve, reject) => {
+    server.server.once('error', reject);
+    server.listen(options.port ?? 0, '127.0.0.1', () => resolve());
+  });
+  const port = (server.server.address() as net.AddressInfo).port;
+  return {
+    port,
+    url: `smtp://127.0.0.1:${port}`,
+    messages,
+    deliveredTo: (address) => messages.filter((m) => m.envelope.to.includes(address)),
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** A port nothing listens on right now (bound, then released). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** A "relay" that accepts TCP connections and never says a word. */
+export async function startSilentRelay(): Promise<{ port: number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Polls `check` until it returns a value (not undefined/false), or fails after `timeoutMs`. */
+export async function eventually<T>(
+  check: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 15_000,
+  what = 'condition',
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
