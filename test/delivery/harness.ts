@@ -1,7 +1,7 @@
 // Shared by the delivery suites: a real app and store, an in-process DeliveryWorker with fast retries, and
 // the HTTP calls a client makes to send an email and watch it.
 import pino from 'pino';
-import { afterAll, beforeAll, expect } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import { systemClock, uuidIds } from '../../src/clock.js';
 import { type Mailer, SmtpMailer } from '../../src/delivery/mailer.js';
 import { DeliveryWorker, type WorkerOptions } from '../../src/delivery/worker.js';
@@ -84,20 +84,27 @@ export interface DeliveryContext {
   mailer: SmtpMailer;
   worker: DeliveryWorker;
   auth: string;
+  /** The sink's answers; tests change them, and they are reset after each test. */
+  script: SinkOptions;
 }
 
 /**
  * Registers hooks for a suite that delivers to a real SMTP sink: app and store, sink, pooled SmtpMailer and
- * a running worker. Fields are filled in beforeAll; `worker` may be replaced by a test.
+ * a running worker. Fields are filled in beforeAll; `worker` may be replaced by a test. The sink is
+ * emptied after each test.
  */
-export function useDelivery(kind: StoreKind, sinkOptions: SinkOptions = {}): DeliveryContext {
-  const ctx = {} as DeliveryContext;
+export function useDelivery(kind: StoreKind, workerOptions: Partial<WorkerOptions> = {}): DeliveryContext {
+  const ctx = { script: {} } as DeliveryContext;
   beforeAll(async () => {
     ctx.t = await createTestApp(kind, { MAIL_FROM });
-    ctx.sink = await startSmtpSink(sinkOptions);
+    ctx.sink = await startSmtpSink(ctx.script);
     ctx.mailer = new SmtpMailer({ url: ctx.sink.url });
-    ctx.worker = startWorker(ctx.t, ctx.mailer);
+    ctx.worker = startWorker(ctx.t, ctx.mailer, workerOptions);
     ctx.auth = (await ctx.t.newKey()).auth;
+  });
+  afterEach(() => {
+    for (const k of Object.keys(ctx.script)) delete ctx.script[k as keyof SinkOptions];
+    ctx.sink.messages.length = 0;
   });
   afterAll(async () => {
     await ctx.worker.stop();

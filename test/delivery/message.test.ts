@@ -2,7 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type AddressObject, simpleParser } from 'mailparser';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { FileOutboxMailer } from '../../src/delivery/mailer.js';
 import { eventually } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
@@ -63,7 +63,6 @@ describe.each(storeKinds())('message content on %s', (kind) => {
 
   it('round-trips unicode and never writes a line over 998 octets', async () => {
     const { t, sink, auth } = d;
-    sink.messages.length = 0;
     const subject = 'Grüße aus Zürich — 東京 🚀 ' + 'ü'.repeat(200);
     const body = 'Привет, мир! ' + 'ß'.repeat(300) + ' 👋';
     const longHtml = `<p>${'x'.repeat(5000)}</p>`;
@@ -112,9 +111,6 @@ describe.each(storeKinds())('message content on %s', (kind) => {
 
 describe.each(storeKinds())('idempotency on %s', (kind) => {
   const d = useDelivery(kind);
-  afterEach(() => {
-    d.sink.messages.length = 0;
-  });
 
   it('answers a repeated key with the first response and sends once; another body is a 409', async () => {
     const { t, sink } = d;

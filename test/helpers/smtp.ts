@@ -11,6 +11,8 @@ export interface SmtpReply {
 export interface SinkMessage {
   envelope: { from: string; to: string[] };
   raw: Buffer;
+  /** The Message-ID header, to tell copies of one email from different emails. */
+  messageId: string | undefined;
 }
 
 export interface SinkOptions {
@@ -20,6 +22,8 @@ export interface SinkOptions {
   onRcpt?: (address: string) => SmtpReply | undefined;
   /** Answer after the message data; nothing means accepted (and recorded). */
   onData?: (raw: Buffer, envelope: SinkMessage['envelope']) => SmtpReply | undefined;
+  /** Answer to MAIL FROM; nothing means accepted. */
+  onMailFrom?: (address: string) => SmtpReply | undefined;
   /** Milliseconds to wait before answering the data, to keep sends in flight. */
   dataDelayMs?: number;
 }
@@ -37,6 +41,11 @@ function replyError(reply: SmtpReply): Error {
   return Object.assign(new Error(reply.message), { responseCode: reply.code });
 }
 
+function messageIdOf(raw: Buffer): string | undefined {
+  const head = raw.subarray(0, Math.max(0, raw.indexOf('\r\n\r\n'))).toString('utf8');
+  return /^message-id:\s*(<[^>\r\n]+>)/im.exec(head)?.[1];
+}
+
 const addressOf = (a: SMTPServerAddress | false): string => (a ? a.address : '');
 
 export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink> {
@@ -48,6 +57,10 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
     // Pooled clients keep connections open; closing must not wait for them.
     closeTimeout: 50,
     size: 50 * 1024 * 1024,
+    onMailFrom(address, _session, callback) {
+      const reply = options.onMailFrom?.(address.address);
+      callback(reply ? replyError(reply) : undefined);
+    },
     onRcptTo(address, _session, callback) {
       const reply = options.onRcpt?.(address.address);
       callback(reply ? replyError(reply) : undefined);
@@ -64,7 +77,7 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
         const answer = () => {
           const reply = options.onData?.(raw, envelope);
           if (reply) return callback(replyError(reply));
-          messages.push({ envelope, raw });
+          messages.push({ envelope, raw, messageId: messageIdOf(raw) });
           callback(null, 'OK queued');
         };
         if (options.dataDelayMs) setTimeout(answer, options.dataDelayMs);

@@ -1,0 +1,208 @@
+// How the relay's answers become statuses: temporary failures retried, permanent ones final, per recipient,
+// and nothing lost while the relay is down, hangs, or the worker stops mid-send.
+import { describe, expect, it } from 'vitest';
+import { SmtpMailer } from '../../src/delivery/mailer.js';
+import { type TestApp, createTestApp } from '../helpers/app.js';
+import { eventually, freePort, startSilentRelay, startSmtpSink } from '../helpers/smtp.js';
+import { storeKinds } from '../helpers/stores.js';
+import { MAIL_FROM, basicEmail, getEmail, sendEmail, settled, startWorker, useDelivery } from './harness.js';
+
+const types = (events: { type: string }[]) => events.map((e) => e.type);
+
+describe.each(storeKinds())('SMTP answers on %s', (kind) => {
+  const d = useDelivery(kind, { maxAttempts: 6 });
+
+  it('retries a message answered 451 twice, then delivers it once', async () => {
+    let refusals = 0;
+    d.script.onData = () => (refusals++ < 2 ? { code: 451, message: 'Try again later' } : undefined);
+    const id = await sendEmail(d.t, d.auth, basicEmail('later@example.org'));
+    const email = await settled(d.t, d.auth, id);
+    expect(email.status).toBe('sent');
+    expect(email.attempts).toBe(3);
+    expect(email.recipients).toEqual([
+      { email: 'later@example.org', status: 'sent', response: expect.any(String) },
+    ]);
+    expect(types(email.events)).toEqual([
+      'queued',
+      'sending',
+      'deferred',
+      'sending',
+      'deferred',
+      'sending',
+      'sent',
+    ]);
+    expect(email.events.find((e) => e.type === 'deferred')?.detail).toContain('451');
+    expect(d.sink.deliveredTo('later@example.org')).toHaveLength(1);
+  });
+
+  it('fails a message answered 554 after one attempt, with the reply', async () => {
+    d.script.onData = () => ({ code: 554, message: 'Message rejected as spam' });
+    const id = await sendEmail(d.t, d.auth, basicEmail('spam@example.org'));
+    const email = await settled(d.t, d.auth, id);
+    expect(email.status).toBe('failed');
+    expect(email.attempts).toBe(1);
+    expect(email.lastError).toMatch(/554.*rejected as spam/);
+    expect(email.recipients[0]).toMatchObject({ status: 'failed', response: expect.stringContaining('554') });
+    expect(types(email.events)).toEqual(['queued', 'sending', 'failed']);
+    expect(d.sink.messages).toHaveLength(0);
+  });
+
+  it('fails a 550 recipient, retries only the 451 one, and never sends the accepted one twice', async () => {
+    let busy = 0;
+    d.script.onRcpt = (address) => {
+      if (address === 'gone@example.org') return { code: 550, message: 'No such user' };
+      if (address === 'busy@example.org' && busy++ < 2) return { code: 451, message: 'Mailbox busy' };
+      return undefined;
+    };
+    const id = await sendEmail(d.t, d.auth, {
+      to: ['ok@example.org', 'gone@example.org'],
+      cc: ['busy@example.org'],
+      subject: 'Mixed',
+      text: 'mixed answers',
+    });
+    const email = await settled(d.t, d.auth, id);
+    expect(email.status).toBe('sent');
+    expect(email.attempts).toBe(3);
+    expect(email.recipients).toEqual([
+      { email: 'ok@example.org', status: 'sent', response: expect.any(String) },
+      { email: 'gone@example.org', status: 'failed', response: expect.stringContaining('550') },
+      { email: 'busy@example.org', status: 'sent', response: expect.any(String) },
+    ]);
+    expect(d.sink.deliveredTo('ok@example.org')).toHaveLength(1);
+    expect(d.sink.deliveredTo('busy@example.org')).toHaveLength(1);
+    expect(d.sink.deliveredTo('gone@example.org')).toHaveLength(0);
+    // The retries went to the deferred recipient alone.
+    expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([['ok@example.org'], ['busy@example.org']]);
+  });
+
+  it('is failed when every recipient is refused for good, and deferred while one may still come', async () => {
+    d.script.onRcpt = (address) =>
+      address.startsWith('no') ? { code: 550, message: 'No such user' } : { code: 452, message: 'Too busy' };
+    const failed = await sendEmail(d.t, d.auth, {
+      to: ['no1@example.org', 'no2@example.org'],
+      subject: 'x',
+      text: 'x',
+    });
+    expect((await settled(d.t, d.auth, failed)).status).toBe('failed');
+    const waiting = await sendEmail(d.t, d.auth, {
+      to: ['no3@example.org', 'maybe@example.org'],
+      subject: 'x',
+      text: 'x',
+    });
+    const deferred = await eventually(async () => {
+      const e = await getEmail(d.t, d.auth, waiting);
+      return e.status === 'deferred' ? e : undefined;
+    });
+    expect(deferred.recipients.map((r) => r.status)).toEqual(['failed', 'deferred']);
+    // Attempts run out (maxAttempts 6): the waiting recipient fails too, with the reason.
+    const final = await settled(d.t, d.auth, waiting);
+    expect(final.status).toBe('failed');
+    expect(final.attempts).toBe(6);
+    expect(final.recipients[1]!.response).toMatch(/452.*gave up after 6 attempts/);
+  });
+
+  it('lets in-flight sends finish when the worker stops, and loses nothing', async () => {
+    d.script.dataDelayMs = 300;
+    const ids = await Promise.all(
+      Array.from({ length: 5 }, (_, i) => sendEmail(d.t, d.auth, basicEmail(`drain${i}@example.org`))),
+    );
+    await eventually(async () => {
+      const emails = await Promise.all(ids.map((id) => getEmail(d.t, d.auth, id)));
+      return emails.every((e) => e.status === 'sending');
+    });
+    await d.worker.stop();
+    const emails = await Promise.all(ids.map((id) => getEmail(d.t, d.auth, id)));
+    expect(emails.map((e) => e.status)).toEqual(Array(5).fill('sent'));
+    expect(d.sink.messages).toHaveLength(5);
+    d.worker = startWorker(d.t, d.mailer, { maxAttempts: 6 });
+  });
+});
+
+describe.each(storeKinds())('relay outages on %s', (kind) => {
+  async function withApp(fn: (t: TestApp, auth: string) => Promise<void>): Promise<void> {
+    const t = await createTestApp(kind, { MAIL_FROM });
+    try {
+      await fn(t, (await t.newKey()).auth);
+    } finally {
+      await t.close();
+    }
+  }
+
+  it('delivers all 20 emails accepted while the relay was down, each once, when it returns', () =>
+    withApp(async (t, auth) => {
+      const port = await freePort();
+      const mailer = new SmtpMailer({ url: `smtp://127.0.0.1:${port}` });
+      const worker = startWorker(t, mailer, { maxAttempts: 30 });
+      try {
+        const ids = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => sendEmail(t, auth, basicEmail(`down${i}@example.org`))),
+        );
+        await eventually(async () => {
+          const emails = await Promise.all(ids.map((id) => getEmail(t, auth, id)));
+          return emails.every((e) => e.status === 'deferred' && /ECONNREFUSED/.test(e.lastError ?? ''));
+        });
+        const sink = await startSmtpSink({ port });
+        try {
+          const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
+          expect(emails.map((e) => e.status)).toEqual(Array(20).fill('sent'));
+          expect(sink.messages).toHaveLength(20);
+          expect(new Set(sink.messages.map((m) => m.messageId)).size).toBe(20);
+        } finally {
+          await sink.close();
+        }
+      } finally {
+        await worker.stop();
+        await mailer.close();
+      }
+    }));
+
+  it('defers, and releases the lease, when the relay accepts the connection and never answers', () =>
+    withApp(async (t, auth) => {
+      const relay = await startSilentRelay();
+      const mailer = new SmtpMailer({
+        url: `smtp://127.0.0.1:${relay.port}`,
+        connectionTimeoutMs: 200,
+        socketTimeoutMs: 200,
+      });
+      const worker = startWorker(t, mailer, { retryBaseMs: 60_000 });
+      try {
+        const id = await sendEmail(t, auth, basicEmail('silent@example.org'));
+        const email = await eventually(async () => {
+          const e = await getEmail(t, auth, id);
+          return e.status === 'deferred' ? e : undefined;
+        });
+        expect(email.attempts).toBe(1);
+        expect(email.lastError).toMatch(/ETIMEDOUT/);
+        const row = await t.ts.store.db
+          .selectFrom('emails')
+          .select(['lease_owner', 'lease_until'])
+          .where('id', '=', id)
+          .executeTakeFirstOrThrow();
+        expect(row).toEqual({ lease_owner: null, lease_until: null });
+      } finally {
+        await worker.stop();
+        await mailer.close();
+        await relay.close();
+      }
+    }));
+
+  it('defers when the relay goes quiet after the message data (socket timeout)', () =>
+    withApp(async (t, auth) => {
+      const sink = await startSmtpSink({ dataDelayMs: 3_000 });
+      const mailer = new SmtpMailer({ url: sink.url, socketTimeoutMs: 200 });
+      const worker = startWorker(t, mailer, { retryBaseMs: 60_000 });
+      try {
+        const id = await sendEmail(t, auth, basicEmail('quiet@example.org'));
+        const email = await eventually(async () => {
+          const e = await getEmail(t, auth, id);
+          return e.status === 'deferred' ? e : undefined;
+        });
+        expect(email.lastError).toMatch(/ETIMEDOUT/);
+        expect(email.recipients[0]?.status).toBe('deferred');
+      } finally {
+        await worker.stop();
+        await mailer.close();
+        await sink.close();
+      }
+    }));
+});
