@@ -1,10 +1,12 @@
 // The messenger side of delivery: SMTP through nodemailer's pooled transport, or a file outbox when no relay
 // is configured. Both build the MIME with nodemailer; Mailroom never writes MIME or SMTP itself.
+import { createPrivateKey } from 'node:crypto';
 import { mkdir, open, rename } from 'node:fs/promises';
 import path from 'node:path';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
 import type Mail from 'nodemailer/lib/mailer/index.js';
+import { ConfigError } from '../config.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -58,6 +60,16 @@ export interface DkimOptions {
   privateKey: string;
 }
 
+/** Fails at start-up, naming the variable, rather than at the first send, when the key cannot sign. */
+function checkDkim(dkim: DkimOptions | undefined): void {
+  if (!dkim) return;
+  try {
+    createPrivateKey(dkim.privateKey);
+  } catch (err) {
+    throw new ConfigError(`DKIM_PRIVATE_KEY is not a usable private key (${(err as Error).message})`);
+  }
+}
+
 function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
   return {
     messageId: m.messageId,
@@ -100,6 +112,7 @@ export class SmtpMailer implements Mailer {
   private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
 
   constructor(private readonly options: SmtpMailerOptions) {
+    checkDkim(options.dkim);
     const url = new URL(options.url);
     this.description = `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;
     this.transport = nodemailer.createTransport({
@@ -166,6 +179,7 @@ export class FileOutboxMailer implements Mailer {
     private readonly dir: string,
     private readonly dkim?: DkimOptions,
   ) {
+    checkDkim(dkim);
     this.description = `file outbox ${dir}`;
   }
 

@@ -3,7 +3,7 @@
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import { systemClock, uuidIds } from '../../src/clock.js';
-import { type Mailer, SmtpMailer } from '../../src/delivery/mailer.js';
+import { type Mailer, SmtpMailer, type SmtpMailerOptions } from '../../src/delivery/mailer.js';
 import { DeliveryWorker, type WorkerOptions } from '../../src/delivery/worker.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { type SinkOptions, type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
@@ -93,13 +93,16 @@ export interface DeliveryContext {
  * a running worker. Fields are filled in beforeAll; `worker` may be replaced by a test. The sink is
  * emptied after each test.
  */
-export function useDelivery(kind: StoreKind, workerOptions: Partial<WorkerOptions> = {}): DeliveryContext {
+export function useDelivery(
+  kind: StoreKind,
+  options: { worker?: Partial<WorkerOptions>; mailer?: Omit<SmtpMailerOptions, 'url'> } = {},
+): DeliveryContext {
   const ctx = { script: {} } as DeliveryContext;
   beforeAll(async () => {
     ctx.t = await createTestApp(kind, { MAIL_FROM });
     ctx.sink = await startSmtpSink(ctx.script);
-    ctx.mailer = new SmtpMailer({ url: ctx.sink.url });
-    ctx.worker = startWorker(ctx.t, ctx.mailer, workerOptions);
+    ctx.mailer = new SmtpMailer({ ...options.mailer, url: ctx.sink.url });
+    ctx.worker = startWorker(ctx.t, ctx.mailer, options.worker);
     ctx.auth = (await ctx.t.newKey()).auth;
   });
   afterEach(() => {

@@ -10,7 +10,7 @@ import { MAIL_FROM, basicEmail, getEmail, sendEmail, settled, startWorker, useDe
 const types = (events: { type: string }[]) => events.map((e) => e.type);
 
 describe.each(storeKinds())('SMTP answers on %s', (kind) => {
-  const d = useDelivery(kind, { maxAttempts: 6 });
+  const d = useDelivery(kind, { worker: { maxAttempts: 6 } });
 
   it('retries a message answered 451 twice, then delivers it once', async () => {
     let refusals = 0;
