@@ -1,9 +1,10 @@
 import { Type } from 'typebox';
 import { ContactsError, PageQuery, Pagination, Timestamp, errorResponses } from '../http/schemas.js';
 
-export const MAX_TAGS = 50;
-export const MAX_CUSTOM_FIELDS = 50;
-export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
+import { withRules } from '../validation/ajv.js';
+import { MAX_CUSTOM_FIELDS, MAX_TAGS, createRules, updateRules } from './contacts.rules.js';
+
+export { MAX_CUSTOM_FIELDS, MAX_CUSTOM_FIELDS_BYTES, MAX_TAGS } from './contacts.rules.js';
 
 const Email = Type.String({
   minLength: 1,
@@ -53,16 +54,19 @@ export const listContactsSchema = {
 export const createContactSchema = {
   summary: 'Create a contact',
   tags: ['contacts'],
-  body: Type.Object(
-    {
-      email: Email,
-      firstName: Type.Optional(PersonName),
-      lastName: Type.Optional(PersonName),
-      tags: Type.Optional(Tags),
-      customFields: Type.Optional(CustomFields),
-      unsubscribed: Type.Optional(Type.Boolean()),
-    },
-    { additionalProperties: false },
+  body: withRules(
+    Type.Object(
+      {
+        email: Email,
+        firstName: Type.Optional(PersonName),
+        lastName: Type.Optional(PersonName),
+        tags: Type.Optional(Tags),
+        customFields: Type.Optional(CustomFields),
+        unsubscribed: Type.Optional(Type.Boolean()),
+      },
+      { additionalProperties: false },
+    ),
+    createRules,
   ),
   response: { 201: ContactResponse, ...errors },
 };
@@ -72,17 +76,20 @@ export const updateContactSchema = {
   description:
     'When both id and email are given, id identifies the contact and email is its new address. tags replaces all tags; customFields is merged, and a null value removes that field.',
   tags: ['contacts'],
-  body: Type.Object(
-    {
-      id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
-      email: Type.Optional(Email),
-      firstName: Type.Optional(Type.Union([PersonName, Type.Null()])),
-      lastName: Type.Optional(Type.Union([PersonName, Type.Null()])),
-      tags: Type.Optional(Tags),
-      customFields: Type.Optional(CustomFields),
-      unsubscribed: Type.Optional(Type.Boolean()),
-    },
-    { additionalProperties: false },
+  body: withRules(
+    Type.Object(
+      {
+        id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+        email: Type.Optional(Email),
+        firstName: Type.Optional(Type.Union([PersonName, Type.Null()])),
+        lastName: Type.Optional(Type.Union([PersonName, Type.Null()])),
+        tags: Type.Optional(Tags),
+        customFields: Type.Optional(CustomFields),
+        unsubscribed: Type.Optional(Type.Boolean()),
+      },
+      { additionalProperties: false },
+    ),
+    updateRules,
   ),
   response: { 200: ContactResponse, ...errors },
 };

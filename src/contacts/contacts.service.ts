@@ -1,15 +1,17 @@
 import type { Clock, Ids } from '../clock.js';
-import { AppError, DetailCollector } from '../errors.js';
+import { AppError, DetailCollector, type ErrorDetail, validationError } from '../errors.js';
 import { type Page, pagination } from '../http/schemas.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 import type { Executor, Store } from '../store/store.js';
-import { isValidEmail } from '../validation/addresses.js';
-import { MAX_CUSTOM_FIELDS, MAX_CUSTOM_FIELDS_BYTES } from './contacts.schemas.js';
+import {
+  type CustomFields,
+  checkMergedSize,
+  createRules,
+  mergeFields,
+  updateRules,
+} from './contacts.rules.js';
 import * as repo from './contacts.repository.js';
-
-type CustomValue = string | number | boolean | null;
-type CustomFields = Record<string, CustomValue>;
 
 export interface Contact {
   id: string;
@@ -52,40 +54,11 @@ export const toContact = (r: ContactRow): Contact => ({
   createdAt: r.created_at,
 });
 
-function checkEmail(errors: DetailCollector, field: string, raw: string): string {
-  const email = raw.trim();
-  if (!isValidEmail(email)) errors.add(field, 'must be a valid email address');
-  return email;
-}
-
-function checkCustomFields(errors: DetailCollector, fields: CustomFields): void {
-  for (const [key, value] of Object.entries(fields)) {
-    if (key.trim() === '' || key.length > 100)
-      errors.add(`customFields.${key}`, 'key must be 1 to 100 characters');
-    if (typeof value === 'number' && !Number.isFinite(value))
-      errors.add(`customFields.${key}`, 'must be a finite number');
-  }
-}
-
-function checkMergedSize(errors: DetailCollector, fields: CustomFields): void {
-  if (Object.keys(fields).length > MAX_CUSTOM_FIELDS) {
-    errors.add('customFields', `must have at most ${MAX_CUSTOM_FIELDS} keys`);
-  } else if (Buffer.byteLength(JSON.stringify(fields)) > MAX_CUSTOM_FIELDS_BYTES) {
-    errors.add('customFields', `must be at most ${MAX_CUSTOM_FIELDS_BYTES} bytes as JSON`);
-  }
-}
-
-/** Null removes a field (contract.md); on create that simply means it is not stored. */
-function mergeFields(base: CustomFields, changes: CustomFields): CustomFields {
-  const out: CustomFields = { ...base };
-  for (const [key, value] of Object.entries(changes)) {
-    if (value === null) delete out[key];
-    else out[key] = value;
-  }
-  return out;
-}
-
 const uniqueTags = (tags: string[] | undefined): string[] => [...new Set(tags ?? [])];
+
+function throwIfAny(details: ErrorDetail[]): void {
+  if (details.length > 0) throw validationError(details);
+}
 
 function emailTaken(email: string): AppError {
   return new AppError('CONTACT_EMAIL_TAKEN', `A contact with email ${email} already exists`, [
@@ -101,12 +74,9 @@ export class ContactsService {
   ) {}
 
   async create(orgId: string, input: CreateContactInput): Promise<Contact> {
-    const errors = new DetailCollector();
-    const email = checkEmail(errors, 'email', input.email);
+    throwIfAny(createRules({ ...input }));
+    const email = input.email.trim();
     const customFields = mergeFields({}, input.customFields ?? {});
-    checkCustomFields(errors, input.customFields ?? {});
-    checkMergedSize(errors, customFields);
-    errors.throwIfAny();
     const tags = uniqueTags(input.tags);
     const now = this.clock.now().toISOString();
     const row: ContactRow = {
@@ -141,22 +111,9 @@ export class ContactsService {
   }
 
   async update(orgId: string, input: UpdateContactInput): Promise<Contact> {
-    const errors = new DetailCollector();
-    if (input.id === undefined && input.email === undefined) errors.add('id', 'id or email is required');
-    const newEmail =
-      input.id !== undefined && input.email !== undefined
-        ? checkEmail(errors, 'email', input.email)
-        : undefined;
-    const hasChange =
-      newEmail !== undefined ||
-      ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'].some(
-        (k) => input[k as keyof UpdateContactInput] !== undefined,
-      );
-    if (!hasChange && errors.details.length === 0) {
-      errors.add('body', 'must contain at least one field to change');
-    }
-    if (input.customFields) checkCustomFields(errors, input.customFields);
-    errors.throwIfAny();
+    // A field given as undefined (by a caller other than HTTP) counts as absent.
+    throwIfAny(updateRules(Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined))));
+    const newEmail = input.id !== undefined ? input.email?.trim() : undefined;
 
     try {
       return await this.store.write(async (trx) => {

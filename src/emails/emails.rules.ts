@@ -1,7 +1,7 @@
 // The rules of contract.md "Email sending" that a JSON schema cannot say: address syntax, CR/LF, refused
 // header names, the cc+bcc total, and which From is used. Everything is reported at once, by field path.
 import type { Static } from 'typebox';
-import { DetailCollector } from '../errors.js';
+import { DetailCollector, type ErrorDetail } from '../errors.js';
 import {
   type ParsedAddress,
   domainOf,
@@ -9,7 +9,10 @@ import {
   parseConfiguredMailbox,
   parseMailbox,
 } from '../validation/addresses.js';
-import { MAX_CC_BCC, type SendEmailBody } from './emails.schemas.js';
+import type { SendEmailBody } from './emails.schemas.js';
+
+export const MAX_TO = 50;
+export const MAX_CC_BCC = 50;
 
 export type SendEmailInput = Static<typeof SendEmailBody>;
 
@@ -58,16 +61,17 @@ export interface NormalizedEmail {
   recipients: Recipient[];
 }
 
-const asList = (v: string | string[] | undefined): string[] =>
-  v === undefined ? [] : Array.isArray(v) ? v : [v];
+type Loose = Record<string, unknown>;
 
-function mailboxes(
-  errors: DetailCollector,
-  field: string,
-  value: string | string[] | undefined,
-): ParsedAddress[] {
+const asList = (v: unknown): unknown[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+const isObject = (v: unknown): v is Loose => typeof v === 'object' && v !== null && !Array.isArray(v);
+const missing = (v: unknown): boolean => v === undefined || v === null || v === '';
+
+/** Parses the strings among `value`; values of another type are left for the schema to report. */
+function mailboxes(errors: DetailCollector, field: string, value: unknown): ParsedAddress[] {
   const out: ParsedAddress[] = [];
   asList(value).forEach((raw, i) => {
+    if (typeof raw !== 'string') return;
     const parsed = parseMailbox(raw);
     const path = Array.isArray(value) ? `${field}[${i}]` : field;
     if (typeof parsed === 'string') errors.add(path, parsed);
@@ -76,33 +80,49 @@ function mailboxes(
   return out;
 }
 
-export function normalizeEmail(body: SendEmailInput, mailFrom: string): NormalizedEmail {
-  const errors = new DetailCollector();
+/** The rules beyond the schema; tolerant of wrong types, so they can run beside a failed schema check. */
+function checkRules(body: Loose, errors: DetailCollector) {
   const to = mailboxes(errors, 'to', body.to);
   const cc = mailboxes(errors, 'cc', body.cc);
   const bcc = mailboxes(errors, 'bcc', body.bcc);
   const replyTo = mailboxes(errors, 'replyTo', body.replyTo);
-  const from = body.from === undefined ? [] : mailboxes(errors, 'from', body.from);
+  const from = mailboxes(errors, 'from', body.from);
 
-  if (asList(body.cc).length + asList(body.bcc).length > MAX_CC_BCC) {
+  const ccCount = asList(body.cc).length;
+  const bccCount = asList(body.bcc).length;
+  if (ccCount <= MAX_CC_BCC && bccCount <= MAX_CC_BCC && ccCount + bccCount > MAX_CC_BCC) {
     errors.add('bcc', `cc and bcc together must have at most ${MAX_CC_BCC} addresses`);
   }
-  if (CRLF.test(body.subject)) errors.add('subject', 'must not contain line breaks');
-  const html = body.html ?? null;
-  const text = body.text ?? null;
-  if (!html && !text) errors.add('html', 'html or text is required');
+  if (typeof body.subject === 'string' && CRLF.test(body.subject))
+    errors.add('subject', 'must not contain line breaks');
+  if (missing(body.html) && missing(body.text)) errors.add('html', 'html or text is required');
 
   const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(body.headers ?? {})) {
+  for (const [name, value] of Object.entries(isObject(body.headers) ? body.headers : {})) {
     const field = `headers.${name}`;
     if (!FIELD_NAME.test(name) || name.length > 100) errors.add(field, 'is not a valid header name');
     else if (REFUSED_HEADERS.has(name.toLowerCase()))
       errors.add(field, 'is set by Mailroom and cannot be overridden');
-    else if (typeof value !== 'string') errors.add(field, 'must be a string');
+    else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
     else headers[name] = value;
   }
+  return { to, cc, bcc, replyTo, from, headers };
+}
+
+/** For the schema (withRules): every rule broken by a body, whatever else is wrong with it. */
+export function emailBodyRules(body: Loose): ErrorDetail[] {
+  const errors = new DetailCollector();
+  checkRules(body, errors);
+  return errors.details;
+}
+
+export function normalizeEmail(body: SendEmailInput, mailFrom: string): NormalizedEmail {
+  const errors = new DetailCollector();
+  const { to, cc, bcc, replyTo, from, headers } = checkRules(body, errors);
   errors.throwIfAny();
+  const html = body.html ?? null;
+  const text = body.text ?? null;
 
   // `from` is used only when it is in MAIL_FROM's domain; otherwise MAIL_FROM is used (contract.md).
   const defaultFrom = parseConfiguredMailbox(mailFrom)!;

@@ -1,8 +1,9 @@
 import { Type } from 'typebox';
 import { EmailsError, IdParams, PageQuery, Pagination, Timestamp, errorResponses } from '../http/schemas.js';
+import { withRules } from '../validation/ajv.js';
+import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
 
-export const MAX_TO = 50;
-export const MAX_CC_BCC = 50;
+export { MAX_CC_BCC, MAX_TO };
 export const MAX_TAGS = 10;
 export const EMAIL_STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'] as const;
 export type EmailStatus = (typeof EMAIL_STATUSES)[number];
@@ -27,26 +28,30 @@ const Tag = Type.Object(
   { additionalProperties: false },
 );
 
-export const SendEmailBody = Type.Object(
-  {
-    from: Type.Optional(Mailbox),
-    to: Mailboxes(MAX_TO),
-    subject: Type.String({ minLength: 1, maxLength: 998 }),
-    html: Type.Optional(Type.String()),
-    text: Type.Optional(Type.String()),
-    replyTo: Type.Optional(Mailboxes(MAX_TO)),
-    cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
-    bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
-    headers: Type.Optional(
-      Type.Record(Type.String(), Type.String({ maxLength: 4096 }), {
-        maxProperties: 50,
-        additionalProperties: false,
-        description: 'Custom headers; string values only, no CR/LF, and not the headers Mailroom sets itself',
-      }),
-    ),
-    tags: Type.Optional(Type.Array(Tag, { maxItems: MAX_TAGS })),
-  },
-  { additionalProperties: false },
+export const SendEmailBody = withRules(
+  Type.Object(
+    {
+      from: Type.Optional(Mailbox),
+      to: Mailboxes(MAX_TO),
+      subject: Type.String({ minLength: 1, maxLength: 998 }),
+      html: Type.Optional(Type.String()),
+      text: Type.Optional(Type.String()),
+      replyTo: Type.Optional(Mailboxes(MAX_TO)),
+      cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
+      bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
+      headers: Type.Optional(
+        Type.Record(Type.String(), Type.String({ maxLength: 4096 }), {
+          maxProperties: 50,
+          additionalProperties: false,
+          description:
+            'Custom headers; string values only, no CR/LF, and not the headers Mailroom sets itself',
+        }),
+      ),
+      tags: Type.Optional(Type.Array(Tag, { maxItems: MAX_TAGS })),
+    },
+    { additionalProperties: false },
+  ),
+  emailBodyRules,
 );
 
 const errors = errorResponses(EmailsError);

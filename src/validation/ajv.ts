@@ -1,10 +1,12 @@
 // Two Ajv instances: bodies are validated strictly (no type coercion, unknown fields are errors, every error
 // reported), query strings and path params are coerced from text. Ajv errors become {field, message} with
 // the field written as the client wrote it: `to[1]`, `tags[0].value`, `customFields.plan`.
+// A schema may carry rules that JSON Schema cannot say (withRules); they run beside Ajv, so one 400 lists
+// every offending field, not only those of whichever check ran first.
 import { Ajv, type ErrorObject } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
-import type { ErrorDetail } from '../errors.js';
+import { AppError, type ErrorDetail, validationError } from '../errors.js';
 
 // ajv-formats is CommonJS; under NodeNext its default export arrives wrapped.
 const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (
@@ -24,10 +26,61 @@ function makeAjv(coerce: boolean): Ajv {
   return ajv;
 }
 
+export type Rules = (data: Record<string, unknown>) => ErrorDetail[];
+
+// A symbol survives the shallow copies Fastify makes of route schemas and stays out of the OpenAPI document.
+const RULES = Symbol.for('mailroom.rules');
+
+/** Attaches rules to a schema; they see the request part even when it failed the schema. */
+export function withRules<T extends object>(schema: T, rules: Rules): T {
+  (schema as Record<symbol, Rules>)[RULES] = rules;
+  return schema;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** PostgreSQL text cannot hold NUL, so no store accepts it; every string is checked, at any depth. */
+function nulDetails(value: unknown, path: string, out: ErrorDetail[]): void {
+  if (typeof value === 'string') {
+    if (value.includes('\u0000')) out.push({ field: path, message: 'must not contain NUL characters' });
+  } else if (Array.isArray(value)) {
+    value.forEach((v, i) => nulDetails(v, `${path}[${i}]`, out));
+  } else if (isObject(value)) {
+    for (const [k, v] of Object.entries(value)) {
+      if (k.includes('\u0000')) out.push({ field: path, message: 'keys must not contain NUL characters' });
+      nulDetails(v, path === '' ? k : `${path}.${k}`, out);
+    }
+  }
+}
+
+function unique(details: ErrorDetail[]): ErrorDetail[] {
+  const seen = new Set<string>();
+  return details.filter((d) => {
+    const key = `${d.field}\u0000${d.message}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
 export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
   const body = makeAjv(false);
   const text = makeAjv(true);
-  return ({ schema, httpPart }) => (httpPart === 'body' ? body : text).compile(schema as object);
+  return ({ schema, httpPart }) => {
+    const part = httpPart ?? 'body';
+    const validate = (part === 'body' ? body : text).compile(schema as object);
+    const rules = (schema as Record<symbol, Rules | undefined>)[RULES];
+    return (data: unknown) => {
+      const details = validate(data) ? [] : toDetails(validate.errors ?? [], part);
+      if (rules && isObject(data)) details.push(...rules(data));
+      if (part !== 'headers') nulDetails(data, '', details);
+      if (details.length === 0) return { value: data };
+      // A path id that fails its schema names nothing that exists: that is a 404, as for an unknown id.
+      if (part === 'params') return { error: new AppError('NOT_FOUND', 'Not found') };
+      return { error: validationError(unique(details.map((d) => ({ ...d, field: d.field || part })))) };
+    };
+  };
 }
 
 function decodePointer(segment: string): string {

@@ -12,7 +12,7 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
 
   const post = (payload: Record<string, unknown>) =>
     t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: { email: uniqueEmail(), ...payload } });
-  const put = (payload: unknown) => t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
+  const put = (payload: object) => t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
   const get = (query: Record<string, string>) =>
     t.call({ method: 'GET', url: '/api/v1/contacts', auth, query });
 
@@ -106,6 +106,16 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
   it('every offending field is listed in one answer', async () => {
     const res = await post({ firstName: 1, lastName: x(101), tags: [x(65)], customFields: { plan: {} } });
     expect400(res, 'contacts', ['firstName', 'lastName', 'tags[0]', 'customFields.plan']);
+    const both = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: 'not an address', firstName: 42, customFields: { ...fields(51), x: {} } },
+    });
+    expect400(both, 'contacts', ['email', 'firstName', 'customFields', 'customFields.x']);
+    const c = await createContact(t, auth);
+    expect400(await put({ lastName: 7 }), 'contacts', ['id', 'lastName']);
+    expect400(await put({ id: c.id, email: 'bad', tags: 'x' }), 'contacts', ['email', 'tags']);
   });
 
   it('query strings are coerced and bounded', async () => {

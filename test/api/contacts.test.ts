@@ -19,8 +19,8 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
   let t: TestApp, auth: string;
   useApp(kind, (app, key) => ([t, auth] = [app, key]));
 
-  const post = (payload: unknown) => t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload });
-  const put = (payload: unknown) => t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
+  const post = (payload: object) => t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload });
+  const put = (payload: object) => t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
   const find = async (email: string) => {
     const res = await t.call({ method: 'GET', url: '/api/v1/contacts', auth, query: { email } });
     return res.json().contacts as Record<string, unknown>[];

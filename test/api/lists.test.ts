@@ -17,7 +17,7 @@ describe.each(storeKinds())('lists on %s', (kind) => {
   let t: TestApp, auth: string;
   useApp(kind, (app, key) => ([t, auth] = [app, key]));
 
-  const post = (payload: unknown) => t.call({ method: 'POST', url: '/api/v1/lists', auth, payload });
+  const post = (payload: object) => t.call({ method: 'POST', url: '/api/v1/lists', auth, payload });
 
   it('POST answers 201 {success, list} without updatedAt', async () => {
     const res = await post({ name: 'News', description: 'Weekly' });
@@ -87,7 +87,7 @@ describe.each(storeKinds())('lists on %s', (kind) => {
 
   it('PUT with no field, an empty name or an unknown id fails', async () => {
     const id = await createList(t, auth);
-    const put = (url: string, payload: unknown) => t.call({ method: 'PUT', url, auth, payload });
+    const put = (url: string, payload: object) => t.call({ method: 'PUT', url, auth, payload });
     expectError(await put(`/api/v1/lists/${id}`, {}), 400, 'contacts');
     expect400(await put(`/api/v1/lists/${id}`, { name: '' }), 'contacts', ['name']);
     expectError(await put('/api/v1/lists/nope', { name: 'x' }), 404, 'contacts');
@@ -161,7 +161,7 @@ describe.each(storeKinds())('lists on %s', (kind) => {
       expect((await post({ name: 'd', description: x(500) })).statusCode).toBe(201);
       expect400(await post({ name: 'd', description: x(501) }), 'contacts', ['description']);
       const id = await createList(t, auth);
-      const put = (payload: unknown) => t.call({ method: 'PUT', url: `/api/v1/lists/${id}`, auth, payload });
+      const put = (payload: object) => t.call({ method: 'PUT', url: `/api/v1/lists/${id}`, auth, payload });
       expect((await put({ description: x(500), name: x(100) })).statusCode).toBe(200);
       expect400(await put({ description: x(501), name: x(101) }), 'contacts', ['description', 'name']);
     });

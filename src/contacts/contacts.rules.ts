@@ -1,0 +1,73 @@
+// Contact rules that JSON Schema cannot say (contract.md): a valid trimmed address, custom field keys and
+// the 50-key / 16 KiB budget, and what an update must name. Tolerant of wrong types, so they run beside the
+// schema (withRules) and one 400 lists every offending field; the service runs them again for its callers.
+import { DetailCollector, type ErrorDetail } from '../errors.js';
+import { isValidEmail } from '../validation/addresses.js';
+
+export const MAX_TAGS = 50;
+export const MAX_CUSTOM_FIELDS = 50;
+export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
+
+export type CustomValue = string | number | boolean | null;
+export type CustomFields = Record<string, CustomValue>;
+type Loose = Record<string, unknown>;
+
+const isObject = (v: unknown): v is Loose => typeof v === 'object' && v !== null && !Array.isArray(v);
+const CHANGES = ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'];
+
+function checkEmail(errors: DetailCollector, value: unknown): void {
+  if (typeof value === 'string' && !isValidEmail(value.trim()))
+    errors.add('email', 'must be a valid email address');
+}
+
+function checkCustomFields(errors: DetailCollector, fields: unknown): void {
+  if (!isObject(fields)) return;
+  for (const [key, value] of Object.entries(fields)) {
+    if (key.trim() === '' || key.length > 100)
+      errors.add(`customFields.${key}`, 'key must be 1 to 100 characters');
+    if (typeof value === 'number' && !Number.isFinite(value))
+      errors.add(`customFields.${key}`, 'must be a finite number');
+  }
+}
+
+export function checkMergedSize(errors: DetailCollector, fields: CustomFields): void {
+  if (Object.keys(fields).length > MAX_CUSTOM_FIELDS) {
+    errors.add('customFields', `must have at most ${MAX_CUSTOM_FIELDS} keys`);
+  } else if (Buffer.byteLength(JSON.stringify(fields)) > MAX_CUSTOM_FIELDS_BYTES) {
+    errors.add('customFields', `must be at most ${MAX_CUSTOM_FIELDS_BYTES} bytes as JSON`);
+  }
+}
+
+/** Null removes a field (contract.md); on create that simply means it is not stored. */
+export function mergeFields(base: CustomFields, changes: CustomFields): CustomFields {
+  const out: CustomFields = { ...base };
+  for (const [key, value] of Object.entries(changes)) {
+    if (value === null) delete out[key];
+    else out[key] = value;
+  }
+  return out;
+}
+
+export function createRules(body: Loose): ErrorDetail[] {
+  const errors = new DetailCollector();
+  checkEmail(errors, body.email);
+  if (isObject(body.customFields)) {
+    checkCustomFields(errors, body.customFields);
+    checkMergedSize(errors, mergeFields({}, body.customFields as CustomFields));
+  }
+  return errors.details;
+}
+
+/** When both id and email are given, id identifies the contact and email is its new address. */
+export function updateRules(body: Loose): ErrorDetail[] {
+  const errors = new DetailCollector();
+  if (body.id === undefined && body.email === undefined) errors.add('id', 'id or email is required');
+  if (body.id !== undefined) checkEmail(errors, body.email);
+  const others = Object.keys(body).filter((k) => k !== 'id' && k !== 'email');
+  const changes = (body.id !== undefined && body.email !== undefined) || others.length > 0;
+  if (!changes && errors.details.length === 0) {
+    errors.add('body', `must contain at least one field to change: email (with id), ${CHANGES.join(', ')}`);
+  }
+  checkCustomFields(errors, body.customFields);
+  return errors.details;
+}

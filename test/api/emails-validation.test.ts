@@ -1,0 +1,120 @@
+// The address, header and body rules of contract.md "Email sending", each as a 400 naming its field.
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { expect400, useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+const base = { to: 'a@example.com', subject: 'Hi', text: 'Hello' };
+
+const BAD_ADDRESSES = [
+  'plain',
+  'a b@example.com',
+  'a@b@example.com',
+  '"quoted"@example.com',
+  '"a b"@example.com',
+  'a@example.com (comment)',
+  '(comment)a@example.com',
+  'undisclosed-recipients:;',
+  'group: a@example.com;',
+  'a@localhost',
+  'a@example',
+  'Name <a@localhost>',
+  'Name <a@example.com',
+  '<>',
+  'a@example.com, b@example.com',
+  'a@example.com; b@example.com',
+  'Name, Other <a@example.com>',
+  'Name\r\nBcc: x@example.com <a@example.com>',
+  'Name\n <a@example.com>',
+  'a@example.com\r\n',
+  '',
+];
+
+// As contract.md lists them, written independently of the source's table.
+const REFUSED = (
+  'From Sender To Cc Bcc Reply-To Subject Date Message-ID Return-Path Received DKIM-Signature ' +
+  'MIME-Version Content-Type Content-Transfer-Encoding'
+).split(' ');
+
+describe.each(storeKinds())('email validation on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+
+  const send = (payload: object) => t.call({ method: 'POST', url: '/api/v1/emails', auth, payload });
+
+  it.each(BAD_ADDRESSES)('address %j is refused in to, cc, bcc and replyTo', async (address) => {
+    expect400(await send({ ...base, to: address }), 'emails', ['to']);
+    expect400(await send({ ...base, to: ['ok@example.com', address] }), 'emails', ['to[1]']);
+    expect400(await send({ ...base, cc: address }), 'emails', ['cc']);
+    expect400(await send({ ...base, bcc: [address] }), 'emails', ['bcc[0]']);
+    expect400(await send({ ...base, replyTo: address }), 'emails', ['replyTo']);
+  });
+
+  it('accepts bare addresses, display names and quoted display names', async () => {
+    const res = await send({
+      ...base,
+      to: ['a@example.com', 'Ann Example <ann@example.com>', '"Doe, Jane" <jane@example.com>'],
+    });
+    expect(res.statusCode, res.body).toBe(200);
+  });
+
+  it('51 addresses joined by commas in one to string are refused', async () => {
+    const joined = Array.from({ length: 51 }, (_, i) => `r${i}@example.com`).join(',');
+    expect400(await send({ ...base, to: joined }), 'emails', ['to']);
+  });
+
+  it('CR or LF in the subject is refused', async () => {
+    expect400(await send({ ...base, subject: 'Hi\r\nBcc: x@example.com' }), 'emails', ['subject']);
+    expect400(await send({ ...base, subject: 'Hi\nthere' }), 'emails', ['subject']);
+    expect400(await send({ ...base, subject: 'Hi\rthere' }), 'emails', ['subject']);
+  });
+
+  it.each(REFUSED)('header %s is refused, in any case', async (name) => {
+    for (const variant of [name, name.toLowerCase(), name.toUpperCase()]) {
+      expect400(await send({ ...base, headers: { [variant]: 'x' } }), 'emails', [`headers.${variant}`]);
+    }
+  });
+
+  it('header values must be strings without CR/LF; names must be field names', async () => {
+    expect400(await send({ ...base, headers: { 'X-A': { prepared: true } } }), 'emails', ['headers.X-A']);
+    expect400(await send({ ...base, headers: { 'X-A': 1 } }), 'emails', ['headers.X-A']);
+    expect400(await send({ ...base, headers: { 'X-A': null } }), 'emails', ['headers.X-A']);
+    expect400(await send({ ...base, headers: { 'X-A': 'a\r\nBcc: b@example.com' } }), 'emails', [
+      'headers.X-A',
+    ]);
+    expect400(await send({ ...base, headers: { 'X-A': 'a\nb' } }), 'emails', ['headers.X-A']);
+    expect400(await send({ ...base, headers: { 'Bad Name': 'x' } }), 'emails', ['headers.Bad Name']);
+    expect400(await send({ ...base, headers: { 'X:A': 'x' } }), 'emails', ['headers.X:A']);
+    expect400(await send({ ...base, headers: 'X-A: b' }), 'emails', ['headers']);
+    const ok = await send({ ...base, headers: { 'X-Campaign': 'spring', 'List-Unsubscribe': '<x>' } });
+    expect(ok.statusCode, ok.body).toBe(200);
+  });
+
+  it('html and text both missing is refused; either one is enough', async () => {
+    expect400(await send({ to: base.to, subject: 'x' }), 'emails', ['html']);
+    expect((await send({ to: base.to, subject: 'x', html: '<b>x</b>' })).statusCode).toBe(200);
+    expect((await send({ to: base.to, subject: 'x', text: 'x' })).statusCode).toBe(200);
+  });
+
+  it('attachments and raw are unknown fields', async () => {
+    expect400(await send({ ...base, attachments: [] }), 'emails', ['attachments']);
+    expect400(await send({ ...base, raw: 'From: x' }), 'emails', ['raw']);
+  });
+
+  it('types are not coerced and every offending field is listed', async () => {
+    expect400(await send({ ...base, subject: 42 }), 'emails', ['subject']);
+    expect400(await send({ ...base, to: 42 }), 'emails', ['to']);
+    expect400(await send({ ...base, to: ['ok@example.com', 7] }), 'emails', ['to[1]']);
+    expect400(await send({ ...base, html: true }), 'emails', ['html']);
+    expect400(await send({}), 'emails', ['to', 'subject', 'html']);
+    const res = await send({
+      to: ['ok@example.com', 'bad'],
+      subject: 'a\nb',
+      text: 'x',
+      cc: 'also bad',
+      tags: [{ name: 'ok', value: 'no spaces' }],
+      headers: { Bcc: 'x' },
+    });
+    expect400(res, 'emails', ['to[1]', 'subject', 'cc', 'tags[0].value', 'headers.Bcc']);
+  });
+});

@@ -1,0 +1,152 @@
+// Emails: the send answer, the stored record, paging and the status filter, and the numeric bounds.
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { ISO_MS, UUID, expect400, expectError, useApp, x } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+const base = { to: 'a@example.com', subject: 'Hi', text: 'Hello' };
+const many = (n: number, p = 'r') => Array.from({ length: n }, (_, i) => `${p}${i}@example.com`);
+
+describe.each(storeKinds())('emails on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+
+  const send = (payload: object, key = auth) =>
+    t.call({ method: 'POST', url: '/api/v1/emails', auth: key, payload });
+
+  it('POST answers 200 {id (UUID), message} with no success field', async () => {
+    const res = await send(base);
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(Object.keys(body).sort()).toEqual(['id', 'message']);
+    expect(body.id).toMatch(UUID);
+    expect(body.message).toBe('Email queued for delivery');
+  });
+
+  it('GET /api/v1/emails/:id returns the stored record', async () => {
+    const payload = {
+      to: ['Ann <ann@example.com>', 'bob@example.com'],
+      cc: 'cc@example.com',
+      bcc: ['bcc@example.com'],
+      replyTo: 'reply@example.com',
+      subject: 'Report',
+      html: '<p>Hi</p>',
+      headers: { 'X-Campaign': 'spring' },
+      tags: [{ name: 'kind', value: 'report' }],
+    };
+    const { id } = (await send(payload)).json();
+    const res = await t.call({ method: 'GET', url: `/api/v1/emails/${id}`, auth });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(Object.keys(body).sort()).toEqual(
+      [
+        'id',
+        'status',
+        'from',
+        'to',
+        'cc',
+        'bcc',
+        'replyTo',
+        'subject',
+        'tags',
+        'createdAt',
+        'updatedAt',
+        'attempts',
+        'lastError',
+        'recipients',
+        'events',
+      ].sort(),
+    );
+    expect(body).toMatchObject({
+      id,
+      status: 'queued',
+      to: ['Ann <ann@example.com>', 'bob@example.com'],
+      cc: ['cc@example.com'],
+      bcc: ['bcc@example.com'],
+      replyTo: ['reply@example.com'],
+      subject: 'Report',
+      tags: [{ name: 'kind', value: 'report' }],
+      attempts: 0,
+      lastError: null,
+    });
+    expect(typeof body.from).toBe('string');
+    expect(body.createdAt).toMatch(ISO_MS);
+    expect(body.updatedAt).toMatch(ISO_MS);
+    expect(body.recipients).toEqual([
+      { email: 'ann@example.com', status: 'queued', response: null },
+      { email: 'bob@example.com', status: 'queued', response: null },
+      { email: 'cc@example.com', status: 'queued', response: null },
+      { email: 'bcc@example.com', status: 'queued', response: null },
+    ]);
+    expect(body.events.length).toBeGreaterThan(0);
+    expect(Object.keys(body.events[0]).sort()).toEqual(['at', 'detail', 'type']);
+    expect(body.events[0].type).toBe('queued');
+    expect(body.events[0].at).toMatch(ISO_MS);
+  });
+
+  it('GET an unknown email is a 404 in the emails error shape', async () => {
+    const unknown = '0190b5a4-0000-7000-8000-000000000000';
+    expectError(await t.call({ method: 'GET', url: `/api/v1/emails/${unknown}`, auth }), 404, 'emails');
+    expectError(await t.call({ method: 'GET', url: '/api/v1/emails/not-a-uuid', auth }), 404, 'emails');
+  });
+
+  it('GET /api/v1/emails pages newest first and filters by status', async () => {
+    const { auth: own } = await t.newKey();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push((await send({ ...base, subject: `s${i}` }, own)).json().id);
+    const page = (query: Record<string, string>) =>
+      t.call({ method: 'GET', url: '/api/v1/emails', auth: own, query });
+    const all = await page({});
+    expect(all.statusCode).toBe(200);
+    expect(Object.keys(all.json()).sort()).toEqual(['emails', 'pagination']);
+    expect(all.json().pagination).toEqual({ page: 1, limit: 20, total: 5, pages: 1 });
+    expect(all.json().emails.map((e: { id: string }) => e.id)).toEqual([...ids].reverse());
+    expect(all.json().emails[0]).not.toHaveProperty('recipients');
+    const p1 = (await page({ limit: '2', page: '1' })).json();
+    const p3 = (await page({ limit: '2', page: '3' })).json();
+    expect(p1.pagination).toEqual({ page: 1, limit: 2, total: 5, pages: 3 });
+    expect(p1.emails.map((e: { id: string }) => e.id)).toEqual([ids[4], ids[3]]);
+    expect(p3.emails.map((e: { id: string }) => e.id)).toEqual([ids[0]]);
+    expect((await page({ status: 'queued' })).json().pagination.total).toBe(5);
+    expect((await page({ status: 'sent' })).json()).toMatchObject({ emails: [], pagination: { total: 0 } });
+    expect400(await page({ status: 'bogus' }), 'emails', ['status']);
+    expect400(await page({ limit: '101' }), 'emails', ['limit']);
+    expect400(await page({ page: '0' }), 'emails', ['page']);
+  });
+
+  describe('bounds', () => {
+    it('subject 998 accepted, 999 refused; empty refused', async () => {
+      expect((await send({ ...base, subject: x(998) })).statusCode).toBe(200);
+      expect400(await send({ ...base, subject: x(999) }), 'emails', ['subject']);
+      expect400(await send({ ...base, subject: '' }), 'emails', ['subject']);
+    });
+
+    it('50 to accepted, 51 refused', async () => {
+      expect((await send({ ...base, to: many(50) })).statusCode).toBe(200);
+      expect400(await send({ ...base, to: many(51) }), 'emails', ['to']);
+      expect400(await send({ ...base, to: [] }), 'emails', ['to']);
+    });
+
+    it('cc + bcc: 50 together accepted, 51 refused', async () => {
+      expect((await send({ ...base, cc: many(25, 'c'), bcc: many(25, 'b') })).statusCode).toBe(200);
+      expect400(await send({ ...base, cc: many(25, 'c'), bcc: many(26, 'b') }), 'emails', ['bcc']);
+      expect400(await send({ ...base, cc: many(51, 'c') }), 'emails', ['cc']);
+      expect((await send({ ...base, bcc: many(50, 'b') })).statusCode).toBe(200);
+    });
+
+    it('tags: 10 accepted, 11 refused; name and value shape', async () => {
+      const tags = (n: number) => Array.from({ length: n }, (_, i) => ({ name: `n${i}`, value: 'v' }));
+      expect((await send({ ...base, tags: tags(10) })).statusCode).toBe(200);
+      expect400(await send({ ...base, tags: tags(11) }), 'emails', ['tags']);
+      expect400(await send({ ...base, tags: [{ name: 'ok', value: 'has space' }] }), 'emails', [
+        'tags[0].value',
+      ]);
+      expect400(await send({ ...base, tags: [{ name: x(257), value: 'v' }] }), 'emails', ['tags[0].name']);
+      expect((await send({ ...base, tags: [{ name: x(256), value: x(256) }] })).statusCode).toBe(200);
+      expect400(await send({ ...base, tags: [{ name: 'a' }] }), 'emails', ['tags[0].value']);
+      expect400(await send({ ...base, tags: [{ name: 'a', value: 'b', extra: 1 }] }), 'emails', [
+        'tags[0].extra',
+      ]);
+    });
+  });
+});
