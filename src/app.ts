@@ -19,6 +19,7 @@ import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { ListsService } from './lists/lists.service.js';
 import { OrgsService } from './orgs/orgs.service.js';
+import { sharedLimitStore } from './ratelimit/shared-store.js';
 import type { Store } from './store/store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 
@@ -109,6 +110,18 @@ export async function buildApp(
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
     genReqId: nextRequestId,
+    // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
+    routerOptions: { maxParamLength: 2048 },
+    // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the
+    // contract's body too; they are answered before any hook, so they carry no rate-limit headers.
+    frameworkErrors: (err, req, reply) => {
+      const appErr =
+        err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? new AppError('NOT_FOUND', 'Not found')
+          : new AppError('VALIDATION_FAILED', 'The request URL is not valid');
+      const { status, body } = renderError(appErr, req.url, req.id);
+      return reply.code(status).send(body);
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.setValidatorCompiler(createValidatorCompiler());
@@ -153,9 +166,7 @@ export async function buildApp(
     global: true,
     max: config.rateLimitPerMinute,
     timeWindow: 60_000,
-    redis: deps.redis,
-    nameSpace: 'mailroom-rl-',
-    skipOnError: true,
+    store: sharedLimitStore(deps.redis, 'mailroom-rl:'),
     keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${req.ip}`),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(

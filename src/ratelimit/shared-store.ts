@@ -1,0 +1,45 @@
+// The counter store behind @fastify/rate-limit. The plugin keeps a counter per route by default; the API
+// promises a limit per key (or client address) across all routes, so every route shares this one store.
+// With Redis, instances share counters; while Redis is unreachable each instance counts locally.
+import { createRequire } from 'node:module';
+import type { Redis } from 'ioredis';
+
+type Result = { current: number; ttl: number };
+type Callback = (err: Error | null, result?: Result) => void;
+interface CounterStore {
+  incr(key: string, cb: Callback, timeWindow: number, max: number): void;
+}
+
+// The plugin's own Redis (atomic Lua script) and in-memory stores; they are not exported by name.
+const require = createRequire(import.meta.url);
+const RedisStore = require('@fastify/rate-limit/store/RedisStore.js') as new (
+  continueExceeding: boolean,
+  exponentialBackoff: boolean,
+  redis: Redis,
+  key: string,
+) => CounterStore;
+const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
+  continueExceeding: boolean,
+  exponentialBackoff: boolean,
+  cache: number,
+) => CounterStore;
+
+export function sharedLimitStore(redis: Redis | undefined, nameSpace: string) {
+  const local = new LocalStore(false, false, 50_000);
+  const remote = redis ? new RedisStore(false, false, redis, nameSpace) : undefined;
+  return class SharedLimitStore {
+    incr(key: string, cb: Callback, timeWindow: number, max: number): void {
+      if (!remote || redis!.status !== 'ready') return local.incr(key, cb, timeWindow, max);
+      remote.incr(
+        key,
+        (err, result) => (err ? local.incr(key, cb, timeWindow, max) : cb(null, result)),
+        timeWindow,
+        max,
+      );
+    }
+
+    child(): SharedLimitStore {
+      return this;
+    }
+  };
+}

@@ -1,0 +1,88 @@
+// Real Mailroom processes (server, worker, CLI) started from source, for multi-process and crash tests.
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { freePort } from './smtp.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const MAIN = ['--import', 'tsx', 'src/cli/main.ts'];
+const run = promisify(execFile);
+
+export interface MailroomProcess {
+  child: ChildProcess;
+  url: string;
+  output(): string;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+function baseEnv(env: Record<string, string>): NodeJS.ProcessEnv {
+  return { ...process.env, LOG_LEVEL: 'warn', HOST: '127.0.0.1', ...env };
+}
+
+/** Runs the CLI once and returns the JSON object of its last stdout line. */
+export async function cli(args: string[], env: Record<string, string>): Promise<Record<string, unknown>> {
+  const { stdout } = await run(process.execPath, [...MAIN, ...args, '--json'], {
+    cwd: ROOT,
+    env: baseEnv(env),
+  });
+  return JSON.parse(stdout.trim().split('\n').pop()!) as Record<string, unknown>;
+}
+
+export async function startProcess(args: string[], env: Record<string, string>): Promise<MailroomProcess> {
+  const port = env.PORT ? Number(env.PORT) : await freePort();
+  const child = spawn(process.execPath, [...MAIN, ...args], {
+    cwd: ROOT,
+    env: baseEnv({ ...env, PORT: String(port) }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  const proc: MailroomProcess = {
+    child,
+    url,
+    output: () => out,
+    kill(signal = 'SIGTERM') {
+      if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+      return new Promise((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill(signal);
+      });
+    },
+  };
+  if (args[0] === 'serve') await waitHealthy(url, proc);
+  return proc;
+}
+
+async function waitHealthy(url: string, proc: MailroomProcess): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    if (proc.child.exitCode !== null) throw new Error(`server exited early:\n${proc.output()}`);
+    try {
+      if ((await fetch(`${url}/health`)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`server at ${url} never became healthy:\n${proc.output()}`);
+}
+
+/** Runs `count` async jobs with at most `concurrency` at a time. */
+export async function pool<T>(
+  count: number,
+  concurrency: number,
+  job: (i: number) => Promise<T>,
+): Promise<T[]> {
+  const results: T[] = new Array(count);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, count) }, async () => {
+      while (next < count) {
+        const i = next++;
+        results[i] = await job(i);
+      }
+    }),
+  );
+  return results;
+}

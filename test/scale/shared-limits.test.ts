@@ -1,0 +1,106 @@
+// Two real API processes: rate limits shared through Redis, and key revocation seen by both.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MailroomProcess, cli, startProcess } from '../helpers/process.js';
+import { createTestApp } from '../helpers/app.js';
+import { TEST_DATABASE_URL, TEST_REDIS_URL, createTestDatabase } from '../helpers/stores.js';
+
+if (!TEST_REDIS_URL)
+  console.warn('\n*** TEST_REDIS_URL is not set: shared rate-limit tests are SKIPPED ***\n');
+
+describe.skipIf(!TEST_REDIS_URL)('two instances', () => {
+  let dataDir: string;
+  let db: Awaited<ReturnType<typeof createTestDatabase>> | undefined;
+  let env: Record<string, string>;
+  const procs: MailroomProcess[] = [];
+
+  beforeAll(async () => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-limits-'));
+    // PostgreSQL when the run has it (the real scale-out setup); otherwise both share one SQLite file.
+    db = TEST_DATABASE_URL ? await createTestDatabase() : undefined;
+    env = { DATA_DIR: dataDir, ...(db ? { DATABASE_URL: db.url } : {}) };
+    await cli(['migrate'], env);
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all(procs.map((p) => p.kill('SIGKILL')));
+    await db?.drop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  async function newKey(): Promise<{ id: string; auth: string }> {
+    const created = await cli(['keys', 'create', '--name', 'limits', '--permissions', 'readContacts'], env);
+    return { id: created.id as string, auth: `Bearer ${created.key as string}` };
+  }
+
+  it('allow exactly RATE_LIMIT_PER_MINUTE per key between them with REDIS_URL', async () => {
+    const limitEnv = { ...env, REDIS_URL: TEST_REDIS_URL!, RATE_LIMIT_PER_MINUTE: '20' };
+    const apis = await Promise.all([0, 1].map(() => startProcess(['serve', '--no-worker'], limitEnv)));
+    procs.push(...apis);
+    const { auth } = await newKey();
+    const statuses: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const res = await fetch(`${apis[i % 2]!.url}/api/v1/lists`, { headers: { authorization: auth } });
+      statuses.push(res.status);
+      expect(res.headers.get('x-ratelimit-limit')).toBe('20');
+      if (res.status === 429) expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+    expect(statuses.filter((s) => s === 200)).toHaveLength(20);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(10);
+    await Promise.all(apis.map((a) => a.kill()));
+  }, 60_000);
+
+  it('keep serving, limited per instance, when Redis is unreachable', async () => {
+    const api = await startProcess(['serve', '--no-worker'], {
+      ...env,
+      REDIS_URL: 'redis://127.0.0.1:1',
+      RATE_LIMIT_PER_MINUTE: '5',
+    });
+    procs.push(api);
+    const { auth } = await newKey();
+    const statuses: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      statuses.push((await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status);
+    }
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429]);
+    await api.kill();
+    expect(api.output()).toMatch(/Redis unreachable/);
+  }, 60_000);
+
+  it('refuse a key revoked on one instance on both within 5 seconds', async () => {
+    const apis = await Promise.all([0, 1].map(() => startProcess(['serve', '--no-worker'], env)));
+    procs.push(...apis);
+    const { id, auth } = await newKey();
+    for (const api of apis)
+      expect((await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status).toBe(200);
+    await cli(['keys', 'revoke', id], env);
+    const revokedAt = Date.now();
+    for (const api of apis) {
+      let status = 200;
+      while (status === 200 && Date.now() - revokedAt < 6_000) {
+        status = (await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status;
+        if (status === 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(status).toBe(401);
+    }
+    expect(Date.now() - revokedAt).toBeLessThan(5_500);
+    await Promise.all(apis.map((a) => a.kill()));
+  }, 60_000);
+});
+
+describe('the rate limit', () => {
+  it('counts per key across all routes, not per route', async () => {
+    const t = await createTestApp('sqlite', { RATE_LIMIT_PER_MINUTE: '3' });
+    try {
+      const { auth } = await t.newKey();
+      const urls = ['/api/v1/lists', '/api/v1/contacts', '/api/v1/emails', '/api/v1/lists'];
+      const statuses = [];
+      for (const url of urls) statuses.push((await t.call({ method: 'GET', url, auth })).statusCode);
+      expect(statuses).toEqual([200, 200, 200, 429]);
+    } finally {
+      await t.close();
+    }
+  });
+});
