@@ -3,7 +3,12 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyServerOptions,
+} from 'fastify';
 import type { Redis } from 'ioredis';
 import { KeysService, type Principal } from './auth/keys.service.js';
 import type { Permission } from './auth/keys.js';
@@ -120,7 +125,7 @@ export async function buildApp(
           ? new AppError('NOT_FOUND', 'Not found')
           : new AppError('VALIDATION_FAILED', 'The request URL is not valid');
       const { status, body } = renderError(appErr, req.url, req.id);
-      return reply.code(status).send(body);
+      void (reply as FastifyReply).code(status).send(body);
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
 

@@ -81,7 +81,7 @@ export class ListsService {
   async addContacts(orgId: string, id: string, contactIds: string[]) {
     const unique = [...new Set(contactIds)];
     const at = this.clock.now().toISOString();
-    return this.store.write(async (trx) => {
+    return this.writeMembers(async (trx) => {
       await this.getRow(trx, orgId, id);
       const found = await repo.existingContactIds(trx, orgId, unique);
       const foundSet = new Set(found);
@@ -92,10 +92,24 @@ export class ListsService {
 
   async removeContacts(orgId: string, id: string, contactIds: string[]) {
     const unique = [...new Set(contactIds)];
-    return this.store.write(async (trx) => {
+    return this.writeMembers(async (trx) => {
       await this.getRow(trx, orgId, id);
       return repo.removeMembers(trx, id, unique);
     });
+  }
+
+  /**
+   * On PostgreSQL a contact or the list can be deleted between our read and our insert; the foreign key
+   * then refuses the insert. Running again sees the deletion: the contact is notFound, the list a 404.
+   */
+  private async writeMembers<T>(fn: (trx: Executor) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.store.write(fn);
+      } catch (err) {
+        if (attempt >= 5 || !isForeignKeyViolation(err)) throw err;
+      }
+    }
   }
 
   private async getRow(db: Executor, orgId: string, id: string): Promise<ListRow> {
@@ -103,6 +117,11 @@ export class ListsService {
     if (!row) throw notFound(id);
     return row;
   }
+}
+
+function isForeignKeyViolation(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
 }
 
 function notFound(id: string): AppError {

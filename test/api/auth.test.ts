@@ -1,0 +1,91 @@
+// Authentication and permissions: 401 for a missing, malformed, unknown or revoked key; 403 per route.
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { Permission } from '../../src/auth/keys.js';
+import { KEY_CACHE_TTL_MS } from '../../src/auth/keys.service.js';
+import type { TestApp } from '../helpers/app.js';
+import { expectError, expectRateHeaders, useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+type Route = { method: 'GET' | 'POST' | 'PUT' | 'DELETE'; url: string; payload?: object };
+
+const ROUTES: [Route, Permission][] = [
+  [{ method: 'GET', url: '/api/v1/lists' }, 'readContacts'],
+  [{ method: 'GET', url: '/api/v1/lists/x' }, 'readContacts'],
+  [{ method: 'POST', url: '/api/v1/lists', payload: { name: 'n' } }, 'writeContacts'],
+  [{ method: 'PUT', url: '/api/v1/lists/x', payload: { name: 'n' } }, 'writeContacts'],
+  [{ method: 'DELETE', url: '/api/v1/lists/x' }, 'writeContacts'],
+  [{ method: 'POST', url: '/api/v1/lists/x/contacts', payload: { contactIds: ['a'] } }, 'writeContacts'],
+  [{ method: 'DELETE', url: '/api/v1/lists/x/contacts', payload: { contactIds: ['a'] } }, 'writeContacts'],
+  [{ method: 'GET', url: '/api/v1/contacts' }, 'readContacts'],
+  [{ method: 'POST', url: '/api/v1/contacts', payload: { email: 'a@example.com' } }, 'writeContacts'],
+  [{ method: 'PUT', url: '/api/v1/contacts', payload: { id: 'x', firstName: 'a' } }, 'writeContacts'],
+  [{ method: 'DELETE', url: '/api/v1/contacts?id=x' }, 'writeContacts'],
+  [
+    { method: 'POST', url: '/api/v1/emails', payload: { to: 'a@example.com', subject: 's', text: 't' } },
+    'sendEmails',
+  ],
+  [{ method: 'GET', url: '/api/v1/emails' }, 'sendEmails'],
+  [{ method: 'GET', url: '/api/v1/emails/x' }, 'sendEmails'],
+];
+
+const family = (url: string) => (url.startsWith('/api/v1/emails') ? 'emails' : 'contacts');
+const PERMISSIONS: Permission[] = ['readContacts', 'writeContacts', 'sendEmails'];
+
+describe.each(storeKinds())('auth on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+  afterEach(() => vi.restoreAllMocks());
+
+  it.each(ROUTES)('%o needs a valid key (401) holding %s (403)', async (route, permission) => {
+    const fam = family(route.url);
+    const headers = [
+      undefined,
+      '',
+      'Bearer',
+      'Bearer ',
+      'Basic dXNlcjpwYXNz',
+      'bearer mr_x',
+      `Bearer mr_${'A'.repeat(43)}`,
+      `${auth} extra`,
+      auth.replace('Bearer ', 'Token '),
+    ];
+    for (const h of headers) {
+      const res = await t.call({ ...route, headers: h === undefined ? {} : { authorization: h } });
+      expectError(res, 401, fam);
+      expectRateHeaders(res);
+    }
+    const lacking = (await t.newKey(PERMISSIONS.filter((p) => p !== permission))).auth;
+    const res = await t.call({ ...route, auth: lacking });
+    expectError(res, 403, fam);
+    expectRateHeaders(res);
+    const holding = (await t.newKey([permission])).auth;
+    const ok = await t.call({ ...route, auth: holding });
+    expect([200, 201, 404]).toContain(ok.statusCode);
+  });
+
+  it('a key in the query string is not accepted', async () => {
+    const key = auth.slice('Bearer '.length);
+    for (const q of ['api_key', 'key', 'access_token', 'token', 'apiKey']) {
+      expectError(await t.call({ method: 'GET', url: `/api/v1/lists?${q}=${key}` }), 401, 'contacts');
+    }
+    const email = await t.call({ method: 'GET', url: `/api/v1/emails?api_key=${key}` });
+    expectError(email, 401, 'emails');
+  });
+
+  it('a revoked key stops working within 5 seconds', async () => {
+    expect(KEY_CACHE_TTL_MS).toBeLessThanOrEqual(5_000);
+    const { auth: key, keyId } = await t.newKey();
+    const get = () => t.call({ method: 'GET', url: '/api/v1/lists', auth: key });
+    expect((await get()).statusCode).toBe(200);
+    await t.services.keys.revoke(keyId);
+    const start = Date.now();
+    vi.spyOn(Date, 'now').mockImplementation(() => start + 5_000);
+    expectError(await get(), 401, 'contacts');
+  });
+
+  it('a key revoked before first use is refused at once', async () => {
+    const { auth: key, keyId } = await t.newKey();
+    await t.services.keys.revoke(keyId);
+    expectError(await t.call({ method: 'GET', url: '/api/v1/lists', auth: key }), 401, 'contacts');
+  });
+});

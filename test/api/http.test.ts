@@ -1,0 +1,164 @@
+// The HTTP envelope: unknown routes, content types, bad JSON, body limit, rate-limit headers and 429.
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+describe.each(storeKinds())('http envelope on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]), { BODY_LIMIT_BYTES: '2048' });
+
+  const raw = (url: string, payload: string, contentType = 'application/json', method = 'POST' as const) =>
+    t.call({ method, url, auth, payload, headers: { 'content-type': contentType } });
+
+  it('an unknown route is a JSON 404 in its family shape, with rate-limit headers', async () => {
+    for (const [url, fam] of [
+      ['/api/v1/nothing', 'contacts'],
+      ['/api/v1/lists/a/b/c', 'contacts'],
+      ['/api/v1/emails/a/b', 'emails'],
+      ['/nowhere', 'contacts'],
+    ] as const) {
+      const res = await t.call({ method: 'GET', url, auth });
+      expectError(res, 404, fam);
+      expectRateHeaders(res);
+    }
+    expectError(await t.call({ method: 'PATCH', url: '/api/v1/lists', auth }), 404, 'contacts');
+  });
+
+  it('a body that is not application/json is a 415', async () => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+      const res = await raw('/api/v1/lists', 'name=x', type);
+      expectError(res, 415, 'contacts');
+      expectRateHeaders(res);
+    }
+    expectError(await raw('/api/v1/emails', 'to=x', 'text/plain'), 415, 'emails');
+    const charset = await raw('/api/v1/lists', '{"name":"x"}', 'application/json; charset=utf-8');
+    expect(charset.statusCode).toBe(201);
+  });
+
+  it('bad JSON is a 400; an empty or non-object body too', async () => {
+    expectError(await raw('/api/v1/lists', '{"name":'), 400, 'contacts');
+    expectError(await raw('/api/v1/emails', '{oops}'), 400, 'emails');
+    expectError(await raw('/api/v1/lists', ''), 400, 'contacts');
+    expect400(await raw('/api/v1/lists', '"name"'), 'contacts', ['body']);
+    expect400(await raw('/api/v1/lists', 'null'), 'contacts', ['body']);
+    expectError(await raw('/api/v1/lists', '{"__proto__":{"x":1},"name":"a"}'), 400, 'contacts');
+  });
+
+  it('a body over BODY_LIMIT_BYTES is a 413 with rate-limit headers', async () => {
+    const res = await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: x(3000) } });
+    expectError(res, 413, 'contacts');
+    expectRateHeaders(res);
+    const mail = { to: 'a@example.com', subject: 's', text: x(3000) };
+    expectError(await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: mail }), 413, 'emails');
+  });
+
+  it('2xx answers carry the rate-limit headers, Reset in unix seconds', async () => {
+    const res = await t.call({ method: 'GET', url: '/api/v1/lists', auth });
+    expect(res.statusCode).toBe(200);
+    expectRateHeaders(res);
+    expect(Number(res.headers['x-ratelimit-limit'])).toBe(600);
+  });
+
+  it('NUL in a body string or a query is a 400 naming the field; in a path id a 404', async () => {
+    expect400(
+      await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'a\u0000b' } }),
+      'contacts',
+      ['name'],
+    );
+    const contact = { email: 'nul@example.com', tags: ['ok', 'a\u0000'], customFields: { plan: 'x\u0000' } };
+    const res = await t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: contact });
+    expect400(res, 'contacts', ['tags[1]', 'customFields.plan']);
+    const mail = { to: 'a@example.com', subject: 's\u0000', html: '\u0000' };
+    expect400(await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: mail }), 'emails', [
+      'subject',
+      'html',
+    ]);
+    expect400(await t.call({ method: 'GET', url: '/api/v1/contacts?email=%00', auth }), 'contacts', [
+      'email',
+    ]);
+    expectError(await t.call({ method: 'GET', url: '/api/v1/lists/%00', auth }), 404, 'contacts');
+    expectError(await t.call({ method: 'GET', url: `/api/v1/emails/${x(200)}`, auth }), 404, 'emails');
+    expectError(await t.call({ method: 'DELETE', url: `/api/v1/lists/${x(65)}`, auth }), 404, 'contacts');
+    expectError(await t.call({ method: 'GET', url: `/api/v1/lists/${x(5000)}`, auth }), 404, 'contacts');
+    expectError(await t.call({ method: 'GET', url: '/api/v1/lists/%zz', auth }), 400, 'contacts');
+    expectError(await t.call({ method: 'GET', url: '/api/v1/emails/%zz', auth }), 400, 'emails');
+  });
+
+  it('health, the OpenAPI document and the docs page need no key', async () => {
+    const health = await t.call({ method: 'GET', url: '/health' });
+    expect(health.statusCode).toBe(200);
+    expect(health.json()).toEqual({ status: 'ok' });
+    const docs = await t.call({ method: 'GET', url: '/docs' });
+    const page =
+      docs.statusCode === 302 ? await t.call({ method: 'GET', url: docs.headers.location! }) : docs;
+    expect(page.statusCode).toBe(200);
+    expect(page.headers['content-type']).toMatch(/text\/html/);
+    expect(page.body).not.toMatch(/https?:\/\/(cdn|unpkg|cdnjs)/);
+  });
+
+  it('the OpenAPI document is 3.1 and has every route of the table', async () => {
+    const res = await t.call({ method: 'GET', url: '/api/v1/openapi.json' });
+    expect(res.statusCode).toBe(200);
+    const doc = res.json();
+    expect(doc.openapi).toMatch(/^3\.1\./);
+    const routes = [
+      'get /api/v1/lists',
+      'post /api/v1/lists',
+      'get /api/v1/lists/{id}',
+      'put /api/v1/lists/{id}',
+      'delete /api/v1/lists/{id}',
+      'post /api/v1/lists/{id}/contacts',
+      'delete /api/v1/lists/{id}/contacts',
+      'get /api/v1/contacts',
+      'post /api/v1/contacts',
+      'put /api/v1/contacts',
+      'delete /api/v1/contacts',
+      'post /api/v1/emails',
+      'get /api/v1/emails',
+      'get /api/v1/emails/{id}',
+    ];
+    const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(
+      ([path, ops]) => Object.keys(ops).map((m) => `${m} ${path}`),
+    );
+    expect(documented.sort()).toEqual(expect.arrayContaining(routes));
+    const appRoutes = t.app.printRoutes({ commonPrefix: false });
+    expect(appRoutes).toContain('/api/v1/lists');
+    expect(doc.paths['/api/v1/contacts'].post.requestBody).toBeDefined();
+  });
+});
+
+describe.each(storeKinds())('rate limit on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]), { RATE_LIMIT_PER_MINUTE: '3' });
+
+  it('answers 429 with Retry-After after RATE_LIMIT_PER_MINUTE requests, per key', async () => {
+    const get = (key = auth) => t.call({ method: 'GET', url: '/api/v1/lists', auth: key });
+    const first = await get();
+    expect(first.headers['x-ratelimit-limit']).toBe('3');
+    expect(first.headers['x-ratelimit-remaining']).toBe('2');
+    await get();
+    await get();
+    const limited = await get();
+    expectError(limited, 429, 'contacts');
+    expectRateHeaders(limited);
+    expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
+    expect(Number(limited.headers['retry-after'])).toBeLessThanOrEqual(60);
+    const mail = await t.call({ method: 'GET', url: '/api/v1/emails', auth });
+    expectError(mail, 429, 'emails');
+    const other = (await t.newKey()).auth;
+    expect((await get(other)).statusCode).toBe(200);
+    expect((await t.call({ method: 'GET', url: '/health' })).statusCode).toBe(200);
+  });
+
+  it('requests without a valid key are limited per client address', async () => {
+    const codes: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await t.call({ method: 'GET', url: '/api/v1/lists', remoteAddress: '10.9.9.9' });
+      codes.push(res.statusCode);
+    }
+    expect(codes).toEqual([401, 401, 401, 429, 429]);
+    const elsewhere = await t.call({ method: 'GET', url: '/api/v1/lists', remoteAddress: '10.9.9.8' });
+    expect(elsewhere.statusCode).toBe(401);
+  });
+});
