@@ -54,6 +54,8 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
     logger: false,
     authOptional: true,
     disabledCommands: ['STARTTLS'],
+    // A reverse DNS lookup per connection can stall for seconds where DNS is slow or absent.
+    disableReverseLookup: true,
     // Pooled clients keep connections open; closing must not wait for them.
     closeTimeout: 50,
     size: 50 * 1024 * 1024,
