@@ -1,0 +1,135 @@
+// The mailroom CLI as a user runs it: a real process on a temp DATA_DIR (or a fresh PostgreSQL database),
+// one JSON object as the last stdout line with --json, and keys that work against an app on the same store.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestApp } from '../helpers/app.js';
+import { ISO_MS } from '../helpers/api.js';
+import { createTestDatabase, storeKinds } from '../helpers/stores.js';
+
+const run = promisify(execFile);
+const ROOT = path.resolve(import.meta.dirname, '../..');
+
+interface Result {
+  code: number;
+  json: Record<string, unknown>;
+  stdout: string;
+}
+
+describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
+  let dataDir: string;
+  let databaseUrl: string | undefined;
+  let drop = async () => {};
+  beforeAll(async () => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-cli-'));
+    if (kind === 'postgres') ({ url: databaseUrl, drop } = await createTestDatabase());
+  });
+  afterAll(async () => {
+    await drop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  async function cli(...args: string[]): Promise<Result> {
+    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'silent' };
+    delete env.DATABASE_URL;
+    if (databaseUrl) env.DATABASE_URL = databaseUrl;
+    const done = await run('node', ['--import', 'tsx', 'src/cli/main.ts', ...args], { cwd: ROOT, env }).then(
+      (r) => ({ code: 0, stdout: r.stdout }),
+      (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
+    );
+    const last = done.stdout.trim().split('\n').at(-1) ?? '';
+    return { ...done, json: JSON.parse(last) as Record<string, unknown> };
+  }
+
+  it('creates and lists organisations', async () => {
+    const created = await cli('orgs', 'create', '--name', 'Acme', '--json');
+    expect(created.code).toBe(0);
+    expect(Object.keys(created.json).sort()).toEqual(['createdAt', 'id', 'name']);
+    expect(created.json).toMatchObject({ name: 'Acme' });
+    expect(created.json.createdAt).toMatch(ISO_MS);
+    const listed = await cli('orgs', 'list', '--json');
+    expect(listed.code).toBe(0);
+    expect(listed.json.organizations).toEqual(expect.arrayContaining([created.json]));
+  }, 60_000);
+
+  it('creates, lists and revokes keys; a created key works against the app', async () => {
+    const org = (await cli('orgs', 'create', '--name', 'Keys', '--json')).json;
+    const created = await cli(
+      'keys',
+      'create',
+      '--name',
+      'k',
+      '--permissions',
+      'readContacts',
+      '--org',
+      String(org.id),
+      '--json',
+    );
+    expect(created.code).toBe(0);
+    expect(Object.keys(created.json).sort()).toEqual(
+      ['createdAt', 'id', 'key', 'name', 'organizationId', 'permissions'].sort(),
+    );
+    expect(created.json).toMatchObject({ name: 'k', organizationId: org.id, permissions: ['readContacts'] });
+    expect(String(created.json.key)).toMatch(/^mr_/);
+    expect(created.json.createdAt).toMatch(ISO_MS);
+
+    const listed = await cli('keys', 'list', '--json');
+    const keys = listed.json.keys as Record<string, unknown>[];
+    const mine = keys.find((k) => k.id === created.json.id);
+    expect(mine).toMatchObject({ name: 'k', organizationId: org.id, revokedAt: null });
+    expect(JSON.stringify(listed.json)).not.toContain(String(created.json.key));
+
+    const ts = await openSameStore();
+    const t = await createTestApp(kind, {}, ts);
+    try {
+      const auth = `Bearer ${String(created.json.key)}`;
+      expect((await t.call({ method: 'GET', url: '/api/v1/lists', auth })).statusCode).toBe(200);
+      const write = await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'x' } });
+      expect(write.statusCode).toBe(403);
+
+      const revoked = await cli('keys', 'revoke', String(created.json.id), '--json');
+      expect(revoked.code).toBe(0);
+      expect(revoked.json).toMatchObject({ id: created.json.id });
+      expect(revoked.json.revokedAt).toMatch(ISO_MS);
+      const fresh = await createTestApp(kind, {}, ts);
+      expect((await fresh.call({ method: 'GET', url: '/api/v1/lists', auth })).statusCode).toBe(401);
+      await fresh.app.close();
+    } finally {
+      await t.app.close();
+      await ts.store.close();
+    }
+  }, 60_000);
+
+  it('without --org a key goes to the default organisation', async () => {
+    const created = await cli('keys', 'create', '--name', 'd', '--permissions', 'sendEmails', '--json');
+    expect(created.code).toBe(0);
+    const again = await cli('keys', 'create', '--name', 'e', '--permissions', 'sendEmails', '--json');
+    expect(again.json.organizationId).toBe(created.json.organizationId);
+  }, 60_000);
+
+  it('a bad permission, a missing name or an unknown key exit non-zero with {error}', async () => {
+    const cases = [
+      ['keys', 'create', '--name', 'k', '--permissions', 'readEverything'],
+      ['keys', 'create', '--permissions', 'readContacts'],
+      ['keys', 'revoke', 'no-such-key'],
+      ['orgs', 'create'],
+      ['nonsense'],
+    ];
+    // Independent processes: run them side by side to keep the suite quick.
+    const results = await Promise.all(cases.map((args) => cli(...args, '--json')));
+    results.forEach((res, i) => {
+      expect(res.code, cases[i]!.join(' ')).not.toBe(0);
+      expect(Object.keys(res.json)).toEqual(['error']);
+      expect(typeof res.json.error).toBe('string');
+    });
+  }, 60_000);
+
+  async function openSameStore() {
+    const { createStore } = await import('../../src/store/store.js');
+    const store = createStore({ databaseUrl, dataDir });
+    return { kind, store, dataDir, databaseUrl, reopen: () => store, destroy: async () => {} };
+  }
+});
