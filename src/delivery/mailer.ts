@@ -148,14 +148,23 @@ export class SmtpMailer implements Mailer {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
         return { accepted: [], rejected: e.rejectedErrors.map(toFailure), response: e.response ?? e.message };
       }
-      const permanent = typeof e.responseCode === 'number' && e.responseCode >= 500;
-      throw new DeliveryError(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`, permanent);
+      throw new DeliveryError(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`, isPermanent(e));
     }
   }
 
   async close(): Promise<void> {
     this.transport.close();
   }
+}
+
+/**
+ * Only a refusal of this message (its envelope or its data) is final. A 5xx to AUTH, EHLO or the greeting
+ * says the relay or its credentials are wrong, which an operator can fix: those emails wait, they do not fail.
+ */
+function isPermanent(e: SmtpError): boolean {
+  if (e.code !== 'EENVELOPE' && e.code !== 'EMESSAGE') return false;
+  // No reply code: nodemailer refused the message itself (an invalid address, too large for the relay).
+  return typeof e.responseCode !== 'number' || e.responseCode >= 500;
 }
 
 function toFailure(e: SmtpError): RecipientFailure {
@@ -196,6 +205,13 @@ export class FileOutboxMailer implements Mailer {
       await handle.close();
     }
     await rename(tmp, file);
+    // The rename is durable only once the directory entry is on disk too.
+    const dir = await open(this.dir, 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
     return { accepted: message.recipients, rejected: [], response: `written to ${file}` };
   }
 

@@ -113,23 +113,6 @@ export class DeliveryWorker {
     }
   }
 
-  /** Waits until nothing is due or in flight; for tests and the CLI. */
-  async drain(): Promise<void> {
-    for (;;) {
-      await this.tick();
-      if (this.inflight.size === 0) {
-        const due = await this.o.store.db
-          .selectFrom('emails')
-          .select('id')
-          .where('next_attempt_at', '<=', this.o.clock.now().toISOString())
-          .limit(1)
-          .execute();
-        if (due.length === 0) return;
-      }
-      await Promise.race([...this.inflight, new Promise((r) => setTimeout(r, 20))]);
-    }
-  }
-
   private tick(): Promise<void> {
     this.ticking ??= this.claimAndSend().finally(() => {
       this.ticking = undefined;

@@ -59,17 +59,20 @@ export async function getEmail(t: TestApp, auth: string, id: string): Promise<Em
   return res.json() as EmailView;
 }
 
-/** Waits until the email reaches a final status (sent or failed) and returns it. */
-export function settled(t: TestApp, auth: string, id: string, timeoutMs = 15_000): Promise<EmailView> {
+/** Waits until the email has one of `statuses` and returns it. */
+export function untilStatus(t: TestApp, auth: string, id: string, ...statuses: string[]): Promise<EmailView> {
   return eventually(
     async () => {
       const email = await getEmail(t, auth, id);
-      return email.status === 'sent' || email.status === 'failed' ? email : undefined;
+      return statuses.includes(email.status) ? email : undefined;
     },
-    timeoutMs,
-    `email ${id} to be sent or failed`,
+    15_000,
+    `email ${id} to be ${statuses.join(' or ')}`,
   );
 }
+
+/** Waits until the email reaches a final status (sent or failed) and returns it. */
+export const settled = (t: TestApp, auth: string, id: string) => untilStatus(t, auth, id, 'sent', 'failed');
 
 export const basicEmail = (to: string, extra: Record<string, unknown> = {}) => ({
   to: [to],

@@ -5,7 +5,16 @@ import { SmtpMailer } from '../../src/delivery/mailer.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { eventually, freePort, startSilentRelay, startSmtpSink } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
-import { MAIL_FROM, basicEmail, getEmail, sendEmail, settled, startWorker, useDelivery } from './harness.js';
+import {
+  MAIL_FROM,
+  basicEmail,
+  getEmail,
+  sendEmail,
+  settled,
+  startWorker,
+  untilStatus,
+  useDelivery,
+} from './harness.js';
 
 const types = (events: { type: string }[]) => events.map((e) => e.type);
 
@@ -89,10 +98,7 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
       subject: 'x',
       text: 'x',
     });
-    const deferred = await eventually(async () => {
-      const e = await getEmail(d.t, d.auth, waiting);
-      return e.status === 'deferred' ? e : undefined;
-    });
+    const deferred = await untilStatus(d.t, d.auth, waiting, 'deferred');
     expect(deferred.recipients.map((r) => r.status)).toEqual(['failed', 'deferred']);
     // Attempts run out (maxAttempts 6): the waiting recipient fails too, with the reason.
     const final = await settled(d.t, d.auth, waiting);
@@ -167,10 +173,7 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       const worker = startWorker(t, mailer, { retryBaseMs: 60_000 });
       try {
         const id = await sendEmail(t, auth, basicEmail('silent@example.org'));
-        const email = await eventually(async () => {
-          const e = await getEmail(t, auth, id);
-          return e.status === 'deferred' ? e : undefined;
-        });
+        const email = await untilStatus(t, auth, id, 'deferred');
         expect(email.attempts).toBe(1);
         expect(email.lastError).toMatch(/ETIMEDOUT/);
         const row = await t.ts.store.db
@@ -193,15 +196,39 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       const worker = startWorker(t, mailer, { retryBaseMs: 60_000 });
       try {
         const id = await sendEmail(t, auth, basicEmail('quiet@example.org'));
-        const email = await eventually(async () => {
-          const e = await getEmail(t, auth, id);
-          return e.status === 'deferred' ? e : undefined;
-        });
+        const email = await untilStatus(t, auth, id, 'deferred');
         expect(email.lastError).toMatch(/ETIMEDOUT/);
         expect(email.recipients[0]?.status).toBe('deferred');
       } finally {
         await worker.stop();
         await mailer.close();
+        await sink.close();
+      }
+    }));
+
+  it('authenticates to the relay, and only defers (never fails) mail when the credentials are refused', () =>
+    withApp(async (t, auth) => {
+      const sink = await startSmtpSink({ credentials: { user: 'relay user', pass: 'p@ss:word' } });
+      const good = new SmtpMailer({ url: `smtp://relay%20user:p%40ss%3Aword@127.0.0.1:${sink.port}` });
+      const bad = new SmtpMailer({ url: `smtp://relay%20user:wrong@127.0.0.1:${sink.port}` });
+      const badWorker = startWorker(t, bad, { retryBaseMs: 60_000 });
+      try {
+        const id = await sendEmail(t, auth, basicEmail('auth@example.org'));
+        const deferred = await untilStatus(t, auth, id, 'deferred');
+        expect(deferred.lastError).toMatch(/535/);
+        await badWorker.stop();
+        // The operator fixes the credentials; a clock two minutes on makes the retry due without waiting.
+        const goodWorker = startWorker(t, good, { clock: { now: () => new Date(Date.now() + 120_000) } });
+        try {
+          expect((await settled(t, auth, id)).status).toBe('sent');
+          expect(sink.deliveredTo('auth@example.org')).toHaveLength(1);
+        } finally {
+          await goodWorker.stop();
+        }
+      } finally {
+        await badWorker.stop();
+        await good.close();
+        await bad.close();
         await sink.close();
       }
     }));

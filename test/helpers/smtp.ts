@@ -24,6 +24,8 @@ export interface SinkOptions {
   onData?: (raw: Buffer, envelope: SinkMessage['envelope']) => SmtpReply | undefined;
   /** Answer to MAIL FROM; nothing means accepted. */
   onMailFrom?: (address: string) => SmtpReply | undefined;
+  /** Require AUTH with these credentials (over plain TCP, as on a trusted local relay). */
+  credentials?: { user: string; pass: string };
   /** Milliseconds to wait before answering the data, to keep sends in flight. */
   dataDelayMs?: number;
 }
@@ -52,7 +54,13 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
   const messages: SinkMessage[] = [];
   const server = new SMTPServer({
     logger: false,
-    authOptional: true,
+    authOptional: !options.credentials,
+    allowInsecureAuth: true,
+    onAuth(auth, _session, callback) {
+      const c = options.credentials;
+      if (c && auth.username === c.user && auth.password === c.pass) return callback(null, { user: c.user });
+      callback(replyError({ code: 535, message: 'Authentication credentials invalid' }));
+    },
     disabledCommands: ['STARTTLS'],
     // A reverse DNS lookup per connection can stall for seconds where DNS is slow or absent.
     disableReverseLookup: true,
