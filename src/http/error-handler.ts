@@ -50,6 +50,11 @@ function classify(err: unknown): AppError {
   return new AppError('INTERNAL', 'Internal server error');
 }
 
+/** The emails family is /api/v1/emails and below; /api/v1/emailsX is an unknown route of no family. */
+export function isEmailsPath(url: string): boolean {
+  return /^\/api\/v1\/emails(?:[/?#]|$)/.test(url);
+}
+
 export function renderError(
   err: unknown,
   url: string,
@@ -59,7 +64,7 @@ export function renderError(
   const status = (appErr as AppError & { overrideStatus?: number }).overrideStatus ?? STATUS[appErr.code];
   // Key order matters to readers: success first, as in the spec's examples.
   const body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } =
-    url.startsWith('/api/v1/emails') ? { error: appErr.message } : { success: false, error: appErr.message };
+    isEmailsPath(url) ? { error: appErr.message } : { success: false, error: appErr.message };
   if (appErr.details && appErr.details.length > 0) body.details = appErr.details;
   if (status >= 500) body.requestId = requestId;
   return { status, body };

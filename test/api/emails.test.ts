@@ -1,7 +1,7 @@
 // Emails: the send answer, the stored record, paging and the status filter, and the numeric bounds.
 import { describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
-import { ISO_MS, UUID, expect400, expectError, useApp, x } from '../helpers/api.js';
+import { ISO_MS, UUID, addressOfLength, expect400, expectError, useApp, x } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
 
 const base = { to: 'a@example.com', subject: 'Hi', text: 'Hello' };
@@ -114,7 +114,42 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect400(await page({ page: '0' }), 'emails', ['page']);
   });
 
+  it('Idempotency-Key: the same body answers the first response, another body is a 409', async () => {
+    const { auth: own } = await t.newKey();
+    const post = (payload: object, key: string) =>
+      t.call({
+        method: 'POST',
+        url: '/api/v1/emails',
+        auth: own,
+        payload,
+        headers: { 'idempotency-key': key },
+      });
+    const first = await post(base, 'k-1');
+    const again = await post({ ...base }, 'k-1');
+    expect(again.statusCode).toBe(200);
+    expect(again.json()).toEqual(first.json());
+    expectError(await post({ ...base, subject: 'other' }, 'k-1'), 409, 'emails');
+    const list = await t.call({ method: 'GET', url: '/api/v1/emails', auth: own });
+    expect(list.json().pagination.total).toBe(1);
+    expect((await post(base, 'k-2')).json().id).not.toBe(first.json().id);
+    expect400(await post(base, x(257)), 'emails', ['idempotency-key']);
+    expect((await post(base, x(256))).statusCode).toBe(200);
+  });
+
+  it('from outside the MAIL_FROM domain is replaced by MAIL_FROM', async () => {
+    const { id } = (await send({ ...base, from: 'Boss <boss@elsewhere.example>' })).json();
+    const got = await t.call({ method: 'GET', url: `/api/v1/emails/${id}`, auth });
+    expect(got.json().from).toBe('Mailroom <noreply@localhost>');
+    expect400(await send({ ...base, from: 'not an address' }), 'emails', ['from']);
+  });
+
   describe('bounds', () => {
+    it('an address of 254 characters is accepted, 255 refused', async () => {
+      expect((await send({ ...base, to: addressOfLength(254) })).statusCode).toBe(200);
+      expect400(await send({ ...base, to: [base.to, addressOfLength(255)] }), 'emails', ['to[1]']);
+      expect400(await send({ ...base, cc: `Name <${addressOfLength(255)}>` }), 'emails', ['cc']);
+    });
+
     it('subject 998 accepted, 999 refused; empty refused', async () => {
       expect((await send({ ...base, subject: x(998) })).statusCode).toBe(200);
       expect400(await send({ ...base, subject: x(999) }), 'emails', ['subject']);

@@ -1,0 +1,89 @@
+// Pure rules: address parsing, field paths in error details, the emails family of paths, LIKE escaping.
+import { describe, expect, it } from 'vitest';
+import { parseMailbox, isValidEmail, formatMailbox } from '../../src/validation/addresses.js';
+import { fieldPath } from '../../src/validation/ajv.js';
+import { isEmailsPath, renderError } from '../../src/http/error-handler.js';
+import { emailBodyRules } from '../../src/emails/emails.rules.js';
+import { createRules, updateRules, mergeFields } from '../../src/contacts/contacts.rules.js';
+import { AppError } from '../../src/errors.js';
+import { addressOfLength } from '../helpers/api.js';
+
+describe('addresses', () => {
+  it.each([
+    ['a@example.com', { name: undefined, address: 'a@example.com' }],
+    ['  Ann <ann@example.com> ', { name: 'Ann', address: 'ann@example.com' }],
+    ['"Doe, Jane" <jane@example.com>', { name: 'Doe, Jane', address: 'jane@example.com' }],
+    ['<bare@example.com>', { name: undefined, address: 'bare@example.com' }],
+  ])('parses %j', (input, expected) => {
+    expect(parseMailbox(input)).toEqual(expected);
+  });
+
+  it.each([
+    'a@localhost',
+    '"q"@example.com',
+    'a@example.com (c)',
+    'g: a@example.com;',
+    'a,b@example.com',
+    'N\n<a@example.com>',
+  ])('refuses %j', (input) => {
+    expect(typeof parseMailbox(input)).toBe('string');
+  });
+
+  it('bounds an address at 254 characters', () => {
+    expect(isValidEmail(addressOfLength(254))).toBe(true);
+    expect(isValidEmail(addressOfLength(255))).toBe(false);
+  });
+
+  it('quotes display names only when needed', () => {
+    expect(formatMailbox({ name: 'Ann', address: 'a@example.com' })).toBe('Ann <a@example.com>');
+    expect(formatMailbox({ name: 'Doe, "J"', address: 'a@example.com' })).toBe(
+      '"Doe, \\"J\\"" <a@example.com>',
+    );
+  });
+});
+
+describe('field paths', () => {
+  it.each([
+    ['/to/1', undefined, 'to[1]'],
+    ['/tags/0', 'value', 'tags[0].value'],
+    ['/customFields/plan', undefined, 'customFields.plan'],
+    ['/headers/a~1b', undefined, 'headers.a/b'],
+    ['', 'contactIds', 'contactIds'],
+  ])('%s + %s is %s', (pointer, child, expected) => {
+    expect(fieldPath(pointer, child)).toBe(expected);
+  });
+});
+
+describe('error bodies', () => {
+  it('picks the family by path', () => {
+    expect(isEmailsPath('/api/v1/emails')).toBe(true);
+    expect(isEmailsPath('/api/v1/emails/x?y')).toBe(true);
+    expect(isEmailsPath('/api/v1/emails?page=1')).toBe(true);
+    expect(isEmailsPath('/api/v1/emailsx')).toBe(false);
+    expect(renderError(new AppError('NOT_FOUND', 'x'), '/api/v1/lists', 'r').body).toEqual({
+      success: false,
+      error: 'x',
+    });
+  });
+
+  it('shows a 500 only as a request id', () => {
+    const { status, body } = renderError(new Error('select * from secrets'), '/api/v1/emails', 'req-1');
+    expect(status).toBe(500);
+    expect(body).toEqual({ error: 'Internal server error', requestId: 'req-1' });
+  });
+});
+
+describe('rules beside the schema', () => {
+  it('email rules tolerate wrong types and report what they can', () => {
+    const fields = emailBodyRules({ to: ['ok@example.com', 7, 'bad'], subject: 1, headers: { Bcc: 1 } });
+    expect(fields.map((d) => d.field).sort()).toEqual(['headers.Bcc', 'html', 'to[2]']);
+  });
+
+  it('contact rules', () => {
+    expect(createRules({ email: ' a@example.com ' })).toEqual([]);
+    expect(createRules({ email: 'a@b' }).map((d) => d.field)).toEqual(['email']);
+    expect(updateRules({ email: 'a@example.com' }).map((d) => d.field)).toEqual(['body']);
+    expect(updateRules({ id: 'x', email: 'a@example.com' })).toEqual([]);
+    expect(mergeFields({ a: 1, b: 2 }, { a: null, c: 'x' })).toEqual({ b: 2, c: 'x' });
+  });
+});
