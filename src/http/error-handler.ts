@@ -63,8 +63,11 @@ export function renderError(
   const appErr = classify(err);
   const status = (appErr as AppError & { overrideStatus?: number }).overrideStatus ?? STATUS[appErr.code];
   // Key order matters to readers: success first, as in the spec's examples.
-  const body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } =
-    isEmailsPath(url) ? { error: appErr.message } : { success: false, error: appErr.message };
+  const body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } = isEmailsPath(
+    url,
+  )
+    ? { error: appErr.message }
+    : { success: false, error: appErr.message };
   if (appErr.details && appErr.details.length > 0) body.details = appErr.details;
   if (status >= 500) body.requestId = requestId;
   return { status, body };
