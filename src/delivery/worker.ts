@@ -10,8 +10,9 @@ import {
   insertEvents,
 } from '../emails/emails.repository.js';
 import type { EmailRow } from '../store/schema.js';
-import type { Executor, Store } from '../store/store.js';
-import type { Mailer } from './mailer.js';
+import type { Store } from '../store/store.js';
+import { BatchWriter } from './batch-writer.js';
+import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import * as queue from './queue.repository.js';
 import { retryDelayMs } from './retry.js';
@@ -28,6 +29,11 @@ export interface WorkerOptions {
   /** How long a claim lasts unless renewed; a crashed worker's emails are sent again after at most this. */
   leaseMs?: number;
   pollMs?: number;
+  /**
+   * A send that has not settled by then counts as a temporary failure, so a relay that trickles bytes
+   * forever (never tripping the socket timeout) cannot hold a renewed lease forever.
+   */
+  sendTimeoutMs?: number;
   random?: () => number;
 }
 
@@ -36,24 +42,17 @@ export interface WorkerOptions {
  * it, so a slow relay never makes a send look abandoned.
  */
 export const DEFAULT_LEASE_MS = 20_000;
-
-type RecordWrite = (trx: Executor) => Promise<boolean>;
-
-interface PendingRecord {
-  write: RecordWrite;
-  resolve: (recorded: boolean) => void;
-  reject: (err: unknown) => void;
-}
+export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
 
 export class DeliveryWorker {
   readonly owner = randomUUID();
   private readonly leaseMs: number;
   private readonly pollMs: number;
+  private readonly sendTimeoutMs: number;
   private inflight = new Set<Promise<void>>();
   /** Emails this worker holds a lease on, for renewal. */
   private leased = new Set<string>();
-  private records: PendingRecord[] = [];
-  private recording = false;
+  private readonly results: BatchWriter;
   private timer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private running = false;
@@ -64,6 +63,8 @@ export class DeliveryWorker {
   constructor(private readonly o: WorkerOptions) {
     this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
+    this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
+    this.results = new BatchWriter(o.store);
   }
 
   start(): void {
@@ -198,7 +199,7 @@ export class DeliveryWorker {
     let verdicts = new Map<number, Verdict>();
     if (pending.length > 0) {
       try {
-        verdicts = judgeResult(pending, await this.o.mailer.send(toMessage(email, pending)));
+        verdicts = judgeResult(pending, await this.sendBounded(toMessage(email, pending)));
       } catch (err) {
         verdicts = judgeFailure(pending, err);
       }
@@ -208,6 +209,21 @@ export class DeliveryWorker {
     } catch (err) {
       // The lease runs out and the email is claimed again; recipients already recorded are not re-sent.
       log.error({ err }, 'delivery: recording the result failed');
+    }
+  }
+
+  private async sendBounded(message: OutgoingMessage): Promise<DeliveryResult> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new DeliveryError(`send did not finish within ${this.sendTimeoutMs} ms`, false)),
+        this.sendTimeoutMs,
+      );
+    });
+    try {
+      return await Promise.race([this.o.mailer.send(message), timeout]);
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -229,7 +245,7 @@ export class DeliveryWorker {
       .filter((type) => details[type] !== undefined)
       .map((type) => ({ id: this.o.ids.next(), email_id: email.id, type, at, detail: details[type]! }));
 
-    const recorded = await this.enqueueRecord(async (trx) => {
+    const recorded = await this.results.write(async (trx) => {
       const held = await queue.finishAttempt(
         trx,
         { emailId: email.id, owner: this.owner, attempts },
@@ -249,35 +265,6 @@ export class DeliveryWorker {
     else if (status === 'sent') log.info('delivered');
     else if (status === 'deferred') log.warn({ nextAttempt, lastError }, 'deferred');
     else log.warn({ lastError }, 'failed');
-  }
-
-  /** Results that finish together are written in one transaction rather than one commit each. */
-  private enqueueRecord(write: RecordWrite): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => {
-      this.records.push({ write, resolve, reject });
-      if (!this.recording) {
-        this.recording = true;
-        setImmediate(() => void this.flushRecords());
-      }
-    });
-  }
-
-  private async flushRecords(): Promise<void> {
-    while (this.records.length > 0) {
-      const batch = this.records.splice(0, 100);
-      try {
-        const results = await this.o.store.write(async (trx) => {
-          const out: boolean[] = [];
-          for (const r of batch) out.push(await r.write(trx));
-          return out;
-        });
-        batch.forEach((r, i) => r.resolve(results[i]!));
-      } catch {
-        // One bad result must not sink the others: write them one by one.
-        for (const r of batch) await this.o.store.write(r.write).then(r.resolve, r.reject);
-      }
-    }
-    this.recording = false;
   }
 
   private async cleanupIdempotency(): Promise<void> {

@@ -189,6 +189,22 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       }
     }));
 
+  it('defers a send that outlasts the worker bound even when the SMTP timeouts are long', () =>
+    withApp(async (t, auth) => {
+      const relay = await startSilentRelay();
+      const mailer = new SmtpMailer({ url: `smtp://127.0.0.1:${relay.port}` });
+      const worker = startWorker(t, mailer, { retryBaseMs: 60_000, sendTimeoutMs: 300 });
+      try {
+        const id = await sendEmail(t, auth, basicEmail('slow@example.org'));
+        const email = await untilStatus(t, auth, id, 'deferred');
+        expect(email.lastError).toMatch(/did not finish/);
+      } finally {
+        await worker.stop();
+        await mailer.close();
+        await relay.close();
+      }
+    }));
+
   it('defers when the relay goes quiet after the message data (socket timeout)', () =>
     withApp(async (t, auth) => {
       const sink = await startSmtpSink({ dataDelayMs: 3_000 });
