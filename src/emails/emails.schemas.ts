@@ -15,8 +15,9 @@ const Mailbox = Type.String({
   maxLength: 1000,
   description: '`a@b.example` or `Name <a@b.example>`',
 });
-const Mailboxes = (max: number) =>
-  Type.Union([Mailbox, Type.Array(Mailbox, { minItems: 1, maxItems: max })], {
+// `to` needs a recipient; an empty cc, bcc or replyTo array simply means none, as clients often send it.
+const Mailboxes = (max: number, minItems = 0) =>
+  Type.Union([Mailbox, Type.Array(Mailbox, { minItems, maxItems: max })], {
     description: `One address, or an array of at most ${max}`,
   });
 
@@ -32,7 +33,7 @@ export const SendEmailBody = withRules(
   Type.Object(
     {
       from: Type.Optional(Mailbox),
-      to: Mailboxes(MAX_TO),
+      to: Mailboxes(MAX_TO, 1),
       subject: Type.String({ minLength: 1, maxLength: 998 }),
       html: Type.Optional(Type.String()),
       text: Type.Optional(Type.String()),

@@ -160,6 +160,7 @@ describe.each(storeKinds())('emails on %s', (kind) => {
       expect((await send({ ...base, to: many(50) })).statusCode).toBe(200);
       expect400(await send({ ...base, to: many(51) }), 'emails', ['to']);
       expect400(await send({ ...base, to: [] }), 'emails', ['to']);
+      expect((await send({ ...base, cc: [], bcc: [], replyTo: [] })).statusCode).toBe(200);
     });
 
     it('cc + bcc: 50 together accepted, 51 refused', async () => {
