@@ -73,7 +73,7 @@ export function createServices(deps: AppDeps): Services {
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
 /** Every API route and the permission it needs, in one table. */
-function routeTable(s: Services): [Method, string, Permission, AnyEndpoint][] {
+export function routeTable(s: Services): [Method, string, Permission, AnyEndpoint][] {
   const lists = listsEndpoints(s.lists);
   const contacts = contactsEndpoints(s.contacts);
   const emails = emailsEndpoints(s.emails);

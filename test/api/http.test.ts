@@ -1,5 +1,6 @@
 // The HTTP envelope: unknown routes, content types, bad JSON, body limit, rate-limit headers and 429.
 import { describe, expect, it } from 'vitest';
+import { routeTable } from '../../src/app.js';
 import type { TestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
@@ -102,28 +103,14 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(res.statusCode).toBe(200);
     const doc = res.json();
     expect(doc.openapi).toMatch(/^3\.1\./);
-    const routes = [
-      'get /api/v1/lists',
-      'post /api/v1/lists',
-      'get /api/v1/lists/{id}',
-      'put /api/v1/lists/{id}',
-      'delete /api/v1/lists/{id}',
-      'post /api/v1/lists/{id}/contacts',
-      'delete /api/v1/lists/{id}/contacts',
-      'get /api/v1/contacts',
-      'post /api/v1/contacts',
-      'put /api/v1/contacts',
-      'delete /api/v1/contacts',
-      'post /api/v1/emails',
-      'get /api/v1/emails',
-      'get /api/v1/emails/{id}',
-    ];
+    const routes = routeTable(t.services).map(
+      ([method, url]) => `${method.toLowerCase()} ${url.replace(/:(\w+)/g, '{$1}')}`,
+    );
+    expect(routes).toHaveLength(14);
     const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(
       ([path, ops]) => Object.keys(ops).map((m) => `${m} ${path}`),
     );
     expect(documented.sort()).toEqual(expect.arrayContaining(routes));
-    const appRoutes = t.app.printRoutes({ commonPrefix: false });
-    expect(appRoutes).toContain('/api/v1/lists');
     expect(doc.paths['/api/v1/contacts'].post.requestBody).toBeDefined();
   });
 });
