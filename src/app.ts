@@ -156,8 +156,9 @@ export async function buildApp(
 
   // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
   // reported by the permission check, after the rate-limit headers are set.
+  // Unknown /api/ routes look the key up too, so a keyed client's 404s count against its key, not its address.
   app.addHook('onRequest', async (req) => {
-    if (!req.routeOptions.config.permission) return;
+    if (!req.routeOptions.config.permission && !req.url.startsWith('/api/')) return;
     const match = BEARER.exec(req.headers.authorization ?? '');
     if (!match) return;
     try {

@@ -134,7 +134,10 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     const mail = await t.call({ method: 'GET', url: '/api/v1/emails', auth });
     expectError(mail, 429, 'emails');
     const other = (await t.newKey()).auth;
-    expect((await get(other)).statusCode).toBe(200);
+    expect((await get(other)).headers['x-ratelimit-remaining']).toBe('2');
+    const missing = await t.call({ method: 'GET', url: '/api/v1/nothing', auth: other });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.headers['x-ratelimit-remaining']).toBe('1');
     expect((await t.call({ method: 'GET', url: '/health' })).statusCode).toBe(200);
   });
 
