@@ -96,7 +96,8 @@ export function routeTable(s: Services): [Method, string, Permission, AnyEndpoin
   return table;
 }
 
-const BEARER = /^Bearer ([^\s]+)$/;
+// The auth scheme is case-insensitive (RFC 7235), the key itself is not.
+const BEARER = /^Bearer ([^\s]+)$/i;
 
 export async function buildApp(
   deps: AppDeps,

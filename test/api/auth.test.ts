@@ -63,6 +63,16 @@ describe.each(storeKinds())('auth on %s', (kind) => {
     expect([200, 201, 404]).toContain(ok.statusCode);
   });
 
+  it('the Bearer scheme is case-insensitive, the key is not', async () => {
+    const key = auth.slice('Bearer '.length);
+    const get = (authorization: string) =>
+      t.call({ method: 'GET', url: '/api/v1/lists', headers: { authorization } });
+    expect((await get(`bearer ${key}`)).statusCode).toBe(200);
+    expect((await get(`BEARER ${key}`)).statusCode).toBe(200);
+    expectError(await get(`Bearer ${key.toUpperCase()}`), 401, 'contacts');
+    expectError(await get(`Bearer  ${key}`), 401, 'contacts');
+  });
+
   it('a key in the query string is not accepted', async () => {
     const key = auth.slice('Bearer '.length);
     for (const q of ['api_key', 'key', 'access_token', 'token', 'apiKey']) {
