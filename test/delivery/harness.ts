@@ -11,6 +11,8 @@ import type { StoreKind } from '../helpers/stores.js';
 
 export const FAST_RETRY_MS = 50;
 export const MAIL_FROM = 'Mailroom <noreply@mailroom.test>';
+/** Tests poll the API for statuses; the per-key rate limit is not what they are about. */
+export const TEST_ENV = { MAIL_FROM, RATE_LIMIT_PER_MINUTE: '10000000' };
 
 export function startWorker(
   t: TestApp,
@@ -71,6 +73,18 @@ export function untilStatus(t: TestApp, auth: string, id: string, ...statuses: s
   );
 }
 
+/** Waits until `count` of this key's emails have `status`. */
+export function untilCount(t: TestApp, auth: string, status: string, count: number): Promise<true> {
+  return eventually(
+    async () => {
+      const res = await t.call({ method: 'GET', url: `/api/v1/emails?status=${status}&limit=1`, auth });
+      return (res.json() as { pagination: { total: number } }).pagination.total === count;
+    },
+    20_000,
+    `${count} emails to be ${status}`,
+  );
+}
+
 /** Waits until the email reaches a final status (sent or failed) and returns it. */
 export const settled = (t: TestApp, auth: string, id: string) => untilStatus(t, auth, id, 'sent', 'failed');
 
@@ -102,7 +116,7 @@ export function useDelivery(
 ): DeliveryContext {
   const ctx = { script: {} } as DeliveryContext;
   beforeAll(async () => {
-    ctx.t = await createTestApp(kind, { MAIL_FROM });
+    ctx.t = await createTestApp(kind, TEST_ENV);
     ctx.sink = await startSmtpSink(ctx.script);
     ctx.mailer = new SmtpMailer({ ...options.mailer, url: ctx.sink.url });
     ctx.worker = startWorker(ctx.t, ctx.mailer, options.worker);

@@ -1,17 +1,19 @@
 // How the relay's answers become statuses: temporary failures retried, permanent ones final, per recipient,
 // and nothing lost while the relay is down, hangs, or the worker stops mid-send.
 import { describe, expect, it } from 'vitest';
-import { SmtpMailer } from '../../src/delivery/mailer.js';
+import { type Mailer, SmtpMailer } from '../../src/delivery/mailer.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
+import { pool } from '../helpers/process.js';
 import { eventually, freePort, startSilentRelay, startSmtpSink } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
 import {
-  MAIL_FROM,
+  TEST_ENV,
   basicEmail,
   getEmail,
   sendEmail,
   settled,
   startWorker,
+  untilCount,
   untilStatus,
   useDelivery,
 } from './harness.js';
@@ -107,6 +109,40 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(final.recipients[1]!.response).toMatch(/452.*gave up after 6 attempts/);
   });
 
+  it('shares the queue between two workers on separate connections without sending anything twice', async () => {
+    const other = d.t.ts.reopen();
+    const sends = new Map([
+      [0, 0],
+      [1, 0],
+    ]);
+    const counting = (n: number): Mailer => ({
+      description: d.mailer.description,
+      close: async () => undefined,
+      send: (message) => {
+        sends.set(n, sends.get(n)! + 1);
+        return d.mailer.send(message);
+      },
+    });
+    await d.worker.stop();
+    const first = startWorker(d.t, counting(0));
+    const second = startWorker({ ...d.t, ts: { ...d.t.ts, store: other } }, counting(1));
+    try {
+      const { auth } = await d.t.newKey();
+      await pool(100, 10, (i) => sendEmail(d.t, auth, basicEmail(`pair${i}@example.org`)));
+      await untilCount(d.t, auth, 'sent', 100);
+      expect(d.sink.messages).toHaveLength(100);
+      expect(new Set(d.sink.messages.map((m) => m.messageId)).size).toBe(100);
+      // Both took a share of the work.
+      expect(sends.get(0)! + sends.get(1)!).toBe(100);
+      expect(Math.min(...sends.values())).toBeGreaterThan(0);
+    } finally {
+      await first.stop();
+      await second.stop();
+      await other.close();
+      d.worker = startWorker(d.t, d.mailer, { maxAttempts: 6 });
+    }
+  });
+
   it('lets in-flight sends finish when the worker stops, and loses nothing', async () => {
     d.script.dataDelayMs = 300;
     const ids = await Promise.all(
@@ -126,7 +162,7 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
 
 describe.each(storeKinds())('relay outages on %s', (kind) => {
   async function withApp(fn: (t: TestApp, auth: string) => Promise<void>): Promise<void> {
-    const t = await createTestApp(kind, { MAIL_FROM });
+    const t = await createTestApp(kind, TEST_ENV);
     try {
       await fn(t, (await t.newKey()).auth);
     } finally {
