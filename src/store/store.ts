@@ -44,6 +44,23 @@ function openSqlite(file: string, synchronous: string, readonly: boolean): Bette
   conn.pragma('busy_timeout = 10000');
   conn.pragma('foreign_keys = ON');
   if (readonly) conn.pragma('query_only = ON');
+  return withStatementCache(conn);
+}
+
+/** kysely prepares every query anew; the same SQL text reuses its compiled statement instead. */
+function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Database {
+  const cache = new Map<string, BetterSqlite3.Statement>();
+  const prepare = conn.prepare.bind(conn);
+  conn.prepare = ((source: string) => {
+    let statement = cache.get(source);
+    if (!statement) {
+      statement = prepare(source);
+      // Query shapes are few; a flood of distinct texts (IN lists of every length) just starts over.
+      if (cache.size >= 1000) cache.clear();
+      cache.set(source, statement);
+    }
+    return statement;
+  }) as typeof conn.prepare;
   return conn;
 }
 
