@@ -154,7 +154,8 @@ export class DeliveryWorker {
     if (this.leased.size === 0) return;
     const leaseUntil = new Date(this.o.clock.now().getTime() + this.leaseMs).toISOString();
     try {
-      await this.o.store.write((trx) => queue.renewLeases(trx, this.owner, [...this.leased], leaseUntil));
+      // Through the result writer, so renewals and results never lock the same rows in opposite orders.
+      await this.results.write((trx) => queue.renewLeases(trx, this.owner, [...this.leased], leaseUntil));
     } catch (err) {
       this.o.logger.warn({ err }, 'delivery: renewing leases failed');
     }
