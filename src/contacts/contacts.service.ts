@@ -11,6 +11,7 @@ import {
   mergeFields,
   updateRules,
 } from './contacts.rules.js';
+import { findMaintainedCount } from './contact-counts.repository.js';
 import * as repo from './contacts.repository.js';
 
 export interface Contact {
@@ -103,10 +104,16 @@ export class ContactsService {
 
   async page(orgId: string, query: Page & repo.ContactFilter) {
     const { page, limit, ...filter } = query;
-    const [rows, total] = await Promise.all([
+    const [rows, maintained] = await Promise.all([
       repo.pageContacts(this.store.db, orgId, filter, { page, limit }),
-      repo.countContacts(this.store.db, orgId, filter),
+      findMaintainedCount(this.store.db, orgId, filter),
     ]);
+    // A short first page is the whole result: no need to count at all.
+    const total =
+      maintained ??
+      (page === 1 && rows.length < limit
+        ? rows.length
+        : await repo.countContacts(this.store.db, orgId, filter));
     return { contacts: rows.map(toContact), pagination: pagination({ page, limit }, total) };
   }
 

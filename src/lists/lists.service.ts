@@ -2,6 +2,7 @@ import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
 import { type Page, pagination } from '../http/schemas.js';
 import type { ListRow } from '../store/schema.js';
+import { isForeignKeyViolation } from '../store/dialect.js';
 import type { Executor, Store } from '../store/store.js';
 import * as repo from './lists.repository.js';
 
@@ -117,11 +118,6 @@ export class ListsService {
     if (!row) throw notFound(id);
     return row;
   }
-}
-
-function isForeignKeyViolation(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
 }
 
 function notFound(id: string): AppError {

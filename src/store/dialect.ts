@@ -18,6 +18,11 @@ export function isUniqueViolation(err: unknown): boolean {
   return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
 }
 
+export function isForeignKeyViolation(err: unknown): boolean {
+  const code = codeOf(err);
+  return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
+}
+
 /** Faults of the store itself (down, disk full, locked too long), as opposed to bugs in a query. */
 export function isStoreUnavailable(err: unknown): boolean {
   const code = codeOf(err);

@@ -3,6 +3,7 @@
 // pieces (count triggers, the trigram index) are chosen by the `dialect` argument.
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
+import { contactCounts } from './migrations-0002.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -221,7 +222,7 @@ function initial(dialect: DialectName): Migration {
 class StaticProvider implements MigrationProvider {
   constructor(private readonly dialect: DialectName) {}
   async getMigrations(): Promise<Record<string, Migration>> {
-    return { '0001_initial': initial(this.dialect) };
+    return { '0001_initial': initial(this.dialect), '0002_contact_counts': contactCounts(this.dialect) };
   }
 }
 

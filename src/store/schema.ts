@@ -107,6 +107,13 @@ export interface IdempotencyKeysTable {
   created_at: string;
 }
 
+export interface ContactCountsTable {
+  organization_id: string;
+  bucket: string;
+  shard: number;
+  n: number | string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   api_keys: ApiKeysTable;
@@ -118,6 +125,7 @@ export interface Database {
   email_recipients: EmailRecipientsTable;
   email_events: EmailEventsTable;
   idempotency_keys: IdempotencyKeysTable;
+  contact_counts: ContactCountsTable;
 }
 
 export type ListRow = Selectable<ListsTable>;

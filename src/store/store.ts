@@ -113,7 +113,9 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
         try {
           return await db.transaction().execute(fn);
         } catch (err) {
-          if (attempt >= 3 || !isRetryableConflict(err)) throw err;
+          // Deadlocks between writers that lock rows in different orders: back off a little, run again.
+          if (attempt >= 5 || !isRetryableConflict(err)) throw err;
+          await new Promise((r) => setTimeout(r, attempt * 10 + Math.random() * 20));
         }
       }
     },

@@ -1,0 +1,32 @@
+// Reads the counts that migration 0002's triggers maintain. Only single-bucket filters have one;
+// for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
+import type { Executor } from '../store/store.js';
+
+export interface CountableFilter {
+  email?: string | undefined;
+  tag?: string | undefined;
+  unsubscribed?: boolean | undefined;
+}
+
+function bucketOf(filter: CountableFilter): string | undefined {
+  if (filter.email !== undefined && filter.email !== '') return undefined;
+  if (filter.tag !== undefined) return filter.unsubscribed === undefined ? `tag:${filter.tag}` : undefined;
+  if (filter.unsubscribed !== undefined) return `unsubscribed:${filter.unsubscribed ? 1 : 0}`;
+  return 'all';
+}
+
+export async function findMaintainedCount(
+  db: Executor,
+  organizationId: string,
+  filter: CountableFilter,
+): Promise<number | undefined> {
+  const bucket = bucketOf(filter);
+  if (bucket === undefined) return undefined;
+  const row = await db
+    .selectFrom('contact_counts')
+    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
+    .where('organization_id', '=', organizationId)
+    .where('bucket', '=', bucket)
+    .executeTakeFirst();
+  return Number(row?.n ?? 0);
+}
