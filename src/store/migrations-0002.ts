@@ -39,54 +39,37 @@ export function contactCounts(dialect: DialectName): Migration {
         .addPrimaryKeyConstraint('contact_counts_pk', ['organization_id', 'bucket', 'shard'])
         .execute();
 
-      if (dialect === 'sqlite') {
-        await sql
-          .raw(`CREATE TRIGGER contacts_count_ins AFTER INSERT ON contacts BEGIN ${contactIns} END`)
-          .execute(db);
-        await sql
-          .raw(`CREATE TRIGGER contacts_count_del AFTER DELETE ON contacts BEGIN ${contactDel} END`)
-          .execute(db);
-        await sql
-          .raw(
-            `CREATE TRIGGER contacts_count_upd AFTER UPDATE OF unsubscribed ON contacts
-             WHEN OLD.unsubscribed <> NEW.unsubscribed BEGIN ${unsubUpd} END`,
-          )
-          .execute(db);
-        await sql
-          .raw(`CREATE TRIGGER contact_tags_count_ins AFTER INSERT ON contact_tags BEGIN ${tagIns} END`)
-          .execute(db);
-        await sql
-          .raw(`CREATE TRIGGER contact_tags_count_del AFTER DELETE ON contact_tags BEGIN ${tagDel} END`)
-          .execute(db);
-      } else {
-        const fn = (name: string, body: string) =>
-          sql.raw(
-            `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`,
-          );
-        await fn('contacts_count_ins', contactIns).execute(db);
-        await fn('contacts_count_del', contactDel).execute(db);
-        await fn('contacts_count_upd', unsubUpd).execute(db);
-        await fn('contact_tags_count_ins', tagIns).execute(db);
-        await fn('contact_tags_count_del', tagDel).execute(db);
-        const trigger = (name: string, when: string, table: string, fnName: string, cond = '') =>
-          sql.raw(
-            `CREATE TRIGGER ${name} AFTER ${when} ON ${table} FOR EACH ROW ${cond} EXECUTE FUNCTION ${fnName}()`,
-          );
-        await trigger('contacts_count_ins', 'INSERT', 'contacts', 'contacts_count_ins').execute(db);
-        await trigger('contacts_count_del', 'DELETE', 'contacts', 'contacts_count_del').execute(db);
-        await trigger(
+      const triggers: [name: string, event: string, table: string, body: string, when?: string][] = [
+        ['contacts_count_ins', 'INSERT', 'contacts', contactIns],
+        ['contacts_count_del', 'DELETE', 'contacts', contactDel],
+        [
           'contacts_count_upd',
           'UPDATE OF unsubscribed',
           'contacts',
-          'contacts_count_upd',
-          'WHEN (OLD.unsubscribed <> NEW.unsubscribed)',
-        ).execute(db);
-        await trigger('contact_tags_count_ins', 'INSERT', 'contact_tags', 'contact_tags_count_ins').execute(
-          db,
-        );
-        await trigger('contact_tags_count_del', 'DELETE', 'contact_tags', 'contact_tags_count_del').execute(
-          db,
-        );
+          unsubUpd,
+          'OLD.unsubscribed <> NEW.unsubscribed',
+        ],
+        ['contact_tags_count_ins', 'INSERT', 'contact_tags', tagIns],
+        ['contact_tags_count_del', 'DELETE', 'contact_tags', tagDel],
+      ];
+      for (const [name, event, table, body, when] of triggers) {
+        const condition = when ? `WHEN (${when})` : '';
+        if (dialect === 'sqlite') {
+          await sql
+            .raw(`CREATE TRIGGER ${name} AFTER ${event} ON ${table} ${condition} BEGIN ${body} END`)
+            .execute(db);
+        } else {
+          await sql
+            .raw(
+              `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`,
+            )
+            .execute(db);
+          await sql
+            .raw(
+              `CREATE TRIGGER ${name} AFTER ${event} ON ${table} FOR EACH ROW ${condition} EXECUTE FUNCTION ${name}()`,
+            )
+            .execute(db);
+        }
       }
 
       // Counts for data written before this migration.
