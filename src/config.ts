@@ -106,7 +106,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     deliveryRetryBaseMs: int(env, 'DELIVERY_RETRY_BASE_MS', 30_000, 1, 86_400_000),
     deliveryMaxAttempts: int(env, 'DELIVERY_MAX_ATTEMPTS', 12, 1, 100),
     deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),
-    deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', 5 * 60_000, 1000, 86_400_000),
+    deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', 30_000, 1000, 86_400_000),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     logLevel,
     sqliteSynchronous: sync,

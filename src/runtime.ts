@@ -36,7 +36,9 @@ export function openStore(config: Config): Store {
 }
 
 export function createMailer(config: Config): Mailer {
-  if (config.smtpUrl) return new SmtpMailer({ url: config.smtpUrl, dkim: config.dkim });
+  // Enough connections that claimed emails do not wait inside nodemailer while holding their leases.
+  const maxConnections = Math.min(config.deliveryConcurrency, 10);
+  if (config.smtpUrl) return new SmtpMailer({ url: config.smtpUrl, dkim: config.dkim, maxConnections });
   return new FileOutboxMailer(path.join(config.dataDir, 'outbox'), config.dkim);
 }
 
