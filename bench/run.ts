@@ -2,17 +2,17 @@
 // BENCHMARKS.md and bench/ratios.svg. Figures are never asserted anywhere: these machines are shared.
 //   ceiling (HTTP):     a bare Fastify JSON route in its own process
 //   ceiling (delivery): raw pooled nodemailer into the same local SMTP sink
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import nodemailer from 'nodemailer';
 import { type Sink, startSink } from './sink.js';
 import { renderChart } from './chart.js';
+import { writeSection } from './report.js';
+import { ROOT, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
 
-const ROOT = path.resolve(import.meta.dirname, '..');
 const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = 50;
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 2000);
@@ -28,35 +28,6 @@ export interface Row {
   unit: string;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-async function waitHealthy(url: string): Promise<number> {
-  const start = performance.now();
-  for (let i = 0; i < 400; i++) {
-    try {
-      if ((await fetch(url)).ok) return performance.now() - start;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`${url} never became healthy`);
-}
-
-function rssMiB(pid: number): number {
-  const status = execFileSync('cat', [`/proc/${pid}/status`]).toString();
-  const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-  return Math.round(kb / 1024);
-}
-
 type Cannon = Parameters<typeof autocannon>[0];
 
 async function cannon(opts: Partial<Cannon> & { url: string }) {
@@ -66,16 +37,6 @@ async function cannon(opts: Partial<Cannon> & { url: string }) {
     p99: result.latency.p99,
     errors: result.errors + result.non2xx + result.timeouts,
   };
-}
-
-function startChild(args: string[], env: Record<string, string>): ChildProcess {
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  child.stdout?.resume();
-  return child;
 }
 
 async function ceilingHttp(): Promise<{ rps: number; p99: number }> {
@@ -114,14 +75,6 @@ async function ceilingDelivery(sink: Sink): Promise<number> {
   await sink.waitFor(before + MESSAGES, 60_000);
   transport.close();
   return Math.round((MESSAGES / (performance.now() - start)) * 1000);
-}
-
-function cli(args: string[], env: Record<string, string>): Record<string, unknown> {
-  const out = execFileSync(process.execPath, ['bin/mailroom.js', ...args, '--json'], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-  });
-  return JSON.parse(out.toString().trim().split('\n').pop()!) as Record<string, unknown>;
 }
 
 async function main(): Promise<void> {
@@ -270,7 +223,7 @@ function writeReport(
 ): void {
   const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
   const lines = [
-    '# Benchmarks',
+    '## Throughput against the ceilings',
     '',
     `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench\` on ${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, store: ${process.env.BENCH_DATABASE_URL ? 'PostgreSQL' : 'SQLite (WAL, synchronous=FULL)'}.`,
     `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process, measured in the same run (${m.ceiling.rps} req/s, p99 ${m.ceiling.p99} ms). Delivery's ceiling is raw pooled nodemailer (5 connections) into the same local SMTP sink (${m.rawDelivery} msg/s). The machine is shared and noisy: compare ratios, not absolute numbers.`,
@@ -287,7 +240,7 @@ function writeReport(
     '![ratio to ceiling](bench/ratios.svg)',
     '',
   ];
-  writeFileSync(path.join(ROOT, 'BENCHMARKS.md'), lines.join('\n'));
+  writeSection('throughput', lines.join('\n'));
   writeFileSync(path.join(ROOT, 'bench', 'ratios.svg'), renderChart(rows));
   console.log(lines.join('\n'));
 }

@@ -1,4 +1,4 @@
-import { type SqlBool, sql } from 'kysely';
+import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import type { ContactRow } from '../store/schema.js';
 import { type DialectName, containsPattern, forUpdate } from '../store/dialect.js';
@@ -13,6 +13,27 @@ export interface ContactFilter {
 export async function insertContact(db: Executor, row: ContactRow, tags: string[]): Promise<void> {
   await db.insertInto('contacts').values(row).execute();
   await insertTags(db, row, tags);
+}
+
+/** Many contacts in two statements (seeding, imports); rows must fit the store's parameter limit. */
+export async function insertContacts(
+  db: Executor,
+  rows: { row: ContactRow; tags: string[] }[],
+): Promise<void> {
+  if (rows.length === 0) return;
+  await db
+    .insertInto('contacts')
+    .values(rows.map((r) => r.row))
+    .execute();
+  const tags = rows.flatMap(({ row, tags }) =>
+    tags.map((tag) => ({
+      contact_id: row.id,
+      organization_id: row.organization_id,
+      tag,
+      contact_created_at: row.created_at,
+    })),
+  );
+  if (tags.length > 0) await db.insertInto('contact_tags').values(tags).execute();
 }
 
 async function insertTags(
@@ -67,26 +88,34 @@ export function findContactByEmail(
   return (lock ? forUpdate(lock, q) : q).executeTakeFirst();
 }
 
-function filtered(db: Executor, organizationId: string, filter: ContactFilter) {
-  let q = db.selectFrom('contacts').where('contacts.organization_id', '=', organizationId);
-  if (filter.unsubscribed !== undefined)
-    q = q.where('contacts.unsubscribed', '=', filter.unsubscribed ? 1 : 0);
+/** Conditions on the contact row itself; the tag filter decides which table the query walks. */
+function rowConditions(filter: ContactFilter): RawBuilder<SqlBool>[] {
+  const conditions: RawBuilder<SqlBool>[] = [];
+  if (filter.unsubscribed !== undefined) {
+    conditions.push(sql<SqlBool>`contacts.unsubscribed = ${filter.unsubscribed ? 1 : 0}`);
+  }
   if (filter.email !== undefined && filter.email !== '') {
     // ESCAPE makes `%` and `_` in the filter literal; kysely has no LIKE … ESCAPE operator, hence raw SQL.
     const pattern = containsPattern(filter.email.toLowerCase());
-    q = q.where(sql<SqlBool>`contacts.email_lower like ${pattern} escape '\\'`);
+    conditions.push(sql<SqlBool>`contacts.email_lower like ${pattern} escape '\\'`);
   }
-  if (filter.tag !== undefined) {
-    const tag = filter.tag;
-    q = q.where('contacts.id', 'in', (eb) =>
-      eb
-        .selectFrom('contact_tags')
-        .select('contact_tags.contact_id')
-        .where('contact_tags.organization_id', '=', organizationId)
-        .where('contact_tags.tag', '=', tag),
-    );
-  }
-  return q;
+  return conditions;
+}
+
+function byTag(db: Executor, organizationId: string, tag: string, filter: ContactFilter) {
+  return db
+    .selectFrom('contact_tags')
+    .innerJoin('contacts', 'contacts.id', 'contact_tags.contact_id')
+    .where('contact_tags.organization_id', '=', organizationId)
+    .where('contact_tags.tag', '=', tag)
+    .where((eb) => eb.and(rowConditions(filter)));
+}
+
+function byOrganization(db: Executor, organizationId: string, filter: ContactFilter) {
+  return db
+    .selectFrom('contacts')
+    .where('contacts.organization_id', '=', organizationId)
+    .where((eb) => eb.and(rowConditions(filter)));
 }
 
 export function pageContacts(
@@ -95,12 +124,23 @@ export function pageContacts(
   filter: ContactFilter,
   page: Page,
 ): Promise<ContactRow[]> {
-  return filtered(db, organizationId, filter)
+  const offset = (page.page - 1) * page.limit;
+  if (filter.tag !== undefined) {
+    // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
+    return byTag(db, organizationId, filter.tag, filter)
+      .selectAll('contacts')
+      .orderBy('contact_tags.contact_created_at', 'desc')
+      .orderBy('contact_tags.contact_id', 'desc')
+      .limit(page.limit)
+      .offset(offset)
+      .execute();
+  }
+  return byOrganization(db, organizationId, filter)
     .selectAll('contacts')
     .orderBy('contacts.created_at', 'desc')
     .orderBy('contacts.id', 'desc')
     .limit(page.limit)
-    .offset((page.page - 1) * page.limit)
+    .offset(offset)
     .execute();
 }
 
@@ -109,9 +149,11 @@ export async function countContacts(
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number> {
-  const row = await filtered(db, organizationId, filter)
-    .select((eb) => eb.fn.countAll<number | string>().as('n'))
-    .executeTakeFirstOrThrow();
+  const q =
+    filter.tag !== undefined
+      ? byTag(db, organizationId, filter.tag, filter)
+      : byOrganization(db, organizationId, filter);
+  const row = await q.select((eb) => eb.fn.countAll<number | string>().as('n')).executeTakeFirstOrThrow();
   return Number(row.n);
 }
 

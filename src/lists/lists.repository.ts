@@ -66,13 +66,14 @@ export async function existingContactIds(
   organizationId: string,
   contactIds: string[],
 ): Promise<string[]> {
+  // Looked up by primary key alone and filtered here: with both conditions in SQL, SQLite may walk the
+  // organisation's index (every contact it has) instead of probing 100 keys.
   const rows = await db
     .selectFrom('contacts')
-    .select('id')
-    .where('organization_id', '=', organizationId)
+    .select(['id', 'organization_id'])
     .where('id', 'in', contactIds)
     .execute();
-  return rows.map((r) => r.id);
+  return rows.filter((r) => r.organization_id === organizationId).map((r) => r.id);
 }
 
 /** Inserts memberships that do not exist yet; returns how many were new. */

@@ -73,6 +73,11 @@ function createSqliteStore(options: StoreOptions): Store {
   });
   let reader: Kysely<Database> | undefined;
   const group = new GroupCommit(writer);
+  // The query planner needs table statistics to prefer a primary-key probe over walking an
+  // organisation's index; `optimize` refreshes them where tables grew, cheaply (analysis_limit).
+  const optimize = () => group.run((trx) => sql`pragma optimize`.execute(trx)).catch(() => undefined);
+  const optimizer = setInterval(() => void optimize(), 30 * 60_000);
+  optimizer.unref();
   return {
     dialect: 'sqlite',
     get db() {
@@ -83,11 +88,17 @@ function createSqliteStore(options: StoreOptions): Store {
       return reader;
     },
     write: (fn) => group.run(fn),
-    migrate: () => migrateToLatest(writer as Kysely<unknown>, 'sqlite'),
+    async migrate() {
+      const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
+      await sql`pragma analysis_limit = 1000`.execute(writer);
+      await group.run((trx) => sql`pragma optimize = 0x10002`.execute(trx));
+      return applied;
+    },
     async ping() {
       await sql`select 1`.execute(this.db);
     },
     async close() {
+      clearInterval(optimizer);
       await group.idle();
       await reader?.destroy();
       await writer.destroy();

@@ -1,0 +1,55 @@
+// Process plumbing shared by the bench scripts.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+
+export const ROOT = path.resolve(import.meta.dirname, '..');
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Polls until the URL answers 2xx; returns how long that took. */
+export async function waitHealthy(url: string): Promise<number> {
+  const start = performance.now();
+  for (let i = 0; i < 2000; i++) {
+    try {
+      if ((await fetch(url)).ok) return performance.now() - start;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${url} never became healthy`);
+}
+
+export function rssMiB(pid: number): number {
+  const kb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  return Math.round(kb / 1024);
+}
+
+export function startChild(args: string[], env: Record<string, string>): ChildProcess {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout?.resume();
+  return child;
+}
+
+/** Runs the built CLI with --json and returns its last line's object. */
+export function cli(args: string[], env: Record<string, string>): Record<string, unknown> {
+  const out = execFileSync(process.execPath, ['bin/mailroom.js', ...args, '--json'], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+  });
+  return JSON.parse(out.toString().trim().split('\n').pop()!) as Record<string, unknown>;
+}

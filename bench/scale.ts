@@ -1,0 +1,129 @@
+// `npm run bench:scale`: latency of the contact reads as one organisation grows to 10k, 100k and 1M
+// contacts (BENCH_SCALE_SIZES to change), against the real server on the embedded store. Written to the
+// "scale" section of BENCHMARKS.md. Seeding goes straight through the store (bench/seed.ts).
+import { type ChildProcess, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import { createServices } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { openStore } from '../src/runtime.js';
+import { ROOT, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
+import { writeSection } from './report.js';
+import { seedContacts } from './seed.js';
+
+const SIZES = (process.env.BENCH_SCALE_SIZES ?? '10000,100000,1000000').split(',').map(Number);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const CONNECTIONS = 10;
+
+interface Measure {
+  name: string;
+  p50: number;
+  p99: number;
+  rps: number;
+  errors: number;
+}
+
+type Cannon = Parameters<typeof autocannon>[0];
+
+async function measure(name: string, opts: Partial<Cannon> & { url: string }): Promise<Measure> {
+  const r = await autocannon({ connections: CONNECTIONS, duration: SECONDS, ...opts } as Cannon);
+  return {
+    name,
+    p50: r.latency.p50,
+    p99: r.latency.p99,
+    rps: Math.round(r.requests.average),
+    errors: r.errors + r.non2xx,
+  };
+}
+
+async function main(): Promise<void> {
+  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-scale-'));
+  const env = { DATA_DIR: dataDir, LOG_LEVEL: 'warn', HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '10000000' };
+  const config = loadConfig({ ...process.env, ...env });
+  const results: { size: number; rows: Measure[]; rss: number }[] = [];
+  let server: ChildProcess | undefined;
+  try {
+    let store = openStore(config);
+    await store.migrate();
+    const services = createServices({ config, store });
+    const org = await services.orgs.create('scale');
+    const { key } = await services.keys.create({
+      name: 'scale',
+      permissions: ['readContacts', 'writeContacts'],
+      organizationId: org.id,
+    });
+    const list = await services.lists.create(org.id, { name: 'Scale' });
+    let seeded = 0;
+    for (const size of SIZES) {
+      console.log(`seeding to ${size.toLocaleString()} contacts…`);
+      await seedContacts(store, org.id, size - seeded, `s${seeded}-`);
+      seeded = size;
+      await store.close();
+
+      const port = await freePort();
+      server = startChild(['bin/mailroom.js', 'serve', '--no-worker'], { ...env, PORT: String(port) });
+      const base = `http://127.0.0.1:${port}`;
+      await waitHealthy(`${base}/health`);
+      const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+      const ids = (
+        (await (await fetch(`${base}/api/v1/contacts?limit=100&page=3`, { headers })).json()) as {
+          contacts: { id: string }[];
+        }
+      ).contacts.map((c) => c.id);
+      const rows: Measure[] = [];
+      const get = (name: string, query: string) =>
+        measure(name, { url: `${base}/api/v1/contacts?${query}`, headers });
+      rows.push(await get('contacts page 1', 'limit=20'));
+      rows.push(await get('contacts page 500', 'limit=20&page=500'));
+      rows.push(await get('email substring, page 1', 'limit=20&email=7777'));
+      rows.push(await get('tag, page 1', 'limit=20&tag=vip'));
+      rows.push(await get('tag, page 500', 'limit=20&tag=vip&page=500'));
+      rows.push(await get('unsubscribed, page 1', 'limit=20&unsubscribed=true'));
+      rows.push(await measure('list-all lists', { url: `${base}/api/v1/lists`, headers }));
+      rows.push(
+        await measure('add 100 contacts to a list', {
+          url: `${base}/api/v1/lists/${list.id}/contacts`,
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ contactIds: ids }),
+        }),
+      );
+      rows.push(
+        await measure('contactCount (GET list)', { url: `${base}/api/v1/lists/${list.id}`, headers }),
+      );
+      const rss = rssMiB(server.pid!);
+      results.push({ size, rows, rss });
+      console.table(rows);
+      server.kill('SIGTERM');
+      await new Promise((r) => server!.once('exit', r));
+      server = undefined;
+      store = openStore(config);
+    }
+    await store.close();
+  } finally {
+    server?.kill('SIGKILL');
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  const names = results[0]!.rows.map((r) => r.name);
+  const lines = [
+    '## Contacts at scale (embedded store)',
+    '',
+    `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench:scale\` on ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'CPU'}, Node ${process.version}: one organisation, 10 % of contacts tagged, 5 % unsubscribed; autocannon ${CONNECTIONS} connections × ${SECONDS} s per row. p50 / p99 in ms.`,
+    '',
+    `| query | ${results.map((r) => `${r.size.toLocaleString('en')} contacts`).join(' | ')} |`,
+    `| --- | ${results.map(() => '---:').join(' | ')} |`,
+    ...names.map(
+      (name, i) =>
+        `| ${name} | ${results.map((r) => `${r.rows[i]!.p50} / ${r.rows[i]!.p99}${r.rows[i]!.errors ? ` (${r.rows[i]!.errors} errors)` : ''}`).join(' | ')} |`,
+    ),
+    `| server RSS after the run (MiB) | ${results.map((r) => r.rss).join(' | ')} |`,
+    '',
+  ];
+  writeSection('scale', lines.join('\n'));
+  console.log(lines.join('\n'));
+}
+
+await main();
