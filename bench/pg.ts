@@ -1,0 +1,184 @@
+// `npm run bench:pg`: Mailroom on PostgreSQL with 1 and 2 API processes (POST /api/v1/emails and
+// GET /api/v1/contacts), then delivery of the accepted backlog by 1 and by 3 workers into a local SMTP
+// sink, next to raw pooled nodemailer into the same sink. Needs BENCH_ADMIN_DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/postgres); a fresh database is created and dropped.
+import { type ChildProcess, execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import nodemailer from 'nodemailer';
+import pg from 'pg';
+import { createServices } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { openStore } from '../src/runtime.js';
+import { ROOT, freePort, startChild, waitHealthy } from './lib.js';
+import { writeSection } from './report.js';
+import { seedContacts } from './seed.js';
+import { type Sink, startSink } from './sink.js';
+
+const ADMIN = process.env.BENCH_ADMIN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const CONNECTIONS = 50;
+
+type Cannon = Parameters<typeof autocannon>[0];
+
+/** Load spread over the given servers at once; returns summed req/s and the worst p99. */
+async function spread(
+  urls: string[],
+  opts: Partial<Cannon>,
+): Promise<{ rps: number; p99: number; errors: number }> {
+  const results = await Promise.all(
+    urls.map((url) =>
+      autocannon({
+        url,
+        connections: Math.round(CONNECTIONS / urls.length),
+        duration: SECONDS,
+        ...opts,
+      } as Cannon),
+    ),
+  );
+  return {
+    rps: Math.round(results.reduce((s, r) => s + r.requests.average, 0)),
+    p99: Math.max(...results.map((r) => r.latency.p99)),
+    errors: results.reduce((s, r) => s + r.errors + r.non2xx, 0),
+  };
+}
+
+async function deliveryRate(sink: Sink, seconds: number): Promise<number> {
+  const before = sink.received();
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  return Math.round((sink.received() - before) / seconds);
+}
+
+async function rawRate(sink: Sink, count: number): Promise<number> {
+  const transport = nodemailer.createTransport({
+    pool: true,
+    host: '127.0.0.1',
+    port: sink.port,
+    maxConnections: 10,
+    maxMessages: Infinity,
+  });
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      transport.sendMail({
+        from: 'bench@mailroom.test',
+        to: `r${i}@example.test`,
+        subject: `raw ${i}`,
+        text: 'Hello from the bench',
+      }),
+    ),
+  );
+  transport.close();
+  return Math.round((count / (performance.now() - start)) * 1000);
+}
+
+async function main(): Promise<void> {
+  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
+  const name = `mailroom_bench_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: ADMIN });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  const url = new URL(ADMIN);
+  url.pathname = `/${name}`;
+  const sink = await startSink();
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-pgbench-'));
+  const env = {
+    DATABASE_URL: url.toString(),
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'warn',
+    HOST: '127.0.0.1',
+    RATE_LIMIT_PER_MINUTE: '10000000',
+    SMTP_URL: `smtp://127.0.0.1:${sink.port}`,
+    MAIL_FROM: 'Bench <bench@mailroom.test>',
+  };
+  const children: ChildProcess[] = [];
+  const lines: string[] = [];
+  try {
+    const config = loadConfig({ ...process.env, ...env });
+    const store = openStore(config);
+    await store.migrate();
+    const services = createServices({ config, store });
+    const org = await services.orgs.create('bench');
+    const { key } = await services.keys.create({
+      name: 'bench',
+      permissions: ['readContacts', 'sendEmails'],
+      organizationId: org.id,
+    });
+    await seedContacts(store, org.id, 10_000);
+    await store.close();
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const body = JSON.stringify({
+      to: 'reader@example.test',
+      subject: 'Bench',
+      text: 'Hello from the bench',
+    });
+
+    const apis: string[] = [];
+    const table: string[] = [];
+    for (const count of [1, 2]) {
+      while (apis.length < count) {
+        const port = await freePort();
+        children.push(
+          startChild(['bin/mailroom.js', 'serve', '--no-worker'], { ...env, PORT: String(port) }),
+        );
+        apis.push(`http://127.0.0.1:${port}`);
+        await waitHealthy(`${apis.at(-1)}/health`);
+      }
+      console.log(`${count} API process(es)…`);
+      const send = await spread(
+        apis.map((a) => `${a}/api/v1/emails`),
+        { method: 'POST', headers, body },
+      );
+      const read = await spread(
+        apis.map((a) => `${a}/api/v1/contacts?limit=20`),
+        { headers },
+      );
+      table.push(
+        `| ${count} | ${send.rps} (p99 ${send.p99} ms, ${send.errors} errors) | ${read.rps} (p99 ${read.p99} ms, ${read.errors} errors) |`,
+      );
+    }
+    for (const c of children.splice(0)) c.kill('SIGTERM');
+
+    console.log('delivery…');
+    const raw = await rawRate(sink, 3000);
+    const workers: ChildProcess[] = [];
+    const rates: string[] = [];
+    for (const count of [1, 3]) {
+      while (workers.length < count) workers.push(startChild(['bin/mailroom.js', 'worker'], env));
+      await new Promise((r) => setTimeout(r, 3000));
+      rates.push(`| ${count} | ${await deliveryRate(sink, SECONDS)} msg/s |`);
+    }
+    children.push(...workers);
+
+    lines.push(
+      '## PostgreSQL, several processes',
+      '',
+      `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench:pg\` on ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'CPU'}; PostgreSQL 15 on the same machine, 10k contacts, autocannon ${CONNECTIONS} connections spread over the API processes, ${SECONDS} s. Everything (PostgreSQL, API processes, workers, the SMTP sink and the load generator) shares the 2 cores.`,
+      '',
+      '| API processes | POST /api/v1/emails req/s | GET /api/v1/contacts?limit=20 req/s |',
+      '| ---: | ---: | ---: |',
+      ...table,
+      '',
+      `Delivery of the accepted backlog into a local SMTP sink (raw pooled nodemailer, 10 connections, into the same sink: ${raw} msg/s):`,
+      '',
+      '| workers | delivered |',
+      '| ---: | ---: |',
+      ...rates,
+      '',
+    );
+    writeSection('postgres', lines.join('\n'));
+    console.log(lines.join('\n'));
+  } finally {
+    for (const c of children) c.kill('SIGKILL');
+    await sink.close();
+    await new Promise((r) => setTimeout(r, 500));
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.end();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+await main();
