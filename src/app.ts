@@ -18,7 +18,7 @@ import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { ContactsService } from './contacts/contacts.service.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
 import { EmailsService } from './emails/emails.service.js';
-import { AppError } from './errors.js';
+import { AppError, validationError } from './errors.js';
 import type { AnyEndpoint } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
@@ -133,6 +133,26 @@ export async function buildApp(
   app.setValidatorCompiler(createValidatorCompiler());
   // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
   app.removeContentTypeParser(['text/plain']);
+  // Many HTTP clients send Content-Type: application/json on every request, DELETE included; an empty
+  // body then means "no body", not bad JSON. Non-empty bodies go through Fastify's own (prototype-safe) parser.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '') return done(null, undefined);
+    parseJson(req, body as string, (err, value) => {
+      // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong.
+      if (err && /"(__proto__|constructor)"\s*:/.test(body as string)) {
+        return done(
+          validationError(
+            [{ field: 'body', message: 'must not contain __proto__ or constructor.prototype keys' }],
+            'Request body contains a forbidden key',
+          ),
+          undefined,
+        );
+      }
+      done(err, value);
+    });
+  });
   app.decorateRequest('principal', null);
   app.decorateRequest('authFault', null);
 
@@ -147,6 +167,21 @@ export async function buildApp(
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
+    },
+    // A query parameter with a default (page, limit) is optional for the client, whatever the schema
+    // says to the validator that fills the default in.
+    transformObject: (doc) => {
+      if (!('openapiObject' in doc)) return doc.swaggerObject;
+      const openapiObject = doc.openapiObject;
+      for (const item of Object.values(openapiObject.paths ?? {})) {
+        for (const op of Object.values(item as Record<string, { parameters?: unknown[] }>)) {
+          for (const param of op.parameters ?? []) {
+            const p = param as { in?: string; required?: boolean; schema?: { default?: unknown } };
+            if (p.in === 'query' && p.schema?.default !== undefined) p.required = false;
+          }
+        }
+      }
+      return openapiObject;
     },
   });
   await app.register(swaggerUi, {
@@ -236,9 +271,7 @@ export async function buildApp(
     }
   });
 
-  app.get('/api/v1/openapi.json', { config: { rateLimit: false }, schema: { hide: true } }, async () =>
-    app.swagger(),
-  );
+  app.get('/api/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
   for (const [method, url, permission, ep] of routeTable(services)) {
     app.route({ method, url, schema: ep.schema, config: { permission }, handler: ep.handler as never });

@@ -41,8 +41,8 @@ export class AppError extends Error {
   }
 }
 
-export function validationError(details: ErrorDetail[]): AppError {
-  return new AppError('VALIDATION_FAILED', 'Validation failed', details);
+export function validationError(details: ErrorDetail[], message = 'Validation failed'): AppError {
+  return new AppError('VALIDATION_FAILED', message, details);
 }
 
 /** Collects field errors and throws them all at once, so a client sees every problem in one answer. */

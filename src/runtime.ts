@@ -3,27 +3,61 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import pino, { type Logger } from 'pino';
 import { systemClock, uuidIds } from './clock.js';
-import type { Config } from './config.js';
+import { type Config, ConfigError } from './config.js';
 import { FileOutboxMailer, type Mailer, SmtpMailer } from './delivery/mailer.js';
 import { DeliveryWorker } from './delivery/worker.js';
 import { type Store, createStore } from './store/store.js';
 
-export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
-  return pino({
-    level: config.logLevel,
-    // Keys and passwords never reach the log, whatever path they arrive by.
-    redact: {
-      paths: [
-        'req.headers.authorization',
-        'headers.authorization',
-        'authorization',
-        'key',
-        'password',
-        '*.password',
-      ],
-      censor: '[redacted]',
+/** Logs go to stdout, or to stderr when stdout is reserved for the CLI's --json answer. */
+export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false): Logger {
+  return pino(
+    {
+      level: config.logLevel,
+      // Keys and passwords never reach the log, whatever path they arrive by.
+      redact: {
+        paths: [
+          'req.headers.authorization',
+          'headers.authorization',
+          'authorization',
+          'key',
+          'password',
+          '*.password',
+        ],
+        censor: '[redacted]',
+      },
     },
-  });
+    pino.destination(toStderr ? 2 : 1),
+  );
+}
+
+/**
+ * Opens the store and brings its schema up to date. Faults at this point are the operator's setting, so
+ * they become one line naming the variable (DATABASE_URL or DATA_DIR), not a stack trace.
+ */
+export async function openMigratedStore(config: Config): Promise<{ store: Store; applied: string[] }> {
+  const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
+  let store: Store | undefined;
+  try {
+    store = openStore(config);
+    return { store, applied: await store.migrate() };
+  } catch (err) {
+    await store?.close().catch(() => undefined);
+    throw new ConfigError(
+      `${setting}: cannot open the store: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+}
+
+/** A listen fault (port taken, no such address) as one line naming PORT or HOST. */
+export function listenError(err: unknown, config: Config): Error {
+  const code = (err as { code?: string }).code;
+  if (code === 'EADDRINUSE')
+    return new ConfigError(`PORT ${config.port} is already in use on ${config.host}`);
+  if (code === 'EACCES') return new ConfigError(`PORT ${config.port}: permission denied`);
+  if (code === 'ENOTFOUND' || code === 'EADDRNOTAVAIL' || code === 'EAI_AGAIN') {
+    return new ConfigError(`HOST ${config.host} is not an address of this machine`);
+  }
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 export function openStore(config: Config): Store {

@@ -2,16 +2,24 @@
 import type { Logger } from 'pino';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
-import { createLogger, createMailer, createRedis, createWorker, openStore } from './runtime.js';
+import {
+  createLogger,
+  createMailer,
+  createRedis,
+  createWorker,
+  listenError,
+  openMigratedStore,
+} from './runtime.js';
 
 export interface ServeOptions {
   worker: boolean;
+  /** Logs to stderr, so stdout carries only the CLI's JSON line. */
+  json?: boolean;
 }
 
 export async function serve(config: Config, options: ServeOptions): Promise<void> {
-  const logger = createLogger(config);
-  const store = openStore(config);
-  const applied = await store.migrate();
+  const logger = createLogger(config, options.json);
+  const { store, applied } = await openMigratedStore(config);
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   logger.info(
     { store: store.dialect === 'sqlite' ? `sqlite ${config.dataDir}` : 'postgresql' },
@@ -27,7 +35,12 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
   }
   const redis = createRedis(config, logger);
   const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
-  await app.listen({ port: config.port, host: config.host });
+  try {
+    await app.listen({ port: config.port, host: config.host });
+  } catch (err) {
+    await store.close();
+    throw listenError(err, config);
+  }
   worker?.start();
 
   onShutdown(logger, async () => {
@@ -39,10 +52,9 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
   });
 }
 
-export async function runWorker(config: Config): Promise<void> {
-  const logger = createLogger(config);
-  const store = openStore(config);
-  await store.migrate();
+export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
+  const logger = createLogger(config, options.json);
+  const { store } = await openMigratedStore(config);
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger);
   logger.info(`delivery worker started (${mailer.description})`);

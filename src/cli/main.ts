@@ -5,7 +5,7 @@ import { createServices } from '../app.js';
 import { parsePermissions } from '../auth/keys.js';
 import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
-import { openStore } from '../runtime.js';
+import { openMigratedStore } from '../runtime.js';
 import { runWorker, serve } from '../server.js';
 
 const USAGE = `Usage: mailroom <command> [options] [--json]
@@ -56,9 +56,8 @@ function required(value: string | undefined, flag: string): string {
 
 async function withServices<T>(fn: (s: ReturnType<typeof createServices>) => Promise<T>): Promise<T> {
   const config = loadConfig();
-  const store = openStore(config);
+  const { store } = await openMigratedStore(config);
   try {
-    await store.migrate();
     return await fn(createServices({ config, store }));
   } finally {
     await store.close();
@@ -79,18 +78,16 @@ async function run(argv: string[]): Promise<void> {
   }
   switch (`${command} ${sub ?? ''}`.trim()) {
     case 'serve':
-      await serve(loadConfig(), { worker: !flags['no-worker'] });
+      await serve(loadConfig(), { worker: !flags['no-worker'], json });
       if (json) console.log(JSON.stringify({ status: 'listening' }));
       return;
     case 'worker':
-      await runWorker(loadConfig());
+      await runWorker(loadConfig(), { json });
       if (json) console.log(JSON.stringify({ status: 'running' }));
       return;
     case 'migrate': {
-      const config = loadConfig();
-      const store = openStore(config);
+      const { store, applied } = await openMigratedStore(loadConfig());
       try {
-        const applied = await store.migrate();
         print(
           json,
           { applied },

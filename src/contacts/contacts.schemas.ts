@@ -1,5 +1,13 @@
 import { Type } from 'typebox';
-import { ContactsError, PageQuery, Pagination, Timestamp, errorResponses } from '../http/schemas.js';
+import {
+  ContactsError,
+  PageQuery,
+  Pagination,
+  Timestamp,
+  errorResponses,
+  NullableString,
+  CustomFieldValue,
+} from '../http/schemas.js';
 
 import { withRules } from '../validation/ajv.js';
 import { MAX_CUSTOM_FIELDS, MAX_TAGS, createRules, updateRules } from './contacts.rules.js';
@@ -13,7 +21,7 @@ const Email = Type.String({
 });
 const PersonName = Type.String({ maxLength: 100 });
 const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: MAX_TAGS });
-const CustomValue = Type.Union([Type.String(), Type.Number(), Type.Boolean(), Type.Null()]);
+const CustomValue = CustomFieldValue;
 const CustomFields = Type.Record(Type.String(), CustomValue, {
   maxProperties: MAX_CUSTOM_FIELDS,
   additionalProperties: false,
@@ -23,8 +31,8 @@ const CustomFields = Type.Record(Type.String(), CustomValue, {
 export const Contact = Type.Object({
   id: Type.String(),
   email: Type.String(),
-  firstName: Type.Union([Type.String(), Type.Null()]),
-  lastName: Type.Union([Type.String(), Type.Null()]),
+  firstName: NullableString,
+  lastName: NullableString,
   tags: Type.Array(Type.String()),
   customFields: Type.Record(Type.String(), CustomValue),
   unsubscribed: Type.Boolean(),

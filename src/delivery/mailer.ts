@@ -212,7 +212,11 @@ export class FileOutboxMailer implements Mailer {
     } finally {
       await dir.close();
     }
-    return { accepted: message.recipients, rejected: [], response: `written to ${file}` };
+    return {
+      accepted: message.recipients,
+      rejected: [],
+      response: `written to outbox/${path.basename(file)}`,
+    };
   }
 
   async close(): Promise<void> {}

@@ -1,5 +1,13 @@
 import { Type } from 'typebox';
-import { EmailsError, IdParams, PageQuery, Pagination, Timestamp, errorResponses } from '../http/schemas.js';
+import {
+  EmailsError,
+  IdParams,
+  PageQuery,
+  Pagination,
+  Timestamp,
+  errorResponses,
+  NullableString,
+} from '../http/schemas.js';
 import { withRules } from '../validation/ajv.js';
 import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
 
@@ -41,7 +49,7 @@ export const SendEmailBody = withRules(
       cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       headers: Type.Optional(
-        Type.Record(Type.String(), Type.String({ maxLength: 4096 }), {
+        Type.Record(Type.String(), Type.String({ maxLength: 900 }), {
           maxProperties: 50,
           additionalProperties: false,
           description:
@@ -70,13 +78,13 @@ export const sendEmailSchema = {
 const Recipient = Type.Object({
   email: Type.String(),
   status: Type.Enum([...RECIPIENT_STATUSES]),
-  response: Type.Union([Type.String(), Type.Null()]),
+  response: NullableString,
 });
 
 const Event = Type.Object({
   type: Type.String(),
   at: Timestamp,
-  detail: Type.Union([Type.String(), Type.Null()]),
+  detail: NullableString,
 });
 
 const EmailSummaryFields = {
@@ -92,7 +100,7 @@ const EmailSummaryFields = {
   createdAt: Timestamp,
   updatedAt: Timestamp,
   attempts: Type.Integer(),
-  lastError: Type.Union([Type.String(), Type.Null()]),
+  lastError: NullableString,
 };
 
 export const EmailSummary = Type.Object(EmailSummaryFields);

@@ -17,6 +17,13 @@ export const Pagination = Type.Object({
   pages: Type.Integer(),
 });
 
+// Nullable values as type arrays rather than anyOf: fast-json-stringify writes these directly, while an
+// anyOf makes it run a validator on every value to pick the branch (a profile of GET contacts showed it).
+export const NullableString = Type.Unsafe<string | null>({ type: ['string', 'null'] });
+export const CustomFieldValue = Type.Unsafe<string | number | boolean | null>({
+  type: ['string', 'number', 'boolean', 'null'],
+});
+
 export const Timestamp = Type.String({ format: 'date-time', description: 'UTC ISO 8601 with milliseconds' });
 
 const Detail = Type.Object({ field: Type.String(), message: Type.String() });

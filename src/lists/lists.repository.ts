@@ -40,7 +40,7 @@ export async function updateList(
   db: Executor,
   organizationId: string,
   id: string,
-  changes: { name?: string; description?: string; updated_at: string },
+  changes: { name?: string; description?: string | null; updated_at: string },
 ): Promise<boolean> {
   const result = await db
     .updateTable('lists')

@@ -6,15 +6,18 @@ import {
   Pagination,
   Timestamp,
   errorResponses,
+  NullableString,
 } from '../http/schemas.js';
 
-const Name = Type.String({ minLength: 1, maxLength: 100 });
-const Description = Type.String({ maxLength: 500 });
+// A name must say something: blank (only spaces) is refused like empty.
+const Name = Type.String({ minLength: 1, maxLength: 100, pattern: '\\S' });
+// Returned as null when unset, so null is accepted too (and clears it on update).
+const Description = Type.Unsafe<string | null>({ type: ['string', 'null'], maxLength: 500 });
 
 const ListFields = {
   id: Type.String(),
   name: Type.String(),
-  description: Type.Union([Type.String(), Type.Null()]),
+  description: NullableString,
   contactCount: Type.Integer(),
   createdAt: Timestamp,
 };

@@ -31,7 +31,10 @@ export class ListsService {
     private readonly ids: Ids,
   ) {}
 
-  async create(orgId: string, input: { name: string; description?: string | undefined }): Promise<List> {
+  async create(
+    orgId: string,
+    input: { name: string; description?: string | null | undefined },
+  ): Promise<List> {
     const now = this.clock.now().toISOString();
     const row = {
       id: this.ids.next(),
@@ -60,9 +63,9 @@ export class ListsService {
   async update(
     orgId: string,
     id: string,
-    input: { name?: string | undefined; description?: string | undefined },
+    input: { name?: string | undefined; description?: string | null | undefined },
   ) {
-    const changes: { name?: string; description?: string; updated_at: string } = {
+    const changes: { name?: string; description?: string | null; updated_at: string } = {
       updated_at: this.clock.now().toISOString(),
     };
     if (input.name !== undefined) changes.name = input.name;

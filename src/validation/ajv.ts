@@ -78,9 +78,18 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
       if (details.length === 0) return { value: data };
       // A path id that fails its schema names nothing that exists: that is a 404, as for an unknown id.
       if (part === 'params') return { error: new AppError('NOT_FOUND', 'Not found') };
-      return { error: validationError(unique(details.map((d) => ({ ...d, field: d.field || part })))) };
+      return {
+        error: validationError(unique(details.map((d) => ({ ...d, field: fieldName(d.field, part) })))),
+      };
     };
   };
+}
+
+/** The field as the client wrote it; header names arrive lower-cased and are reported as Idempotency-Key. */
+function fieldName(field: string, part: string): string {
+  if (field === '') return part;
+  if (part !== 'headers') return field;
+  return field.replace(/(^|-)([a-z])/g, (_m, dash: string, c: string) => dash + c.toUpperCase());
 }
 
 function decodePointer(segment: string): string {
@@ -143,7 +152,7 @@ function messageOf(e: ErrorObject): string {
     case 'format':
       return `must be a valid ${String(p.format)}`;
     case 'pattern':
-      return 'has an invalid format';
+      return p.pattern === '\\S' ? 'must not be blank' : 'has an invalid format';
     case 'uniqueItems':
       return 'must not contain duplicates';
     default:

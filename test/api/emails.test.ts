@@ -132,7 +132,7 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     const list = await t.call({ method: 'GET', url: '/api/v1/emails', auth: own });
     expect(list.json().pagination.total).toBe(1);
     expect((await post(base, 'k-2')).json().id).not.toBe(first.json().id);
-    expect400(await post(base, x(257)), 'emails', ['idempotency-key']);
+    expect400(await post(base, x(257)), 'emails', ['Idempotency-Key']);
     expect((await post(base, x(256))).statusCode).toBe(200);
   });
 
