@@ -51,12 +51,13 @@ async function ceilingHttp(): Promise<{ rps: number; p99: number }> {
 }
 
 async function ceilingDelivery(sink: Sink): Promise<number> {
+  // The same pool size Mailroom's worker uses (min(DELIVERY_CONCURRENCY, 10) connections).
   const transport = nodemailer.createTransport({
     pool: true,
     host: '127.0.0.1',
     port: sink.port,
     secure: false,
-    maxConnections: 5,
+    maxConnections: 10,
     maxMessages: Infinity,
   });
   const before = sink.received();
@@ -234,7 +235,7 @@ function writeReport(
     '## Throughput against the ceilings',
     '',
     `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench\` on ${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, store: ${process.env.BENCH_DATABASE_URL ? 'PostgreSQL' : 'SQLite (WAL, synchronous=FULL)'}.`,
-    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process, measured in the same run (${m.ceiling.rps} req/s, p99 ${m.ceiling.p99} ms). Delivery's ceiling is raw pooled nodemailer (5 connections) into the same local SMTP sink (${m.rawDelivery} msg/s). The machine is shared and noisy: compare ratios, not absolute numbers.`,
+    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process, measured in the same run (${m.ceiling.rps} req/s, p99 ${m.ceiling.p99} ms). Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) into the same local SMTP sink (${m.rawDelivery} msg/s). The machine is shared and noisy: compare ratios, not absolute numbers.`,
     '',
     '| what | throughput | p99 ms | errors | ceiling | ratio | target |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
