@@ -111,7 +111,10 @@ export async function buildApp(
   const app = Fastify({
     ...loggerOption,
     bodyLimit: config.bodyLimitBytes,
-    requestTimeout: 30_000,
+    // A client has this long to send its whole request, headers included (no slowloris); Node checks
+    // open connections against it every half timeout, so a stalled one is cut within 1.5 × the timeout.
+    requestTimeout: config.requestTimeoutMs,
+    http: { connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2) },
     connectionTimeout: 60_000,
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
@@ -155,6 +158,30 @@ export async function buildApp(
   });
   app.decorateRequest('principal', null);
   app.decorateRequest('authFault', null);
+
+  // Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time
+  // would hold its connection for ever; the body gets the same deadline, then a 408 and a closed socket.
+  app.addHook('onRequest', (req, reply, done) => {
+    const raw = req.raw;
+    const socket = raw.socket as Partial<typeof raw.socket> | undefined;
+    // inject() has no real socket to cut, and no client to trickle.
+    if (typeof socket?.destroy !== 'function') return done();
+    if (raw.readableEnded || !(raw.headers['content-length'] || raw.headers['transfer-encoding'])) {
+      return done();
+    }
+    const timer = setTimeout(() => {
+      if (raw.readableEnded || raw.socket.destroyed) return;
+      if (!reply.raw.headersSent) {
+        raw.socket.write('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      }
+      raw.socket.destroy();
+    }, config.requestTimeoutMs);
+    timer.unref();
+    const clear = () => clearTimeout(timer);
+    raw.once('end', clear);
+    raw.once('close', clear);
+    done();
+  });
 
   await app.register(swagger, {
     openapi: {
@@ -237,7 +264,15 @@ export async function buildApp(
     }
   });
 
+  // A request still in its handler when the server starts closing would otherwise answer keep-alive and
+  // leave an idle connection that holds close() open until keepAliveTimeout (72 s) runs out.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+
   app.addHook('onSend', async (req, reply) => {
+    if (closing) reply.header('connection', 'close');
     // @fastify/rate-limit reports seconds until reset; the API promises the unix time of the reset.
     const reset = reply.getHeader('x-ratelimit-reset');
     if (reset !== undefined && Number(reset) < 1e9) {

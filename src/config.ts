@@ -19,6 +19,7 @@ export interface Config {
   deliveryConcurrency: number;
   deliveryLeaseMs: number;
   bodyLimitBytes: number;
+  requestTimeoutMs: number;
   logLevel: string;
   sqliteSynchronous: 'FULL' | 'NORMAL';
   dkim: { domainName: string; keySelector: string; privateKey: string } | undefined;
@@ -108,6 +109,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),
     deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', 30_000, 1000, 86_400_000),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    requestTimeoutMs: int(env, 'REQUEST_TIMEOUT_MS', 30_000, 1000, 600_000),
     logLevel,
     sqliteSynchronous: sync,
     dkim,
