@@ -25,9 +25,32 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
         ],
         censor: '[redacted]',
       },
+      // A key sent where keys do not go (a query string, a path) would otherwise be logged with the URL.
+      serializers: { req: serializeRequest },
     },
     pino.destination(toStderr ? 2 : 1),
   );
+}
+
+const KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/g;
+
+interface LoggedRequest {
+  method?: string;
+  url?: string;
+  host?: string;
+  ip?: string;
+  socket?: { remotePort?: number };
+}
+
+/** Fastify's request fields, with anything shaped like an API key masked in the URL. */
+function serializeRequest(req: LoggedRequest): Record<string, unknown> {
+  return {
+    method: req.method,
+    url: req.url?.replace(KEY_TEXT, 'mr_[redacted]'),
+    host: req.host,
+    remoteAddress: req.ip,
+    remotePort: req.socket?.remotePort,
+  };
 }
 
 /**

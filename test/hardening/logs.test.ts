@@ -1,0 +1,59 @@
+// Keys never reach the log: a real server process at LOG_LEVEL=trace is called with a valid key, an unknown
+// one, malformed headers and keys in places they do not belong; no key text appears in stdout or stderr.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MailroomProcess, startProcess } from '../helpers/process.js';
+import { storeKinds } from '../helpers/stores.js';
+import { type Deployment, call, deployment } from './deployment.js';
+
+describe.each(storeKinds())('logs on %s', (kind) => {
+  let d: Deployment;
+  let server: MailroomProcess;
+  beforeAll(async () => {
+    d = await deployment(kind, { LOG_LEVEL: 'trace' });
+    server = await startProcess(['serve', '--no-worker'], d.env);
+  });
+  afterAll(async () => {
+    await server?.kill();
+    await d?.destroy();
+  });
+
+  it('never contain a key, valid, unknown, malformed or misplaced', async () => {
+    const valid = await d.newKey();
+    const readOnly = await d.newKey('readContacts');
+    const unknown = `mr_${'A'.repeat(20)}${Math.random().toString(36).slice(2, 12).padEnd(23, 'z')}`;
+    const { url } = server;
+
+    expect((await call(url, valid, 'GET', '/api/v1/lists')).status).toBe(200);
+    expect((await call(url, valid, 'POST', '/api/v1/lists', { name: 'logged' })).status).toBe(201);
+    expect((await call(url, valid, 'POST', '/api/v1/lists', { name: 1 })).status).toBe(400);
+    expect((await call(url, valid, 'GET', '/api/v1/nowhere')).status).toBe(404);
+    expect((await call(url, unknown, 'GET', '/api/v1/lists')).status).toBe(401);
+    expect((await call(url, readOnly, 'GET', '/api/v1/lists')).status).toBe(200);
+    for (const [name, value] of [
+      ['authorization', `Token ${valid}`],
+      ['authorization', valid],
+      ['x-api-key', valid],
+    ] as const) {
+      const res = await fetch(`${url}/api/v1/lists`, { headers: { [name]: value } });
+      expect(res.status).toBe(401);
+    }
+    // A key sent where keys do not go: refused, and not written down with the URL either.
+    const inQuery = await fetch(`${url}/api/v1/lists?api_key=${valid}&key=${unknown}`);
+    expect(inQuery.status).toBe(401);
+    const inPath = await fetch(`${url}/api/v1/lists/${valid}`, {
+      headers: { authorization: `Bearer ${valid}` },
+    });
+    expect(inPath.status).toBe(404);
+
+    await server.kill('SIGTERM');
+    const log = server.output();
+    // The log is really at trace level: requests were logged, with their URLs.
+    expect(log).toContain('incoming request');
+    expect(log).toContain('/api/v1/nowhere');
+    for (const key of [valid, readOnly, unknown]) {
+      // The part after the stored prefix is the secret; neither the key nor its secret may appear.
+      expect(log).not.toContain(key);
+      expect(log).not.toContain(key.slice(10));
+    }
+  }, 20_000);
+});
