@@ -1,0 +1,55 @@
+// Response headers that fit a JSON API, on successes and on every kind of error alike; and content that
+// nodemailer could read from a file or URL is refused before it is stored.
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { expect400, useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+describe.each(storeKinds())('security headers on %s', (kind) => {
+  let t: TestApp, auth: string;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]), { BODY_LIMIT_BYTES: '2048' });
+
+  it('every /api answer is nosniff, no-store JSON, whatever its status', async () => {
+    const answers = await Promise.all([
+      t.call({ method: 'GET', url: '/api/v1/lists', auth }),
+      t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'h' } }),
+      t.call({ method: 'GET', url: '/api/v1/lists' }),
+      t.call({ method: 'GET', url: '/api/v1/lists', auth: 'Bearer mr_nope' }),
+      t.call({ method: 'GET', url: '/api/v1/lists/nope', auth }),
+      t.call({ method: 'GET', url: '/api/v1/nowhere', auth }),
+      t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 1 } }),
+      t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'x'.repeat(4096) } }),
+      t.call({
+        method: 'POST',
+        url: '/api/v1/lists',
+        auth,
+        payload: 'name=x',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      }),
+      t.call({ method: 'GET', url: '/api/v1/emails/nope', auth }),
+    ]);
+    expect(answers.map((r) => r.statusCode)).toEqual([200, 201, 401, 401, 404, 404, 400, 413, 415, 404]);
+    for (const res of answers) {
+      expect(res.headers['x-content-type-options']).toBe('nosniff');
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(res.headers['content-type']).toMatch(/^application\/json/);
+      // Nothing internal leaks: no stack frames, no SQL, no framework error codes.
+      expect(res.body).not.toMatch(/\n\s+at |select |insert |FST_ERR|SQLITE/i);
+    }
+  });
+
+  it('html, text and headers given as objects (file paths, URLs) are refused', async () => {
+    const base = { to: ['a@example.org'], subject: 's' };
+    const send = (payload: object) => t.call({ method: 'POST', url: '/api/v1/emails', auth, payload });
+    expect400(await send({ ...base, html: { path: '/etc/passwd' } }), 'emails', ['html']);
+    expect400(await send({ ...base, text: { href: 'http://169.254.169.254/' } }), 'emails', ['text']);
+    expect400(
+      await send({ ...base, text: 't', headers: { 'X-A': { prepared: true, value: 'x' } } }),
+      'emails',
+      ['headers.X-A'],
+    );
+    expect400(await send({ ...base, text: 't', attachments: [{ path: '/etc/passwd' }] }), 'emails', [
+      'attachments',
+    ]);
+  });
+});
