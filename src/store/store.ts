@@ -115,6 +115,10 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   });
   // An idle client losing its connection (server restart) must not crash the process; the pool replaces it.
   pool.on('error', () => undefined);
+  // The same for a client that is checked out (inside a transaction, between two queries) when its
+  // backend is terminated: without a listener its 'error' event would crash the process. The query
+  // that was waiting fails on its own, and the pool drops the broken client.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
     dialect: 'postgres',

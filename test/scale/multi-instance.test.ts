@@ -134,7 +134,10 @@ describe.skipIf(!TEST_DATABASE_URL)('many processes on one PostgreSQL', () => {
       const body = (await during.json()) as Record<string, unknown>;
       expect(body).toMatchObject({ error: expect.any(String), requestId: expect.any(String) });
       expect(body).not.toHaveProperty('success');
-      expect((await fetch(`${api.url}/health`)).status).toBe(503);
+      const health = await fetch(`${api.url}/health`).catch((err: unknown) => {
+        throw new Error(`health check failed (${String(err)}); server output:\n${api.output()}`);
+      });
+      expect(health.status).toBe(503);
     } finally {
       await admin.query(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
       await admin.end();
