@@ -117,7 +117,8 @@ export async function buildApp(
     http: { connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2) },
     connectionTimeout: 60_000,
     keepAliveTimeout: 72_000,
-    return503OnClosing: true,
+    // Requests arriving while the server closes get the contract's 503 from the hook below instead.
+    return503OnClosing: false,
     genReqId: nextRequestId,
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
     routerOptions: { maxParamLength: 2048 },
@@ -158,6 +159,16 @@ export async function buildApp(
   });
   app.decorateRequest('principal', null);
   app.decorateRequest('authFault', null);
+
+  // Once the server closes, every answer says Connection: close: a request still in its handler would
+  // otherwise leave an idle keep-alive connection that holds close() open for keepAliveTimeout (72 s).
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly');
+  });
 
   // Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time
   // would hold its connection for ever; the body gets the same deadline, then a 408 and a closed socket.
@@ -262,13 +273,6 @@ export async function buildApp(
     if (!req.principal.permissions.has(permission)) {
       throw new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
     }
-  });
-
-  // A request still in its handler when the server starts closing would otherwise answer keep-alive and
-  // leave an idle connection that holds close() open until keepAliveTimeout (72 s) runs out.
-  let closing = false;
-  app.addHook('preClose', async () => {
-    closing = true;
   });
 
   app.addHook('onSend', async (req, reply) => {

@@ -21,6 +21,7 @@ export const STATUS = {
   RATE_LIMITED: 429,
   INTERNAL: 500,
   STORE_UNAVAILABLE: 503,
+  SHUTTING_DOWN: 503,
 } as const;
 
 export type ErrorCode = keyof typeof STATUS;

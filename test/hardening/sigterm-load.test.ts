@@ -44,6 +44,9 @@ describe.each(storeKinds())('SIGTERM under load on %s', (kind) => {
       for (const a of answers) byStatus[a.status] = (byStatus[a.status] ?? 0) + 1;
       // A refusal is a closed connection or the contract's 503, never anything else.
       for (const s of Object.keys(byStatus).map(Number)) expect([0, 200, 503]).toContain(s);
+      for (const a of answers.filter((x) => x.status === 503)) {
+        expect(Object.keys(a.body).sort()).toEqual(['error', 'requestId']);
+      }
       const accepted = answers.flatMap((a, i) => (a.status === 200 ? [i] : []));
       expect(accepted.length).toBeGreaterThanOrEqual(60);
 
