@@ -166,8 +166,8 @@ export async function buildApp(
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onRequest', async () => {
-    if (closing) throw new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly');
+  app.addHook('onRequest', (_req, _reply, done) => {
+    done(closing ? new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly') : undefined);
   });
 
   // Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time
