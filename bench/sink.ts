@@ -23,6 +23,8 @@ export async function startSink(): Promise<Sink> {
       });
     },
   });
+  // A client killed mid-session resets its connection; that is no reason to stop the sink.
+  server.on('error', () => undefined);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.server.address() as { port: number }).port;
   return {
