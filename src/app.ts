@@ -1,7 +1,5 @@
 // buildApp(deps): the whole HTTP API as a Fastify instance that never listens. server.ts owns the process.
 import rateLimit from '@fastify/rate-limit';
-import swagger from '@fastify/swagger';
-import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
   type FastifyBaseLogger,
@@ -18,7 +16,7 @@ import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { ContactsService } from './contacts/contacts.service.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
 import { EmailsService } from './emails/emails.service.js';
-import { AppError, validationError } from './errors.js';
+import { AppError } from './errors.js';
 import type { AnyEndpoint } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
@@ -27,6 +25,8 @@ import { OrgsService } from './orgs/orgs.service.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import type { Store } from './store/store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
+import { registerDocs } from './http/docs.js';
+import { useJsonBodies } from './http/json-body.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -135,28 +135,7 @@ export async function buildApp(
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.setValidatorCompiler(createValidatorCompiler());
-  // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
-  app.removeContentTypeParser(['text/plain']);
-  // Many HTTP clients send Content-Type: application/json on every request, DELETE included; an empty
-  // body then means "no body", not bad JSON. Non-empty bodies go through Fastify's own (prototype-safe) parser.
-  const parseJson = app.getDefaultJsonParser('error', 'error');
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if (body === '') return done(null, undefined);
-    parseJson(req, body as string, (err, value) => {
-      // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong.
-      if (err && /"(__proto__|constructor)"\s*:/.test(body as string)) {
-        return done(
-          validationError(
-            [{ field: 'body', message: 'must not contain __proto__ or constructor.prototype keys' }],
-            'Request body contains a forbidden key',
-          ),
-          undefined,
-        );
-      }
-      done(err, value);
-    });
-  });
+  useJsonBodies(app);
   app.decorateRequest('principal', null);
   app.decorateRequest('authFault', null);
 
@@ -194,39 +173,7 @@ export async function buildApp(
     done();
   });
 
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: {
-        title: 'Mailroom API',
-        version: '1.0.0',
-        description:
-          'Contact lists, contacts and transactional email. Authenticate with `Authorization: Bearer <API key>`.',
-      },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-    // A query parameter with a default (page, limit) is optional for the client, whatever the schema
-    // says to the validator that fills the default in.
-    transformObject: (doc) => {
-      if (!('openapiObject' in doc)) return doc.swaggerObject;
-      const openapiObject = doc.openapiObject;
-      for (const item of Object.values(openapiObject.paths ?? {})) {
-        for (const op of Object.values(item as Record<string, { parameters?: unknown[] }>)) {
-          for (const param of op.parameters ?? []) {
-            const p = param as { in?: string; required?: boolean; schema?: { default?: unknown } };
-            if (p.in === 'query' && p.schema?.default !== undefined) p.required = false;
-          }
-        }
-      }
-      return openapiObject;
-    },
-  });
-  await app.register(swaggerUi, {
-    routePrefix: '/docs',
-    staticCSP: true,
-    uiConfig: { url: '/api/v1/openapi.json' },
-  });
+  await registerDocs(app);
 
   // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
   // reported by the permission check, after the rate-limit headers are set.
