@@ -1,15 +1,8 @@
+import type { Selectable } from 'kysely';
+import type { ApiKeysTable } from '../store/schema.js';
 import type { Executor } from '../store/store.js';
 
-export interface ApiKeyRow {
-  id: string;
-  organization_id: string;
-  name: string;
-  key_hash: string;
-  key_prefix: string;
-  permissions: string;
-  created_at: string;
-  revoked_at: string | null;
-}
+export type ApiKeyRow = Selectable<ApiKeysTable>;
 
 export async function insertKey(db: Executor, row: ApiKeyRow): Promise<void> {
   await db.insertInto('api_keys').values(row).execute();

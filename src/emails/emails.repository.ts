@@ -1,24 +1,17 @@
 import type { Executor } from '../store/store.js';
-import type { EmailRow, NewEmail } from '../store/schema.js';
+import type { Selectable } from 'kysely';
+import type {
+  EmailEventsTable,
+  EmailRecipientsTable,
+  EmailRow,
+  IdempotencyKeysTable,
+  NewEmail,
+} from '../store/schema.js';
 import type { Page } from '../http/schemas.js';
 
-export interface RecipientRow {
-  email_id: string;
-  position: number;
-  kind: string;
-  address: string;
-  status: string;
-  response: string | null;
-  updated_at: string;
-}
+export type RecipientRow = Selectable<EmailRecipientsTable>;
 
-export interface EventRow {
-  id: string;
-  email_id: string;
-  type: string;
-  at: string;
-  detail: string | null;
-}
+export type EventRow = Selectable<EmailEventsTable>;
 
 export async function insertEmail(
   db: Executor,
@@ -84,13 +77,7 @@ export async function countEmails(
   return Number(row.n);
 }
 
-export interface IdempotencyRow {
-  organization_id: string;
-  key: string;
-  request_hash: string;
-  email_id: string;
-  created_at: string;
-}
+export type IdempotencyRow = Selectable<IdempotencyKeysTable>;
 
 export function findIdempotency(
   db: Executor,

@@ -1,10 +1,8 @@
+import type { Selectable } from 'kysely';
+import type { OrganizationsTable } from '../store/schema.js';
 import type { Executor } from '../store/store.js';
 
-export interface OrganizationRow {
-  id: string;
-  name: string;
-  created_at: string;
-}
+export type OrganizationRow = Selectable<OrganizationsTable>;
 
 export async function insertOrganization(db: Executor, row: OrganizationRow): Promise<void> {
   await db.insertInto('organizations').values(row).execute();
