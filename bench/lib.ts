@@ -53,3 +53,20 @@ export function cli(args: string[], env: Record<string, string>): Record<string,
   });
   return JSON.parse(out.toString().trim().split('\n').pop()!) as Record<string, unknown>;
 }
+
+/** The server environment of every bench run: quiet logs, no rate limit in the way, the local SMTP sink. */
+export function benchEnv(
+  dataDir: string,
+  sinkPort: number,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    DATA_DIR: dataDir,
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    RATE_LIMIT_PER_MINUTE: '10000000',
+    SMTP_URL: `smtp://127.0.0.1:${sinkPort}`,
+    MAIL_FROM: 'Bench <bench@mailroom.test>',
+    ...extra,
+  };
+}

@@ -13,7 +13,7 @@ import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
-import { ROOT, freePort, startChild, waitHealthy } from './lib.js';
+import { ROOT, benchEnv, freePort, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
 import { type Sink, startSink } from './sink.js';
@@ -85,15 +85,7 @@ async function main(): Promise<void> {
   url.pathname = `/${name}`;
   const sink = await startSink();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-pgbench-'));
-  const env = {
-    DATABASE_URL: url.toString(),
-    DATA_DIR: dataDir,
-    LOG_LEVEL: 'warn',
-    HOST: '127.0.0.1',
-    RATE_LIMIT_PER_MINUTE: '10000000',
-    SMTP_URL: `smtp://127.0.0.1:${sink.port}`,
-    MAIL_FROM: 'Bench <bench@mailroom.test>',
-  };
+  const env = benchEnv(dataDir, sink.port, { DATABASE_URL: url.toString() });
   const children: ChildProcess[] = [];
   const lines: string[] = [];
   try {

@@ -11,7 +11,7 @@ import nodemailer from 'nodemailer';
 import { type Sink, startSink } from './sink.js';
 import { renderChart } from './chart.js';
 import { writeSection } from './report.js';
-import { ROOT, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
+import { ROOT, benchEnv, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = 50;
@@ -84,16 +84,10 @@ async function main(): Promise<void> {
   const sink = await startSink();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-bench-'));
   const port = await freePort();
-  const env = {
-    DATA_DIR: dataDir,
+  const env = benchEnv(dataDir, sink.port, {
     PORT: String(port),
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-    RATE_LIMIT_PER_MINUTE: '10000000',
-    SMTP_URL: `smtp://127.0.0.1:${sink.port}`,
-    MAIL_FROM: 'Bench <bench@mailroom.test>',
     ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
-  };
+  });
   const base = `http://127.0.0.1:${port}`;
   const rows: Row[] = [];
   let server: ChildProcess | undefined;

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { writeSection } from './report.js';
-import { ROOT, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
+import { ROOT, benchEnv, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
 import { startSink } from './sink.js';
 
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
@@ -61,15 +61,7 @@ async function main(): Promise<void> {
   const sink = await startSink();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-soak-'));
   const port = await freePort();
-  const env = {
-    DATA_DIR: dataDir,
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-    RATE_LIMIT_PER_MINUTE: '10000000',
-    SMTP_URL: `smtp://127.0.0.1:${sink.port}`,
-    MAIL_FROM: 'Soak <soak@mailroom.test>',
-  };
+  const env = benchEnv(dataDir, sink.port, { PORT: String(port), MAIL_FROM: 'Soak <soak@mailroom.test>' });
   const base = `http://127.0.0.1:${port}`;
   let server: ChildProcess | undefined;
   try {
