@@ -1,7 +1,8 @@
 // Schema-driven fuzzing: for every operation in the served OpenAPI document, bodies and query strings are
 // generated from the operation's own schemas (mostly valid, then mutated: wrong types, huge and unicode
 // strings, nulls, nested objects, prototype keys, numbers as strings), and every answer is checked:
-// no 5xx, every 4xx in its family's error shape, every 2xx valid against the documented response schema.
+// Random headers (Idempotency-Key, content types, forwarded-for, accept) and duplicate JSON keys ride along.
+// No 5xx, every 4xx in its family's error shape, every 2xx valid against the documented response schema.
 // SCHEMA_FUZZ_RUNS sets the runs per operation (default 150); the count is printed per store.
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
@@ -92,6 +93,37 @@ function valid(schema: Schema, name = ''): fc.Arbitrary<unknown> {
       return fc.anything();
   }
 }
+
+/** JSON text of a body; with `duplicate`, its first key appears twice (a hostile value first, JSON.parse keeps the last). */
+function serialise(body: unknown, duplicate: unknown): string {
+  const text = JSON.stringify(body);
+  const first = body && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body)[0] : undefined;
+  if (duplicate === undefined || first === undefined) return text;
+  return `{${JSON.stringify(first)}:${JSON.stringify(duplicate) ?? 'null'},${text.slice(1)}`;
+}
+
+/** Headers a client may send with any call, well-formed or not. */
+const headerArb = fc.record({
+  set: fc.record(
+    {
+      'idempotency-key': fc.stringMatching(/^[\x21-\x7e]{0,300}$/),
+      'content-type': fc.constantFrom(
+        'application/json',
+        'application/json; charset=utf-8',
+        'APPLICATION/JSON',
+        'text/plain',
+        'application/x-www-form-urlencoded',
+        'application/json; charset=latin1',
+      ),
+      'x-forwarded-for': fc.constantFrom('1.2.3.4', 'not-an-ip', ''),
+      accept: fc.constantFrom('*/*', 'text/html', 'application/xml'),
+    },
+    { requiredKeys: [] },
+  ),
+  duplicateKey: fc.option(fc.oneof(fc.string({ maxLength: 20 }), fc.integer(), fc.constant(null)), {
+    nil: undefined,
+  }),
+});
 
 const hostile = fc.oneof(
   wild,
@@ -188,37 +220,45 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
       );
       const bodyArb = op.body ? fc.oneof(valid(op.body), mutated(op.body)) : fc.constant(undefined);
       await fc.assert(
-        fc.asyncProperty(queryArb, bodyArb, fc.boolean(), async (query, body, existing) => {
-          // Half the id-taking calls name a real list or contact of the caller, so 2xx paths run too.
-          const id =
-            existing && op.path.includes('{id}')
-              ? op.path.startsWith('/api/v1/lists')
-                ? await createList(t, auth)
-                : (await createContact(t, auth)).id
-              : 'no-such-id';
-          const url =
-            op.path.replace('{id}', id) +
-            (Object.keys(query).length ? `?${new URLSearchParams(query as Record<string, string>)}` : '');
-          const res = await t.call({
-            method: op.method as 'GET',
-            url,
-            auth,
-            ...(body !== undefined
-              ? { payload: JSON.stringify(body), headers: { 'content-type': 'application/json' } }
-              : {}),
-          });
-          sent++;
-          const where = `${op.method} ${url} ${JSON.stringify(body)?.slice(0, 300)} -> ${res.body.slice(0, 300)}`;
-          expect(res.statusCode, where).toBeLessThan(500);
-          const family = op.path.startsWith('/api/v1/emails') ? 'emails' : 'contacts';
-          if (res.statusCode >= 400) expectError(res, res.statusCode, family);
-          else {
-            ok++;
-            const validate = op.responses[String(res.statusCode)];
-            expect(validate, `${where}: status ${res.statusCode} is not documented`).toBeDefined();
-            expect(validate!(res.json()), `${where}: ${JSON.stringify(validate!.errors)}`).toBe(true);
-          }
-        }),
+        fc.asyncProperty(
+          queryArb,
+          bodyArb,
+          fc.boolean(),
+          headerArb,
+          async (query, body, existing, headers) => {
+            // Half the id-taking calls name a real list or contact of the caller, so 2xx paths run too.
+            const id =
+              existing && op.path.includes('{id}')
+                ? op.path.startsWith('/api/v1/lists')
+                  ? await createList(t, auth)
+                  : (await createContact(t, auth)).id
+                : 'no-such-id';
+            const url =
+              op.path.replace('{id}', id) +
+              (Object.keys(query).length ? `?${new URLSearchParams(query as Record<string, string>)}` : '');
+            const res = await t.call({
+              method: op.method as 'GET',
+              url,
+              auth,
+              headers: {
+                ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+                ...headers.set,
+              },
+              ...(body !== undefined ? { payload: serialise(body, headers.duplicateKey) } : {}),
+            });
+            sent++;
+            const where = `${op.method} ${url} ${JSON.stringify(body)?.slice(0, 300)} -> ${res.body.slice(0, 300)}`;
+            expect(res.statusCode, where).toBeLessThan(500);
+            const family = op.path.startsWith('/api/v1/emails') ? 'emails' : 'contacts';
+            if (res.statusCode >= 400) expectError(res, res.statusCode, family);
+            else {
+              ok++;
+              const validate = op.responses[String(res.statusCode)];
+              expect(validate, `${where}: status ${res.statusCode} is not documented`).toBeDefined();
+              expect(validate!(res.json()), `${where}: ${JSON.stringify(validate!.errors)}`).toBe(true);
+            }
+          },
+        ),
         { numRuns: RUNS },
       );
     }
