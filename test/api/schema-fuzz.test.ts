@@ -1,8 +1,7 @@
 // Schema-driven fuzzing: for every operation in the served OpenAPI document, bodies and query strings are
 // generated from the operation's own schemas (mostly valid, then mutated: wrong types, huge and unicode
-// strings, nulls, nested objects, prototype keys, numbers as strings), and every answer is checked:
-// Random headers (Idempotency-Key, content types, forwarded-for, accept) and duplicate JSON keys ride along.
-// No 5xx, every 4xx in its family's error shape, every 2xx valid against the documented response schema.
+// strings, nulls, nested objects, prototype keys, numbers as strings), with random headers (Idempotency-Key,
+// content types, forwarded-for, accept) and duplicate JSON keys. Every answer is checked: no 5xx, every 4xx in its family's error shape, every 2xx valid against the documented response schema.
 // SCHEMA_FUZZ_RUNS sets the runs per operation (default 150); the count is printed per store.
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
