@@ -2,13 +2,7 @@
 // header names, the cc+bcc total, and which From is used. Everything is reported at once, by field path.
 import type { Static } from 'typebox';
 import { DetailCollector, type ErrorDetail } from '../errors.js';
-import {
-  type ParsedAddress,
-  domainOf,
-  formatMailbox,
-  parseConfiguredMailbox,
-  parseMailbox,
-} from '../validation/addresses.js';
+import { type ParsedAddress, domainOf, formatMailbox, parseMailbox } from '../validation/addresses.js';
 import type { SendEmailBody } from './emails.schemas.js';
 
 export const MAX_TO = 50;
@@ -117,7 +111,8 @@ export function emailBodyRules(body: Loose): ErrorDetail[] {
   return errors.details;
 }
 
-export function normalizeEmail(body: SendEmailInput, mailFrom: string): NormalizedEmail {
+/** `defaultFrom` is MAIL_FROM, parsed once by the caller. */
+export function normalizeEmail(body: SendEmailInput, defaultFrom: ParsedAddress): NormalizedEmail {
   const errors = new DetailCollector();
   const { to, cc, bcc, replyTo, from, headers } = checkRules(body, errors);
   errors.throwIfAny();
@@ -125,7 +120,6 @@ export function normalizeEmail(body: SendEmailInput, mailFrom: string): Normaliz
   const text = body.text ?? null;
 
   // `from` is used only when it is in MAIL_FROM's domain; otherwise MAIL_FROM is used (contract.md).
-  const defaultFrom = parseConfiguredMailbox(mailFrom)!;
   const requested = from[0];
   const allowed = requested !== undefined && domainOf(requested.address) === domainOf(defaultFrom.address);
 

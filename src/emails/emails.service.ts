@@ -4,7 +4,7 @@ import { AppError } from '../errors.js';
 import { type Page, pagination } from '../http/schemas.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
-import { domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
+import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
 import type { EmailStatus } from './emails.schemas.js';
 import { type SendEmailInput, normalizeEmail } from './emails.rules.js';
 import * as repo from './emails.repository.js';
@@ -49,16 +49,22 @@ function toSummary(r: EmailRow) {
 
 export class EmailsService {
   private readonly messageIdDomain: string;
+  private readonly defaultFrom: ParsedAddress;
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly ids: Ids,
-    private readonly config: EmailsConfig,
+    config: EmailsConfig,
     /** Called after an email is committed, so an in-process worker can start at once. */
     private readonly onQueued: () => void = () => undefined,
   ) {
-    this.messageIdDomain = domainOf(parseConfiguredMailbox(config.mailFrom)?.address ?? 'mailroom@localhost');
+    // config.ts has already refused a MAIL_FROM this cannot parse.
+    this.defaultFrom = parseConfiguredMailbox(config.mailFrom) ?? {
+      name: undefined,
+      address: 'mailroom@localhost',
+    };
+    this.messageIdDomain = domainOf(this.defaultFrom.address);
   }
 
   async send(
@@ -66,7 +72,7 @@ export class EmailsService {
     body: SendEmailInput,
     idempotencyKey?: string,
   ): Promise<{ id: string; message: string }> {
-    const email = normalizeEmail(body, this.config.mailFrom);
+    const email = normalizeEmail(body, this.defaultFrom);
     const now = this.clock.now();
     const at = now.toISOString();
     const id = this.ids.next();
