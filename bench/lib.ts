@@ -70,3 +70,22 @@ export function benchEnv(
     ...extra,
   };
 }
+
+/** Migrates, makes a key holding every permission, starts `serve` and resolves once /health answers. */
+export async function startServerWithKey(
+  env: Record<string, string>,
+  base: string,
+): Promise<{ server: ChildProcess; headers: Record<string, string>; coldStartMs: number }> {
+  cli(['migrate'], env);
+  const { key } = cli(
+    ['keys', 'create', '--name', 'bench', '--permissions', 'readContacts,writeContacts,sendEmails'],
+    env,
+  );
+  const server = startChild(['bin/mailroom.js', 'serve'], env);
+  const coldStartMs = await waitHealthy(`${base}/health`);
+  return {
+    server,
+    headers: { authorization: `Bearer ${key as string}`, 'content-type': 'application/json' },
+    coldStartMs,
+  };
+}

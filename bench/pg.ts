@@ -8,7 +8,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
@@ -16,7 +15,7 @@ import { openStore } from '../src/runtime.js';
 import { ROOT, benchEnv, freePort, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
-import { type Sink, startSink } from './sink.js';
+import { type Sink, rawDeliveryRate, startSink } from './sink.js';
 
 const ADMIN = process.env.BENCH_ADMIN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -50,29 +49,6 @@ async function deliveryRate(sink: Sink, seconds: number): Promise<number> {
   const before = sink.received();
   await new Promise((r) => setTimeout(r, seconds * 1000));
   return Math.round((sink.received() - before) / seconds);
-}
-
-async function rawRate(sink: Sink, count: number): Promise<number> {
-  const transport = nodemailer.createTransport({
-    pool: true,
-    host: '127.0.0.1',
-    port: sink.port,
-    maxConnections: 10,
-    maxMessages: Infinity,
-  });
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: count }, (_, i) =>
-      transport.sendMail({
-        from: 'bench@mailroom.test',
-        to: `r${i}@example.test`,
-        subject: `raw ${i}`,
-        text: 'Hello from the bench',
-      }),
-    ),
-  );
-  transport.close();
-  return Math.round((count / (performance.now() - start)) * 1000);
 }
 
 async function main(): Promise<void> {
@@ -135,7 +111,7 @@ async function main(): Promise<void> {
     for (const c of children.splice(0)) c.kill('SIGTERM');
 
     console.log('delivery…');
-    const raw = await rawRate(sink, 3000);
+    const raw = await rawDeliveryRate(sink, 3000, { text: 'Hello from the bench' });
     const workers: ChildProcess[] = [];
     const rates: string[] = [];
     for (const count of [1, 3]) {

@@ -7,11 +7,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import nodemailer from 'nodemailer';
-import { type Sink, startSink } from './sink.js';
+import { rawDeliveryRate, startSink } from './sink.js';
 import { renderChart } from './chart.js';
 import { writeSection } from './report.js';
-import { ROOT, benchEnv, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
+import { ROOT, benchEnv, freePort, rssMiB, startChild, startServerWithKey, waitHealthy } from './lib.js';
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = 50;
@@ -50,34 +49,6 @@ async function ceilingHttp(): Promise<{ rps: number; p99: number }> {
   }
 }
 
-async function ceilingDelivery(sink: Sink): Promise<number> {
-  // The same pool size Mailroom's worker uses (min(DELIVERY_CONCURRENCY, 10) connections).
-  const transport = nodemailer.createTransport({
-    pool: true,
-    host: '127.0.0.1',
-    port: sink.port,
-    secure: false,
-    maxConnections: 10,
-    maxMessages: Infinity,
-  });
-  const before = sink.received();
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: MESSAGES }, (_, i) =>
-      transport.sendMail({
-        from: 'bench@mailroom.test',
-        to: `r${i}@example.test`,
-        subject: `raw ${i}`,
-        text: 'Hello from the bench',
-        html: '<p>Hello from the bench</p>',
-      }),
-    ),
-  );
-  await sink.waitFor(before + MESSAGES, 60_000);
-  transport.close();
-  return Math.round((MESSAGES / (performance.now() - start)) * 1000);
-}
-
 async function main(): Promise<void> {
   console.log('building…');
   execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
@@ -95,17 +66,16 @@ async function main(): Promise<void> {
     console.log('ceiling: bare Fastify route…');
     const ceiling = await ceilingHttp();
     console.log('ceiling: raw nodemailer…');
-    const rawDelivery = await ceilingDelivery(sink);
+    const rawDelivery = await rawDeliveryRate(sink, MESSAGES, {
+      text: 'Hello from the bench',
+      html: '<p>Hello from the bench</p>',
+    });
 
-    cli(['migrate'], env);
-    const key = cli(
-      ['keys', 'create', '--name', 'bench', '--permissions', 'readContacts,writeContacts,sendEmails'],
-      env,
-    ).key as string;
-    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-    server = startChild(['bin/mailroom.js', 'serve'], env);
-    const coldStartMs = await waitHealthy(`${base}/health`);
-    const idleRss = rssMiB(server.pid!);
+    const started = await startServerWithKey(env, base);
+    server = started.server;
+    const { headers } = started;
+    const { coldStartMs } = started;
+    const idleRss = rssMiB(started.server.pid!);
 
     const list = (await (
       await fetch(`${base}/api/v1/lists`, {
@@ -168,7 +138,7 @@ async function main(): Promise<void> {
       method: 'POST',
       body: emailBody,
     });
-    const loadRss = rssMiB(server.pid!);
+    const loadRss = rssMiB(started.server.pid!);
 
     // Let the backlog from the send benchmark drain (nothing queued, sending or deferred) before the
     // end-to-end delivery run, so that run counts only its own messages.

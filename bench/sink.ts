@@ -1,4 +1,5 @@
 // A local SMTP sink that accepts everything and counts what arrives, for delivery figures.
+import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 
 export interface Sink {
@@ -37,4 +38,38 @@ export async function startSink(): Promise<Sink> {
     },
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
+}
+
+/**
+ * The delivery ceiling: raw pooled nodemailer into the sink, with the pool size Mailroom's worker uses
+ * (min(DELIVERY_CONCURRENCY, 10) connections). Returns messages per second until the sink has them all.
+ */
+export async function rawDeliveryRate(
+  sink: Sink,
+  count: number,
+  content: { text: string; html?: string },
+): Promise<number> {
+  const transport = nodemailer.createTransport({
+    pool: true,
+    host: '127.0.0.1',
+    port: sink.port,
+    secure: false,
+    maxConnections: 10,
+    maxMessages: Infinity,
+  });
+  const before = sink.received();
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      transport.sendMail({
+        from: 'bench@mailroom.test',
+        to: `r${i}@example.test`,
+        subject: `raw ${i}`,
+        ...content,
+      }),
+    ),
+  );
+  await sink.waitFor(before + count, 60_000);
+  transport.close();
+  return Math.round((count / (performance.now() - start)) * 1000);
 }

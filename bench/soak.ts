@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { writeSection } from './report.js';
-import { ROOT, benchEnv, cli, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
+import { ROOT, benchEnv, freePort, rssMiB, startServerWithKey } from './lib.js';
 import { startSink } from './sink.js';
 
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
@@ -65,15 +65,10 @@ async function main(): Promise<void> {
   const base = `http://127.0.0.1:${port}`;
   let server: ChildProcess | undefined;
   try {
-    cli(['migrate'], env);
-    const key = cli(
-      ['keys', 'create', '--name', 'soak', '--permissions', 'readContacts,writeContacts,sendEmails'],
-      env,
-    ).key as string;
-    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-    server = startChild(['bin/mailroom.js', 'serve'], env);
-    await waitHealthy(`${base}/health`);
-    const pid = server.pid!;
+    const started = await startServerWithKey(env, base);
+    server = started.server;
+    const { headers } = started;
+    const pid = started.server.pid!;
 
     const post = async (route: string, payload: unknown) =>
       (await (
