@@ -1,25 +1,18 @@
 // Turns any error into the contract's status and body: `{ success: false, error, details? }` for lists and
 // contacts, `{ error, details? }` for emails. Internals (stacks, SQL) never reach a response.
-import type { ErrorObject } from 'ajv';
 import { AppError, type ErrorDetail, STATUS } from '../errors.js';
 import { isStoreUnavailable } from '../store/dialect.js';
-import { toDetails } from '../validation/ajv.js';
 
 interface FastifyishError {
   code?: string;
   statusCode?: number;
   message?: string;
-  validation?: ErrorObject[];
-  validationContext?: string;
 }
 
 function classify(err: unknown): AppError {
+  // Schema failures arrive as AppErrors already: our validator compiler (validation/ajv.ts) builds them.
   if (err instanceof AppError) return err;
   const e = (err ?? {}) as FastifyishError;
-  if (e.validation) {
-    const part = e.validationContext ?? 'body';
-    return new AppError('VALIDATION_FAILED', 'Validation failed', toDetails(e.validation, part));
-  }
   switch (e.code) {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new AppError(
