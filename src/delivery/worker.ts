@@ -11,7 +11,6 @@ import {
 } from '../emails/emails.repository.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
-import { BatchWriter } from './batch-writer.js';
 import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import * as queue from './queue.repository.js';
@@ -52,7 +51,6 @@ export class DeliveryWorker {
   private inflight = new Set<Promise<void>>();
   /** Emails this worker holds a lease on, for renewal. */
   private leased = new Set<string>();
-  private readonly results: BatchWriter;
   private timer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private running = false;
@@ -64,7 +62,6 @@ export class DeliveryWorker {
     this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
     this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
-    this.results = new BatchWriter(o.store);
   }
 
   start(): void {
@@ -154,8 +151,8 @@ export class DeliveryWorker {
     if (this.leased.size === 0) return;
     const leaseUntil = new Date(this.o.clock.now().getTime() + this.leaseMs).toISOString();
     try {
-      // Through the result writer, so renewals and results never lock the same rows in opposite orders.
-      await this.results.write((trx) => queue.renewLeases(trx, this.owner, [...this.leased], leaseUntil));
+      // Batched with the results, so renewals and results never lock the same rows in opposite orders.
+      await this.o.store.batch((trx) => queue.renewLeases(trx, this.owner, [...this.leased], leaseUntil));
     } catch (err) {
       this.o.logger.warn({ err }, 'delivery: renewing leases failed');
     }
@@ -246,7 +243,7 @@ export class DeliveryWorker {
       .filter((type) => details[type] !== undefined)
       .map((type) => ({ id: this.o.ids.next(), email_id: email.id, type, at, detail: details[type]! }));
 
-    const recorded = await this.results.write(async (trx) => {
+    const recorded = await this.o.store.batch(async (trx) => {
       const held = await queue.finishAttempt(
         trx,
         { emailId: email.id, owner: this.owner, attempts },

@@ -1,6 +1,7 @@
-// Group commit for the embedded store: writes that arrive while a commit is in flight are queued and run
-// together in the next transaction, each inside its own savepoint, so many requests share one fsync while
-// a failing write rolls back only itself. A caller's promise settles only after its commit is durable.
+// Group commit: writes that arrive while a commit is in flight are queued and run together in the next
+// transaction, each inside its own savepoint, so many writes share one commit (one fsync) while a failing
+// write rolls back only itself. A caller's promise settles only after its commit is durable. Every write
+// goes through it on SQLite; on PostgreSQL, writes that tolerate company (the worker's results) do.
 import { type Kysely, sql } from 'kysely';
 
 interface Job<DB> {
@@ -18,7 +19,8 @@ export class GroupCommit<DB> {
   /** Transactions committed so far; each may carry many writes. */
   commits = 0;
 
-  constructor(private readonly db: Kysely<DB>) {}
+  /** `transaction` runs its callback in one transaction and commits it (or rolls back if it throws). */
+  constructor(private readonly transaction: <T>(fn: (trx: Kysely<DB>) => Promise<T>) => Promise<T>) {}
 
   run<T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
@@ -49,30 +51,21 @@ export class GroupCommit<DB> {
   private async runBatch(batch: Job<DB>[]): Promise<void> {
     const outcomes: { ok: boolean; value: unknown }[] = [];
     try {
-      await this.db.connection().execute(async (conn) => {
-        // IMMEDIATE takes the write lock up front, so another process's writer makes us wait
-        // (busy_timeout) instead of failing on a stale read snapshot.
-        await sql`begin immediate`.execute(conn);
-        try {
-          for (const job of batch) {
-            await sql`savepoint w`.execute(conn);
-            try {
-              const value = await job.fn(conn);
-              await sql`release w`.execute(conn);
-              outcomes.push({ ok: true, value });
-            } catch (err) {
-              await sql`rollback to w`.execute(conn);
-              await sql`release w`.execute(conn);
-              outcomes.push({ ok: false, value: err });
-            }
+      await this.transaction(async (conn) => {
+        for (const job of batch) {
+          await sql`savepoint w`.execute(conn);
+          try {
+            const value = await job.fn(conn);
+            await sql`release savepoint w`.execute(conn);
+            outcomes.push({ ok: true, value });
+          } catch (err) {
+            await sql`rollback to savepoint w`.execute(conn);
+            await sql`release savepoint w`.execute(conn);
+            outcomes.push({ ok: false, value: err });
           }
-          await sql`commit`.execute(conn);
-          this.commits++;
-        } catch (err) {
-          await sql`rollback`.execute(conn).catch(() => undefined);
-          throw err;
         }
       });
+      this.commits++;
     } catch (err) {
       for (const job of batch) job.reject(err);
       return;
@@ -83,4 +76,21 @@ export class GroupCommit<DB> {
       else job.reject(outcome.value);
     });
   }
+}
+
+/** The SQLite transaction for a batch: IMMEDIATE takes the write lock up front, so another process's
+ * writer makes us wait (busy_timeout) instead of failing on a stale read snapshot. */
+export function sqliteImmediateTransaction<DB>(db: Kysely<DB>) {
+  return <T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> =>
+    db.connection().execute(async (conn) => {
+      await sql`begin immediate`.execute(conn);
+      try {
+        const value = await fn(conn);
+        await sql`commit`.execute(conn);
+        return value;
+      } catch (err) {
+        await sql`rollback`.execute(conn).catch(() => undefined);
+        throw err;
+      }
+    });
 }

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql } from 'kysely';
-import { GroupCommit } from '../../src/store/group-commit.js';
+import { GroupCommit, sqliteImmediateTransaction } from '../../src/store/group-commit.js';
 import { type StoreKind, type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
 
 const ORG = { id: 'org-1', name: 'Org', created_at: '2026-01-01T00:00:00.000Z' };
@@ -81,7 +81,7 @@ describe('group commit', () => {
       dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
     });
     await db.schema.createTable('t').addColumn('n', 'integer').execute();
-    const group = new GroupCommit(db);
+    const group = new GroupCommit(sqliteImmediateTransaction(db));
     await Promise.all(
       Array.from({ length: 100 }, (_, n) => group.run((trx) => trx.insertInto('t').values({ n }).execute())),
     );
