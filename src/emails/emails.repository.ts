@@ -1,4 +1,4 @@
-import type { Executor } from '../store/store.js';
+import type { Executor, Store } from '../store/store.js';
 import type { Selectable } from 'kysely';
 import type {
   EmailEventsTable,
@@ -22,6 +22,20 @@ export async function insertEmail(
   await db.insertInto('emails').values(row).execute();
   if (recipients.length > 0) await db.insertInto('email_recipients').values(recipients).execute();
   await insertEvents(db, events);
+}
+
+/** The same rows as insertEmail, through the store's batched appends (no transaction of its own). */
+export function appendEmail(
+  store: Store,
+  row: NewEmail,
+  recipients: RecipientRow[],
+  events: EventRow[],
+): Promise<void> {
+  return store.append([
+    { table: 'emails', rows: [row] },
+    { table: 'email_recipients', rows: recipients },
+    { table: 'email_events', rows: events },
+  ]);
 }
 
 export async function insertEvents(db: Executor, events: EventRow[]): Promise<void> {

@@ -3,6 +3,7 @@
 // write rolls back only itself. A caller's promise settles only after its commit is durable. Every write
 // goes through it on SQLite; on PostgreSQL, writes that tolerate company (the worker's results) do.
 import { type Kysely, sql } from 'kysely';
+import { BatchQueue } from './batch-queue.js';
 
 interface Job<DB> {
   fn: (trx: Kysely<DB>) => Promise<unknown>;
@@ -13,9 +14,7 @@ interface Job<DB> {
 const MAX_BATCH = 256;
 
 export class GroupCommit<DB> {
-  private queue: Job<DB>[] = [];
-  private running = false;
-  private idleWaiters: (() => void)[] = [];
+  private readonly queue = new BatchQueue<Job<DB>>((batch) => this.runBatch(batch), MAX_BATCH);
   /** Transactions committed so far; each may carry many writes. */
   commits = 0;
 
@@ -25,27 +24,12 @@ export class GroupCommit<DB> {
   run<T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
-      if (!this.running) {
-        this.running = true;
-        // Let the current tick's other requests join this batch.
-        setImmediate(() => void this.drain());
-      }
     });
   }
 
   /** Resolves once every queued write has settled. */
   idle(): Promise<void> {
-    if (!this.running) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.push(resolve));
-  }
-
-  private async drain(): Promise<void> {
-    while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, MAX_BATCH);
-      await this.runBatch(batch);
-    }
-    this.running = false;
-    for (const w of this.idleWaiters.splice(0)) w();
+    return this.queue.idle();
   }
 
   private async runBatch(batch: Job<DB>[]): Promise<void> {

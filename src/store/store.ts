@@ -8,6 +8,7 @@ import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema.js';
 import { type DialectName, isRetryableConflict } from './dialect.js';
+import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { migrateToLatest } from './migrations.js';
 
@@ -24,6 +25,11 @@ export interface Store {
    * arrive meanwhile: fewer commits for many small writes that need not run alone (delivery results).
    */
   batch<T>(fn: (trx: Executor) => Promise<T>): Promise<T>;
+  /**
+   * Inserts new rows (tables in the order given) durably; rows appended concurrently by other callers
+   * share multi-row statements and one commit. For writes that only add rows (accepting an email).
+   */
+  append(rows: readonly AppendRows<Database>[]): Promise<void>;
   migrate(): Promise<string[]>;
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -78,6 +84,8 @@ function createSqliteStore(options: StoreOptions): Store {
   });
   let reader: Kysely<Database> | undefined;
   const group = new GroupCommit(sqliteImmediateTransaction(writer));
+  // Appends ride in the group commit too: SQLite has one writer, and its commit is shared anyway.
+  const appender = new Appender<Database>((fn) => group.run(fn));
   // The query planner needs table statistics to prefer a primary-key probe over walking an
   // organisation's index; `optimize` refreshes them where tables grew, cheaply (analysis_limit).
   const optimize = () => group.run((trx) => sql`pragma optimize`.execute(trx)).catch(() => undefined);
@@ -94,6 +102,7 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     write: (fn) => group.run(fn),
     batch: (fn) => group.run(fn),
+    append: (rows) => appender.append(rows),
     async migrate() {
       const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
       await sql`pragma analysis_limit = 1000`.execute(writer);
@@ -105,6 +114,7 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     async close() {
       clearInterval(optimizer);
+      await appender.idle();
       await group.idle();
       await reader?.destroy();
       await writer.destroy();
@@ -127,10 +137,12 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   pool.on('connect', (client) => client.on('error', () => undefined));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const group = new GroupCommit<Database>((fn) => db.transaction().execute(fn));
+  const appender = new Appender<Database>((fn) => db.transaction().execute(fn));
   return {
     dialect: 'postgres',
     db,
     batch: (fn) => group.run(fn),
+    append: (rows) => appender.append(rows),
     async write(fn) {
       for (let attempt = 1; ; attempt++) {
         try {
@@ -160,6 +172,7 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
       await sql`select 1`.execute(db);
     },
     async close() {
+      await appender.idle();
       await group.idle();
       await db.destroy();
     },

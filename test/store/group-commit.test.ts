@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql } from 'kysely';
+import { Appender } from '../../src/store/appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from '../../src/store/group-commit.js';
 import { type StoreKind, type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
 
@@ -31,6 +32,44 @@ describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
     const ids = new Set(rows.map((r) => r.id));
     expect(ids.size).toBe(41);
     for (let i = 0; i < 50; i++) expect(ids.has(`o${i}`)).toBe(i % 5 !== 0);
+  });
+
+  it('appends concurrent rows together, and refused rows fail only their own caller', async () => {
+    ts = await createTestStore(kind);
+    await ts.store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
+    const org = (i: number) => ({ id: `a${i}`, name: `n${i}`, created_at: ORG.created_at });
+    const results = await Promise.allSettled(
+      Array.from({ length: 60 }, (_, i) =>
+        ts.store.append([
+          // Every seventh caller repeats an existing key in its second table: none of its rows may land.
+          { table: 'organizations', rows: [org(i), org(i + 1000)] },
+          { table: 'organizations', rows: i % 7 === 0 ? [ORG] : [org(i + 2000)] },
+        ]),
+      ),
+    );
+    const refused = results.flatMap((r, i) => (r.status === 'rejected' ? [i] : []));
+    expect(refused).toEqual([0, 7, 14, 21, 28, 35, 42, 49, 56]);
+    const ids = new Set(
+      (await ts.store.db.selectFrom('organizations').select('id').execute()).map((r) => r.id),
+    );
+    expect(ids.size).toBe(1 + 3 * (60 - refused.length));
+    for (let i = 0; i < 60; i++) {
+      for (const id of [`a${i}`, `a${i + 1000}`, `a${i + 2000}`]) expect(ids.has(id)).toBe(i % 7 !== 0);
+    }
+  });
+
+  it('appends more rows in one call than one statement may bind', async () => {
+    ts = await createTestStore(kind);
+    const rows = Array.from({ length: 12_000 }, (_, i) => ({
+      id: `big${i}`,
+      name: `n${i}`,
+      created_at: ORG.created_at,
+    }));
+    await ts.store.append([{ table: 'organizations', rows }]);
+    const { rows: count } = await sql<{ n: number }>`select count(*) as n from organizations`.execute(
+      ts.store.db,
+    );
+    expect(Number(count[0]!.n)).toBe(12_000);
   });
 
   it('keeps what a write committed after the store is closed and opened again', async () => {
@@ -72,6 +111,30 @@ describe('sqlite settings', () => {
     } finally {
       await ts.destroy();
     }
+  });
+});
+
+describe('appender', () => {
+  it('shares one commit among appends that arrive together, and settles each only after it', async () => {
+    const db = new Kysely<{ t: { n: number } }>({
+      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+    });
+    await db.schema.createTable('t').addColumn('n', 'integer').execute();
+    let committed = 0;
+    const appender = new Appender<{ t: { n: number } }>(async (fn) => {
+      await db.transaction().execute(fn);
+      committed = (await sql<{ c: number }>`select count(*) as c from t`.execute(db)).rows[0]!.c;
+    });
+    await Promise.all(
+      Array.from({ length: 100 }, (_, n) =>
+        appender.append([{ table: 't', rows: [{ n }] }]).then(() => {
+          // Resolved only once the transaction holding this row has committed.
+          expect(committed).toBeGreaterThan(n);
+        }),
+      ),
+    );
+    expect(appender.commits).toBeLessThan(5);
+    await db.destroy();
   });
 });
 

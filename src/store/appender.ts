@@ -1,0 +1,95 @@
+// Batched appends: new rows from concurrent callers (accepted emails with their recipients and events)
+// are written together, one multi-row INSERT per table and one commit for the lot, instead of a
+// transaction of several statements per caller. That is where acceptance spends its time on
+// PostgreSQL (round trips, one commit each) and, less so, on SQLite (a savepoint per write).
+// A caller's promise settles only after its rows are durably committed. If a shared batch fails, each
+// caller's rows are written again on their own, so one bad row fails only its own caller.
+import type { Insertable, Kysely } from 'kysely';
+import { BatchQueue } from './batch-queue.js';
+
+/** Rows for one table; a list of these is one caller's append. */
+export type AppendRows<DB> = {
+  [T in keyof DB & string]: { table: T; rows: readonly Insertable<DB[T]>[] };
+}[keyof DB & string];
+
+interface Job {
+  rows: readonly { table: string; rows: readonly object[] }[];
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+type Transaction<DB> = (fn: (trx: Kysely<DB>) => Promise<void>) => Promise<void>;
+
+const MAX_JOBS = 500;
+
+export class Appender<DB> {
+  private readonly queue = new BatchQueue<Job>((jobs) => this.flush(jobs), MAX_JOBS);
+  /** Transactions committed so far; each may carry many callers' rows. */
+  commits = 0;
+
+  /**
+   * `transaction` runs its callback in one transaction and commits it; `maxParameters` bounds one
+   * statement's bound values (SQLite allows 32,766, PostgreSQL 65,535).
+   */
+  constructor(
+    private readonly transaction: Transaction<DB>,
+    private readonly maxParameters = 30_000,
+  ) {}
+
+  /** Inserts the rows (tables in the order given, so parents come before children) in one commit. */
+  append(rows: readonly AppendRows<DB>[]): Promise<void> {
+    return new Promise<void>((resolve, reject) => this.queue.push({ rows, resolve, reject }));
+  }
+
+  /** Resolves once every queued append has settled. */
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  private async flush(jobs: Job[]): Promise<void> {
+    try {
+      await this.write(jobs);
+      for (const job of jobs) job.resolve();
+      return;
+    } catch (err) {
+      if (jobs.length === 1) {
+        jobs[0]!.reject(err);
+        return;
+      }
+    }
+    // Someone's rows were refused: find whose, without failing the others.
+    for (const job of jobs) {
+      try {
+        await this.write([job]);
+        job.resolve();
+      } catch (err) {
+        job.reject(err);
+      }
+    }
+  }
+
+  private async write(jobs: Job[]): Promise<void> {
+    const byTable = new Map<string, object[]>();
+    for (const job of jobs) {
+      for (const { table, rows } of job.rows) {
+        let all = byTable.get(table);
+        if (!all) byTable.set(table, (all = []));
+        for (const row of rows) all.push(row);
+      }
+    }
+    await this.transaction(async (trx) => {
+      for (const [table, rows] of byTable) {
+        if (rows.length === 0) continue;
+        const perStatement = Math.max(1, Math.floor(this.maxParameters / Object.keys(rows[0]!).length));
+        for (let i = 0; i < rows.length; i += perStatement) {
+          // The rows were typed per table by append(); the table name is only known here at run time.
+          await (trx as unknown as Kysely<Record<string, object>>)
+            .insertInto(table)
+            .values(rows.slice(i, i + perStatement))
+            .execute();
+        }
+      }
+    });
+    this.commits++;
+  }
+}
