@@ -23,18 +23,23 @@ type Transaction<DB> = (fn: (trx: Kysely<DB>) => Promise<void>) => Promise<void>
 const MAX_JOBS = 500;
 
 export class Appender<DB> {
-  private readonly queue = new BatchQueue<Job>((jobs) => this.flush(jobs), MAX_JOBS);
+  private readonly queue: BatchQueue<Job>;
+  private readonly maxParameters: number;
   /** Transactions committed so far; each may carry many callers' rows. */
   commits = 0;
 
   /**
-   * `transaction` runs its callback in one transaction and commits it; `maxParameters` bounds one
-   * statement's bound values (SQLite allows 32,766, PostgreSQL 65,535).
+   * `transaction` runs its callback in one transaction and commits it; `concurrency` is how many such
+   * transactions may be open at once; `maxParameters` bounds one statement's bound values (SQLite
+   * allows 32,766, PostgreSQL 65,535).
    */
   constructor(
     private readonly transaction: Transaction<DB>,
-    private readonly maxParameters = 30_000,
-  ) {}
+    { concurrency = 1, maxParameters = 30_000 }: { concurrency?: number; maxParameters?: number } = {},
+  ) {
+    this.maxParameters = maxParameters;
+    this.queue = new BatchQueue<Job>((jobs) => this.flush(jobs), MAX_JOBS, concurrency);
+  }
 
   /** Inserts the rows (tables in the order given, so parents come before children) in one commit. */
   append(rows: readonly AppendRows<DB>[]): Promise<void> {

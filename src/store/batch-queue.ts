@@ -1,35 +1,50 @@
-// The queue behind group commit and batched appends: jobs that arrive while a batch is being written
-// wait and go together in the next one; one batch is in flight at a time.
+// The queue behind group commit and batched appends: jobs that arrive while batches are being written
+// wait and go together in the next one. At most `concurrency` batches are in flight at a time: one for
+// SQLite's single writer; a few on PostgreSQL, where a batch waits on round trips more than on CPU.
 
 export class BatchQueue<J> {
   private queue: J[] = [];
-  private running = false;
+  private inFlight = 0;
+  private scheduled = false;
   private idleWaiters: (() => void)[] = [];
 
   /** `flush` writes one batch and settles its jobs itself; it must not throw. */
   constructor(
     private readonly flush: (jobs: J[]) => Promise<void>,
     private readonly maxBatch: number,
+    private readonly concurrency = 1,
   ) {}
 
   push(job: J): void {
     this.queue.push(job);
-    if (!this.running) {
-      this.running = true;
-      // Let the current tick's other requests join this batch.
-      setImmediate(() => void this.drain());
-    }
+    this.schedule();
   }
 
   /** Resolves once every queued job has settled. */
   idle(): Promise<void> {
-    if (!this.running) return Promise.resolve();
+    if (this.queue.length === 0 && this.inFlight === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  private async drain(): Promise<void> {
-    while (this.queue.length > 0) await this.flush(this.queue.splice(0, this.maxBatch));
-    this.running = false;
-    for (const w of this.idleWaiters.splice(0)) w();
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.concurrency) return;
+    this.scheduled = true;
+    // Let the current tick's other requests join this batch.
+    setImmediate(() => {
+      this.scheduled = false;
+      this.start();
+    });
+  }
+
+  private start(): void {
+    if (this.queue.length === 0 || this.inFlight >= this.concurrency) return;
+    this.inFlight++;
+    const batch = this.queue.splice(0, this.maxBatch);
+    if (this.queue.length > 0) this.schedule();
+    void this.flush(batch).then(() => {
+      this.inFlight--;
+      if (this.queue.length > 0) this.schedule();
+      else if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+    });
   }
 }

@@ -137,7 +137,10 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   pool.on('connect', (client) => client.on('error', () => undefined));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const group = new GroupCommit<Database>((fn) => db.transaction().execute(fn));
-  const appender = new Appender<Database>((fn) => db.transaction().execute(fn));
+  // A few batches at once: each waits on round trips and its commit, and the pool has room for reads.
+  const appender = new Appender<Database>((fn) => db.transaction().execute(fn), {
+    concurrency: Math.max(1, Math.floor(poolSize / 3)),
+  });
   return {
     dialect: 'postgres',
     db,
