@@ -3,6 +3,7 @@ import type { Executor } from '../store/store.js';
 import type { ContactRow } from '../store/schema.js';
 import { type DialectName, containsPattern, forUpdate } from '../store/dialect.js';
 import type { Page } from '../http/schemas.js';
+import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -118,13 +119,17 @@ function byOrganization(db: Executor, organizationId: string, filter: ContactFil
     .where((eb) => eb.and(rowConditions(filter)));
 }
 
-export function pageContacts(
+export async function pageContacts(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
   page: Page,
+  dialect?: DialectName,
 ): Promise<ContactRow[]> {
   const offset = (page.page - 1) * page.limit;
+  // An email substring that matches few contacts: read the matches through SQLite's trigram index.
+  const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
+  if (indexed) return indexed;
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
     return byTag(db, organizationId, filter.tag, filter)
@@ -148,7 +153,10 @@ export async function countContacts(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
+  dialect?: DialectName,
 ): Promise<number> {
+  const indexed = await countByEmailIndex(db, dialect, organizationId, filter);
+  if (indexed !== undefined) return indexed;
   const q =
     filter.tag !== undefined
       ? byTag(db, organizationId, filter.tag, filter)

@@ -105,7 +105,7 @@ export class ContactsService {
   async page(orgId: string, query: Page & repo.ContactFilter) {
     const { page, limit, ...filter } = query;
     const [rows, maintained] = await Promise.all([
-      repo.pageContacts(this.store.db, orgId, filter, { page, limit }),
+      repo.pageContacts(this.store.db, orgId, filter, { page, limit }, this.store.dialect),
       findMaintainedCount(this.store.db, orgId, filter),
     ]);
     // A short first page is the whole result: no need to count at all.
@@ -113,7 +113,7 @@ export class ContactsService {
       maintained ??
       (page === 1 && rows.length < limit
         ? rows.length
-        : await repo.countContacts(this.store.db, orgId, filter));
+        : await repo.countContacts(this.store.db, orgId, filter, this.store.dialect));
     return { contacts: rows.map(toContact), pagination: pagination({ page, limit }, total) };
   }
 

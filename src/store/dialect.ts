@@ -61,3 +61,13 @@ export function forUpdate<DB, TB extends keyof DB, O>(
 export function containsPattern(value: string): string {
   return `%${value.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 }
+
+/** FTS5 query for a literal substring: one string in double quotes (inner ones doubled), no operators. */
+export function ftsPhrase(value: string): string {
+  return `"${value.replaceAll('"', '""')}"`;
+}
+
+/** SQLite's trigram tokenizer matches only substrings of at least three characters (code points). */
+export function isTrigramSearchable(value: string): boolean {
+  return [...value].length >= 3;
+}

@@ -4,6 +4,7 @@
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';
+import { contactSearch } from './migrations-0003.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -222,8 +223,18 @@ function initial(dialect: DialectName): Migration {
 class StaticProvider implements MigrationProvider {
   constructor(private readonly dialect: DialectName) {}
   async getMigrations(): Promise<Record<string, Migration>> {
-    return { '0001_initial': initial(this.dialect), '0002_contact_counts': contactCounts(this.dialect) };
+    return {
+      '0001_initial': initial(this.dialect),
+      '0002_contact_counts': contactCounts(this.dialect),
+      '0003_contact_search': contactSearch(this.dialect),
+    };
   }
+}
+
+/** Applies the migrations up to `name` only: a database as an older release left it (upgrade tests). */
+export async function migrateTo(db: Kysely<unknown>, dialect: DialectName, name: string): Promise<void> {
+  const { error } = await new Migrator({ db, provider: new StaticProvider(dialect) }).migrateTo(name);
+  if (error) throw error instanceof Error ? error : new Error(String(error));
 }
 
 export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {

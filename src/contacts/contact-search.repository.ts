@@ -1,0 +1,91 @@
+// Email substring search on SQLite through migration 0003's trigram index (contacts_search, keyed by
+// contacts.search_key). The index finds every match fast, but a match then costs a row lookup and a
+// place in the sort; when most contacts match, walking the organisation's created_at index (the
+// caller's plain LIKE path) finds a page after a few rows instead. So: count the matches up to a cap
+// first, and take the index only when it is the cheaper way. undefined means "use the plain path".
+import { type RawBuilder, sql } from 'kysely';
+import type { Executor } from '../store/store.js';
+import type { ContactRow } from '../store/schema.js';
+import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
+import type { Page } from '../http/schemas.js';
+import { findMaintainedCount } from './contact-counts.repository.js';
+
+/**
+ * One match read through the index costs about as much as this many contacts walked in created_at
+ * order or scanned in the email index (measured at 1M contacts: ~3 µs against ~0.2 µs).
+ */
+const MATCH_COST = 15;
+
+interface SearchFilter {
+  email?: string | undefined;
+  tag?: string | undefined;
+  unsubscribed?: boolean | undefined;
+}
+
+/** The FTS5 query when the index can answer this filter, else undefined. */
+function indexedQuery(dialect: DialectName | undefined, filter: SearchFilter): string | undefined {
+  if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  const term = filter.email.toLowerCase();
+  return isTrigramSearchable(term) ? ftsPhrase(term) : undefined;
+}
+
+async function organizationSize(db: Executor, organizationId: string): Promise<number> {
+  return (await findMaintainedCount(db, organizationId, {})) ?? 0;
+}
+
+/** The contact conditions besides the substring: its organisation, and subscription state if asked. */
+function contactConditions(organizationId: string, filter: SearchFilter): RawBuilder<unknown> {
+  const unsubscribed =
+    filter.unsubscribed === undefined ? sql`` : sql`and c.unsubscribed = ${filter.unsubscribed ? 1 : 0}`;
+  return sql`c.organization_id = ${organizationId} ${unsubscribed}`;
+}
+
+export async function pageByEmailIndex(
+  db: Executor,
+  dialect: DialectName | undefined,
+  organizationId: string,
+  filter: SearchFilter,
+  page: Page,
+): Promise<ContactRow[] | undefined> {
+  const query = indexedQuery(dialect, filter);
+  if (query === undefined) return undefined;
+  // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
+  const reach = page.page * page.limit;
+  const cap = Math.floor(Math.sqrt((reach * (await organizationSize(db, organizationId))) / MATCH_COST));
+  // Keys of every matching contact (all organisations), stopping early once there are too many.
+  const { rows: keys } = await sql<{ k: number }>`select rowid as k from contacts_search
+    where contacts_search match ${query} limit ${cap + 1}`.execute(db);
+  if (keys.length > cap) return undefined;
+  if (keys.length === 0) return [];
+  // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
+  // carries only rowids; whole rows are read again for the one page.
+  const { rows } = await sql<ContactRow>`select * from contacts where rowid in (
+      select c.rowid from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
+      cross join contacts c on c.search_key = m.value
+      where ${contactConditions(organizationId, filter)}
+      order by c.created_at desc, c.id desc limit ${page.limit} offset ${reach - page.limit})
+    order by created_at desc, id desc`.execute(db);
+  return rows;
+}
+
+export async function countByEmailIndex(
+  db: Executor,
+  dialect: DialectName | undefined,
+  organizationId: string,
+  filter: SearchFilter,
+): Promise<number | undefined> {
+  const query = indexedQuery(dialect, filter);
+  if (query === undefined) return undefined;
+  // The plain count scans the organisation's (organization_id, email_lower) index once, which costs
+  // as much as joining size / MATCH_COST matches; the cap is half that, so that counting the matches
+  // in vain before a scan costs little. One statement: the index is searched once, and the join runs
+  // only under the cap (CASE evaluates lazily).
+  const cap = Math.floor((await organizationSize(db, organizationId)) / (2 * MATCH_COST));
+  const { rows } = await sql<{ n: number | null }>`with m as materialized (
+      select rowid as k from contacts_search where contacts_search match ${query} limit ${cap + 1})
+    select case when (select count(*) from m) > ${cap} then null else (
+      select count(*) from m cross join contacts c on c.search_key = m.k
+      where ${contactConditions(organizationId, filter)}) end as n`.execute(db);
+  const n = rows[0]?.n;
+  return n === null || n === undefined ? undefined : Number(n);
+}

@@ -1,0 +1,150 @@
+// GET /api/v1/contacts?email=…: a case-insensitive, literal substring of the address, on both stores. On
+// SQLite terms of three or more characters go through the trigram index when few contacts match and walk
+// the organisation otherwise; every answer here is checked against the same filter done in JavaScript.
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import type { ContactRow } from '../../src/store/schema.js';
+
+const BASE = Date.parse('2030-01-01T00:00:00.000Z');
+
+/** Address i of a seeded organisation: mixed case, some with `%`, `_` or a look-alike. */
+function address(i: number): string {
+  if (i % 50 === 7) return `Pct%Lit${i}@Odd.Test`;
+  if (i % 45 === 8) return `und_lit${i}@odd.test`;
+  if (i % 40 === 9) return `undXlit${i}@odd.test`;
+  return `User${i}@Dom${i % 13}.test`;
+}
+
+describe.each(storeKinds())('email substring search on %s', (kind) => {
+  let t: TestApp, auth: string, org: string;
+  const rows: ContactRow[] = [];
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+
+  async function seed(organizationId: string, count: number, label: string): Promise<ContactRow[]> {
+    const made = Array.from({ length: count }, (_, i) => {
+      const email = label === '' ? address(i) : `${label}${address(i)}`;
+      // Not in insertion order, so the page order must come from created_at and not from the index.
+      const at = new Date(BASE + ((i * 37) % count) * 1000).toISOString();
+      const row: ContactRow = {
+        id: `${organizationId}-${String(i).padStart(4, '0')}`,
+        organization_id: organizationId,
+        email,
+        email_lower: email.toLowerCase(),
+        first_name: null,
+        last_name: null,
+        unsubscribed: i % 4 === 0 ? 1 : 0,
+        custom_fields: '{}',
+        tags: '[]',
+        created_at: at,
+        updated_at: at,
+      };
+      return { row, tags: [] };
+    });
+    for (let i = 0; i < made.length; i += 100) {
+      await t.ts.store.write((trx) => insertContacts(trx, made.slice(i, i + 100)));
+    }
+    return made.map((m) => m.row);
+  }
+
+  beforeAll(async () => {
+    const key = await t.newKey(['readContacts', 'writeContacts']);
+    [auth, org] = [key.auth, key.organizationId];
+    rows.push(...(await seed(org, 300, '')));
+    // Another organisation with look-alike addresses: never seen, never counted.
+    await seed((await t.newKey()).organizationId, 120, '');
+  });
+
+  function expected(term: string, unsubscribed?: boolean): ContactRow[] {
+    return rows
+      .filter((r) => r.email_lower.includes(term.toLowerCase()))
+      .filter((r) => unsubscribed === undefined || r.unsubscribed === (unsubscribed ? 1 : 0))
+      .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id));
+  }
+
+  async function search(query: Record<string, string>) {
+    const res = await t.call({ method: 'GET', url: '/api/v1/contacts', auth, query });
+    expect(res.statusCode, res.body).toBe(200);
+    const body = res.json() as { contacts: { id: string }[]; pagination: { total: number; pages: number } };
+    return { ids: body.contacts.map((c) => c.id), pagination: body.pagination };
+  }
+
+  async function expectPages(term: string, limit: number, unsubscribed?: boolean): Promise<void> {
+    const want = expected(term, unsubscribed).map((r) => r.id);
+    const extra: Record<string, string> =
+      unsubscribed === undefined ? {} : { unsubscribed: String(unsubscribed) };
+    const pages = Math.max(1, Math.ceil(want.length / limit));
+    for (let page = 1; page <= Math.min(pages + 1, 4); page++) {
+      const got = await search({ email: term, limit: String(limit), page: String(page), ...extra });
+      expect(got.ids, `${term} page ${page}`).toEqual(want.slice((page - 1) * limit, page * limit));
+      expect(got.pagination.total, `${term} total`).toBe(want.length);
+    }
+  }
+
+  it('matches any part of the address, ignoring case, in page order with the right total', async () => {
+    // Selective and unselective terms, so both the index and the ordered walk answer on SQLite.
+    for (const term of ['user12', 'USER1', 'User29@', '@dom3.', 'DOM1', '.test', 'odd.test', 'ser2']) {
+      await expectPages(term, 20);
+      await expectPages(term, 7);
+    }
+    expect(expected('user12').length).toBeGreaterThan(0);
+  });
+
+  it('treats % and _ as themselves', async () => {
+    await expectPages('pct%lit', 20);
+    await expectPages('%lit', 5);
+    await expectPages('und_lit', 20);
+    await expectPages('_lit', 5);
+    await expectPages('%', 20);
+    await expectPages('_', 20);
+    expect(expected('und_lit').length).toBeGreaterThan(0);
+    expect(expected('und_lit').some((r) => r.email.startsWith('undX'))).toBe(false);
+  });
+
+  it('takes a double quote or search syntax as plain text', async () => {
+    for (const term of ['"', 'a"b', '" OR "', 'user1" OR "dom', 'user*', 'NEAR(user dom)', 'dom1 user1']) {
+      const got = await search({ email: term });
+      expect(got.ids, term).toEqual([]);
+      expect(got.pagination.total).toBe(0);
+    }
+  });
+
+  it('one- and two-character terms match too', async () => {
+    for (const term of ['9', 'r2', '@d', 'Q', 'zz']) await expectPages(term, 20);
+  });
+
+  it('combines with the unsubscribed filter', async () => {
+    for (const term of ['user12', 'dom4', 'u']) {
+      await expectPages(term, 20, true);
+      await expectPages(term, 20, false);
+    }
+  });
+
+  it('finds a contact created, renamed or deleted through the API as it is now', async () => {
+    const post = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: 'Fresh.Quokka@Zoo.Test' },
+    });
+    expect(post.statusCode).toBe(201);
+    const id = post.json().contact.id as string;
+    expect((await search({ email: 'quokka@zoo' })).ids).toEqual([id]);
+
+    const put = await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id, email: 'renamed.wombat@zoo.test' },
+    });
+    expect(put.statusCode).toBe(200);
+    expect((await search({ email: 'quokka' })).ids).toEqual([]);
+    expect((await search({ email: 'WOMBAT' })).ids).toEqual([id]);
+
+    const del = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id } });
+    expect(del.statusCode).toBe(200);
+    expect((await search({ email: 'wombat' })).ids).toEqual([]);
+  });
+});
