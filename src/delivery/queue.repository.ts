@@ -46,20 +46,6 @@ export function recipientsOf(db: Executor, emailIds: string[]): Promise<Recipien
     .execute();
 }
 
-export async function updateRecipient(
-  db: Executor,
-  emailId: string,
-  position: number,
-  changes: { status: string; response: string | null; updated_at: string },
-): Promise<void> {
-  await db
-    .updateTable('email_recipients')
-    .set(changes)
-    .where('email_id', '=', emailId)
-    .where('position', '=', position)
-    .execute();
-}
-
 /** Extends this worker's leases on emails still being sent, so a long send is not claimed twice. */
 export async function renewLeases(
   db: Executor,
@@ -79,20 +65,37 @@ export async function renewLeases(
 }
 
 /**
- * Records an attempt's outcome, but only while this claim still holds the lease: the owner and the attempt
- * number both match, so a claim that outlived its lease never overwrites a newer one, even by the same worker.
+ * Records the outcome of attempts that ended the same way (same outcome, same attempt number), but only
+ * where the claim still holds the lease: the owner and the attempt number both match, so a claim that
+ * outlived its lease never overwrites a newer one, even by the same worker. Returns the ids it updated.
  */
-export async function finishAttempt(
+export async function finishAttempts(
   db: Executor,
-  claim: { emailId: string; owner: string; attempts: number },
+  claim: { emailIds: string[]; owner: string; attempts: number },
   changes: { status: string; next_attempt_at: string | null; last_error: string | null; updated_at: string },
-): Promise<boolean> {
-  const result = await db
+): Promise<string[]> {
+  const rows = await db
     .updateTable('emails')
     .set({ ...changes, lease_owner: null, lease_until: null })
-    .where('id', '=', claim.emailId)
+    .where('id', 'in', claim.emailIds)
     .where('lease_owner', '=', claim.owner)
     .where('attempts', '=', claim.attempts)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows) > 0;
+    .returning('id')
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+/** Sets the same result on the recipient at one position of many emails. */
+export async function updateRecipients(
+  db: Executor,
+  emailIds: string[],
+  position: number,
+  changes: { status: string; response: string | null; updated_at: string },
+): Promise<void> {
+  await db
+    .updateTable('email_recipients')
+    .set(changes)
+    .where('email_id', 'in', emailIds)
+    .where('position', '=', position)
+    .execute();
 }

@@ -14,6 +14,7 @@ import type { Store } from '../store/store.js';
 import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import * as queue from './queue.repository.js';
+import { ResultRecorder } from './recorder.js';
 import { retryDelayMs } from './retry.js';
 
 export interface WorkerOptions {
@@ -57,8 +58,10 @@ export class DeliveryWorker {
   private ticking: Promise<void> | undefined;
   private wanted = false;
   private lastCleanup = 0;
+  private readonly recorder: ResultRecorder;
 
   constructor(private readonly o: WorkerOptions) {
+    this.recorder = new ResultRecorder(o.store, this.owner);
     this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
     this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
@@ -243,21 +246,15 @@ export class DeliveryWorker {
       .filter((type) => details[type] !== undefined)
       .map((type) => ({ id: this.o.ids.next(), email_id: email.id, type, at, detail: details[type]! }));
 
-    const recorded = await this.o.store.batch(async (trx) => {
-      const held = await queue.finishAttempt(
-        trx,
-        { emailId: email.id, owner: this.owner, attempts },
-        { status, next_attempt_at: nextAttempt, last_error: lastError, updated_at: at },
-      );
-      if (!held) return false;
-      for (const [position, v] of verdicts)
-        await queue.updateRecipient(trx, email.id, position, {
-          status: v.status,
-          response: v.response,
-          updated_at: at,
-        });
-      await insertEvents(trx, events);
-      return true;
+    const recorded = await this.recorder.record({
+      emailId: email.id,
+      attempts,
+      status,
+      nextAttemptAt: nextAttempt,
+      lastError,
+      at,
+      verdicts,
+      events,
     });
     if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
     else if (status === 'sent') log.info('delivered');

@@ -45,5 +45,5 @@ describe.each(storeKinds())('CLI and server writing at once on %s', (kind) => {
     for (const c of created) {
       expect((await call(server.url, c.key as string, 'GET', '/api/v1/lists')).status).toBe(200);
     }
-  }, 30_000);
+  }, 60_000);
 });

@@ -1,0 +1,96 @@
+// Results recorded in batches: one write per kind of outcome, and never over a claim that lost its lease.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { uuidIds } from '../../src/clock.js';
+import { claimDue } from '../../src/delivery/queue.repository.js';
+import { type AttemptResult, ResultRecorder } from '../../src/delivery/recorder.js';
+import { type TestApp, createTestApp } from '../helpers/app.js';
+import { storeKinds } from '../helpers/stores.js';
+
+describe.each(storeKinds())('result recorder on %s', (kind) => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await createTestApp(kind);
+  });
+  afterAll(() => t.close());
+
+  it('records many results at once, each only where its claim still holds the lease', async () => {
+    const { store } = t.ts;
+    const org = (await t.services.orgs.create('recorder')).id;
+    const sent = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        t.services.emails.send(org, {
+          to: [`a${i}@example.test`, `b${i}@example.test`],
+          subject: 's',
+          text: 't',
+        }),
+      ),
+    );
+    const ids = sent.map((s) => s.id);
+    const future = new Date(Date.now() + 60_000).toISOString();
+    const claim = (owner: string) =>
+      store.write((trx) =>
+        claimDue(trx, store.dialect, { now: future, leaseUntil: future, owner, limit: 100 }),
+      );
+    expect(await claim('w1')).toHaveLength(30);
+    // Email 29's lease ran out and another worker claimed it: w1's late result must not land.
+    await store.write((trx) =>
+      trx.updateTable('emails').set({ lease_owner: 'w2', attempts: 2 }).where('id', '=', ids[29]!).execute(),
+    );
+
+    const at = new Date().toISOString();
+    const recorder = new ResultRecorder(store, 'w1');
+    const result = (i: number): AttemptResult => {
+      const deferred = i % 10 === 9;
+      return {
+        emailId: ids[i]!,
+        attempts: 1,
+        status: deferred ? 'deferred' : 'sent',
+        nextAttemptAt: deferred ? future : null,
+        lastError: deferred ? `421 busy ${i}` : null,
+        at,
+        verdicts: new Map([
+          [0, { status: 'sent', response: '250 ok' }],
+          [
+            1,
+            deferred
+              ? { status: 'deferred', response: `421 busy ${i}` }
+              : { status: 'sent', response: `250 q${i}` },
+          ],
+        ]),
+        events: [
+          { id: uuidIds.next(), email_id: ids[i]!, type: deferred ? 'deferred' : 'sent', at, detail: 'd' },
+        ],
+      };
+    };
+    const recorded = await Promise.all(ids.map((_, i) => recorder.record(result(i))));
+    expect(recorded).toEqual(ids.map((_, i) => i !== 29));
+
+    for (const i of [0, 9, 29]) {
+      const view = await t.services.emails.get(org, ids[i]!);
+      if (i === 29) {
+        expect(view.status).toBe('sending');
+        expect(view.recipients.map((r) => r.status)).toEqual(['queued', 'queued']);
+        expect(view.events.map((e) => e.type)).toEqual(['queued']);
+        continue;
+      }
+      const deferred = i === 9;
+      expect(view.status).toBe(deferred ? 'deferred' : 'sent');
+      expect(view.lastError).toBe(deferred ? '421 busy 9' : null);
+      expect(view.recipients).toEqual([
+        { email: `a${i}@example.test`, status: 'sent', response: '250 ok' },
+        {
+          email: `b${i}@example.test`,
+          status: deferred ? 'deferred' : 'sent',
+          response: deferred ? '421 busy 9' : `250 q${i}`,
+        },
+      ]);
+      expect(view.events.map((e) => e.type)).toEqual(['queued', deferred ? 'deferred' : 'sent']);
+    }
+    const leased = await store.db
+      .selectFrom('emails')
+      .select('id')
+      .where('lease_owner', 'is not', null)
+      .execute();
+    expect(leased.map((r) => r.id)).toEqual([ids[29]]);
+  });
+});
