@@ -46,7 +46,7 @@ export async function pageByEmailIndex(
   organizationId: string,
   filter: SearchFilter,
   page: Page,
-): Promise<ContactRow[] | undefined> {
+): Promise<{ rows: ContactRow[]; total?: number } | undefined> {
   const query = indexedQuery(dialect, filter);
   if (query === undefined) return undefined;
   // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
@@ -56,16 +56,20 @@ export async function pageByEmailIndex(
   const { rows: keys } = await sql<{ k: number }>`select rowid as k from contacts_search
     where contacts_search match ${query} limit ${cap + 1}`.execute(db);
   if (keys.length > cap) return undefined;
-  if (keys.length === 0) return [];
+  if (keys.length === 0) return { rows: [], total: 0 };
   // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
-  // carries only rowids; whole rows are read again for the one page.
-  const { rows } = await sql<ContactRow>`select * from contacts where rowid in (
-      select c.rowid from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
+  // carries only rowids (whole rows are read again for the one page), and counts every match on the
+  // way, so the caller need not count them again; a page past the end learns no total.
+  const { rows } = await sql<ContactRow & { match_total: number }>`select p.match_total, c.* from (
+      select c.rowid as r, count(*) over () as match_total
+      from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
       cross join contacts c on c.search_key = m.value
       where ${contactConditions(organizationId, filter)}
-      order by c.created_at desc, c.id desc limit ${page.limit} offset ${reach - page.limit})
-    order by created_at desc, id desc`.execute(db);
-  return rows;
+      order by c.created_at desc, c.id desc limit ${page.limit} offset ${reach - page.limit}) p
+    cross join contacts c on c.rowid = p.r
+    order by c.created_at desc, c.id desc`.execute(db);
+  const total = rows[0]?.match_total;
+  return { rows: rows.map(({ match_total: _, ...row }) => row), total };
 }
 
 export async function countByEmailIndex(

@@ -119,34 +119,42 @@ function byOrganization(db: Executor, organizationId: string, filter: ContactFil
     .where((eb) => eb.and(rowConditions(filter)));
 }
 
+export interface ContactPage {
+  rows: ContactRow[];
+  /** The filter's total, when the page's query learned it on the way (it sorted every match). */
+  total?: number | undefined;
+}
+
 export async function pageContacts(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
   page: Page,
   dialect?: DialectName,
-): Promise<ContactRow[]> {
+): Promise<ContactPage> {
   const offset = (page.page - 1) * page.limit;
   // An email substring that matches few contacts: read the matches through SQLite's trigram index.
   const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
   if (indexed) return indexed;
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
-    return byTag(db, organizationId, filter.tag, filter)
+    const rows = await byTag(db, organizationId, filter.tag, filter)
       .selectAll('contacts')
       .orderBy('contact_tags.contact_created_at', 'desc')
       .orderBy('contact_tags.contact_id', 'desc')
       .limit(page.limit)
       .offset(offset)
       .execute();
+    return { rows };
   }
-  return byOrganization(db, organizationId, filter)
+  const rows = await byOrganization(db, organizationId, filter)
     .selectAll('contacts')
     .orderBy('contacts.created_at', 'desc')
     .orderBy('contacts.id', 'desc')
     .limit(page.limit)
     .offset(offset)
     .execute();
+  return { rows };
 }
 
 export async function countContacts(

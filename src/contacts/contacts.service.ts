@@ -104,13 +104,14 @@ export class ContactsService {
 
   async page(orgId: string, query: Page & repo.ContactFilter) {
     const { page, limit, ...filter } = query;
-    const [rows, maintained] = await Promise.all([
+    const [{ rows, total: learned }, maintained] = await Promise.all([
       repo.pageContacts(this.store.db, orgId, filter, { page, limit }, this.store.dialect),
       findMaintainedCount(this.store.db, orgId, filter),
     ]);
     // A short first page is the whole result: no need to count at all.
     const total =
       maintained ??
+      learned ??
       (page === 1 && rows.length < limit
         ? rows.length
         : await repo.countContacts(this.store.db, orgId, filter, this.store.dialect));

@@ -66,7 +66,7 @@ async function expectIndexExact(db: Kysely<Database>): Promise<void> {
 }
 
 const search = (db: Kysely<Database>, org: string, email: string) =>
-  pageContacts(db, org, { email }, { page: 1, limit: 100 }, 'sqlite').then((rows) => rows.map((r) => r.id));
+  pageContacts(db, org, { email }, { page: 1, limit: 100 }, 'sqlite').then((p) => p.rows.map((r) => r.id));
 
 describe('contact email index on sqlite', () => {
   let t: TestApp;
@@ -88,18 +88,23 @@ describe('contact email index on sqlite', () => {
     for (const email of ['person12', 'PERSON599', 'we"ird', '"ird%_', '%_x', 'site3.', 'example', 'zzz']) {
       for (const unsubscribed of [undefined, true]) {
         const filter = { email, unsubscribed };
+        const total = await countContacts(db, org, filter);
         for (const page of [
           { page: 1, limit: 20 },
           { page: 2, limit: 3 },
+          { page: 40, limit: 20 },
         ]) {
-          const plain = await pageContacts(db, org, filter, page);
+          const { rows } = await pageContacts(db, org, filter, page);
           const indexed = await pageByEmailIndex(db, 'sqlite', org, filter, page);
           if (indexed) indexedPages++;
-          expect(indexed ?? plain, `${email} page ${page.page}`).toEqual(plain);
+          expect(indexed?.rows ?? rows, `${email} page ${page.page}`).toEqual(rows);
+          // A page with rows learns the total on the way; whatever total it learns is right.
+          if (indexed && rows.length > 0) expect(indexed.total).toBe(total);
+          if (indexed?.total !== undefined) expect(indexed.total).toBe(total);
         }
         const count = await countByEmailIndex(db, 'sqlite', org, filter);
         if (count !== undefined) indexedCounts++;
-        expect(count ?? (await countContacts(db, org, filter))).toBe(await countContacts(db, org, filter));
+        expect(count ?? total).toBe(total);
       }
     }
     // Both strategies were taken; a term that matches most contacts walks instead.
