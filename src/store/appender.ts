@@ -4,7 +4,7 @@
 // PostgreSQL (round trips, one commit each) and, less so, on SQLite (a savepoint per write).
 // A caller's promise settles only after its rows are durably committed. If a shared batch fails, each
 // caller's rows are written again on their own, so one bad row fails only its own caller.
-import type { Insertable, Kysely } from 'kysely';
+import type { Insertable, Kysely, QueryCreator } from 'kysely';
 import { BatchQueue } from './batch-queue.js';
 
 /** Rows for one table; a list of these is one caller's append. */
@@ -25,19 +25,26 @@ const MAX_JOBS = 500;
 export class Appender<DB> {
   private readonly queue: BatchQueue<Job>;
   private readonly maxParameters: number;
+  private readonly direct: Kysely<DB> | undefined;
   /** Transactions committed so far; each may carry many callers' rows. */
   commits = 0;
 
   /**
    * `transaction` runs its callback in one transaction and commits it; `concurrency` is how many such
    * transactions may be open at once; `maxParameters` bounds one statement's bound values (SQLite
-   * allows 32,766, PostgreSQL 65,535).
+   * allows 32,766, PostgreSQL 65,535). With `direct` (PostgreSQL), a batch that fits one statement is
+   * written as one (data-modifying WITH clauses), committed on its own: one round trip, not five.
    */
   constructor(
     private readonly transaction: Transaction<DB>,
-    { concurrency = 1, maxParameters = 30_000 }: { concurrency?: number; maxParameters?: number } = {},
+    {
+      concurrency = 1,
+      maxParameters = 30_000,
+      direct,
+    }: { concurrency?: number; maxParameters?: number; direct?: Kysely<DB> } = {},
   ) {
     this.maxParameters = maxParameters;
+    this.direct = direct;
     this.queue = new BatchQueue<Job>((jobs) => this.flush(jobs), MAX_JOBS, concurrency);
   }
 
@@ -82,19 +89,31 @@ export class Appender<DB> {
         for (const row of rows) all.push(row);
       }
     }
-    await this.transaction(async (trx) => {
-      for (const [table, rows] of byTable) {
-        if (rows.length === 0) continue;
-        const perStatement = Math.max(1, Math.floor(this.maxParameters / Object.keys(rows[0]!).length));
-        for (let i = 0; i < rows.length; i += perStatement) {
-          // The rows were typed per table by append(); the table name is only known here at run time.
-          await (trx as unknown as Kysely<Record<string, object>>)
-            .insertInto(table)
-            .values(rows.slice(i, i + perStatement))
-            .execute();
+    const inserts = [...byTable].filter(([, rows]) => rows.length > 0);
+    const parameters = inserts.reduce((n, [, rows]) => n + rows.length * Object.keys(rows[0]!).length, 0);
+    // The rows were typed per table by append(); table names are only known here at run time.
+    type AnyDb = Kysely<Record<string, object>>;
+    if (this.direct && inserts.length > 0 && parameters <= this.maxParameters) {
+      // One statement, committed on its own: every insert but the last rides in a WITH clause.
+      const [table, rows] = inserts.at(-1)!;
+      let db: QueryCreator<Record<string, object>> = this.direct as unknown as AnyDb;
+      inserts.slice(0, -1).forEach(([t, r], i) => {
+        db = db.with(`append_${i}`, (q) => q.insertInto(t).values(r)) as unknown as typeof db;
+      });
+      await db.insertInto(table).values(rows).execute();
+    } else {
+      await this.transaction(async (trx) => {
+        for (const [table, rows] of inserts) {
+          const perStatement = Math.max(1, Math.floor(this.maxParameters / Object.keys(rows[0]!).length));
+          for (let i = 0; i < rows.length; i += perStatement) {
+            await (trx as unknown as AnyDb)
+              .insertInto(table)
+              .values(rows.slice(i, i + perStatement))
+              .execute();
+          }
         }
-      }
-    });
+      });
+    }
     this.commits++;
   }
 }

@@ -140,6 +140,7 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   // A few batches at once: each waits on round trips and its commit, and the pool has room for reads.
   const appender = new Appender<Database>((fn) => db.transaction().execute(fn), {
     concurrency: Math.max(1, Math.floor(poolSize / 3)),
+    direct: db,
   });
   return {
     dialect: 'postgres',

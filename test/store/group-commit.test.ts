@@ -58,6 +58,44 @@ describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
     }
   });
 
+  it('appends parents and children of many callers at once; a refused child takes only its caller down', async () => {
+    ts = await createTestStore(kind);
+    const at = ORG.created_at;
+    const list = (id: string, org: string) => ({
+      id,
+      organization_id: org,
+      name: id,
+      description: null,
+      contact_count: 0,
+      created_at: at,
+      updated_at: at,
+    });
+    await ts.store.write(async (trx) => {
+      await trx.insertInto('organizations').values(ORG).execute();
+      await trx.insertInto('lists').values(list('taken', ORG.id)).execute();
+    });
+    const results = await Promise.allSettled(
+      Array.from({ length: 40 }, (_, i) =>
+        ts.store.append([
+          { table: 'organizations', rows: [{ id: `p${i}`, name: `p${i}`, created_at: at }] },
+          // Children refer to the parent appended beside them; every tenth repeats a taken list id.
+          { table: 'lists', rows: [list(`l${i}`, `p${i}`), list(i % 10 === 3 ? 'taken' : `m${i}`, `p${i}`)] },
+        ]),
+      ),
+    );
+    const refused = results.flatMap((r, i) => (r.status === 'rejected' ? [i] : []));
+    expect(refused).toEqual([3, 13, 23, 33]);
+    const orgs = new Set(
+      (await ts.store.db.selectFrom('organizations').select('id').execute()).map((r) => r.id),
+    );
+    const lists = new Set((await ts.store.db.selectFrom('lists').select('id').execute()).map((r) => r.id));
+    for (let i = 0; i < 40; i++) {
+      const kept = !refused.includes(i);
+      expect([orgs.has(`p${i}`), lists.has(`l${i}`)]).toEqual([kept, kept]);
+    }
+    expect(lists.size).toBe(1 + 2 * 36);
+  });
+
   it('appends more rows in one call than one statement may bind', async () => {
     ts = await createTestStore(kind);
     const rows = Array.from({ length: 12_000 }, (_, i) => ({
