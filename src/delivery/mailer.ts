@@ -193,11 +193,11 @@ export class FileOutboxMailer implements Mailer {
   }
 
   async send(message: OutgoingMessage): Promise<DeliveryResult> {
-    await mkdir(this.dir, { recursive: true });
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const info = await this.transport.sendMail(mailOptions(message, this.dkim));
     const file = path.join(this.dir, `${message.id}.eml`);
     const tmp = `${file}.tmp`;
-    const handle = await open(tmp, 'w');
+    const handle = await open(tmp, 'w', 0o600);
     try {
       await handle.writeFile(info.message as Buffer);
       await handle.sync();

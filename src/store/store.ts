@@ -1,7 +1,7 @@
 // The database factory: embedded SQLite under DATA_DIR by default, PostgreSQL when DATABASE_URL is set.
 // Services read through `store.db` and write through `store.write`, which is one transaction per call on
 // PostgreSQL and a shared group commit on SQLite.
-import { mkdirSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
@@ -76,8 +76,11 @@ function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Databas
 }
 
 function createSqliteStore(options: StoreOptions): Store {
-  mkdirSync(options.dataDir, { recursive: true });
+  // Contacts and email bodies are for this user only: a new DATA_DIR is 0700 and a new database file
+  // 0600 (SQLite gives its -wal and -shm files the database file's mode). Existing ones are left as set.
+  mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(options.dataDir, 'mailroom.sqlite');
+  closeSync(openSync(file, 'a', 0o600));
   const synchronous = options.sqliteSynchronous ?? 'FULL';
   const writer = new Kysely<Database>({
     dialect: new SqliteDialect({ database: openSqlite(file, synchronous, false) }),

@@ -1,5 +1,5 @@
 // What the relay receives: envelope, headers, bodies and encodings, exactly as the API was asked.
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { type AddressObject, simpleParser } from 'mailparser';
 import { describe, expect, it } from 'vitest';
@@ -102,6 +102,9 @@ describe.each(storeKinds())('message content on %s', (kind) => {
       expect(addresses(parsed.to)).toEqual(['file@example.org']);
       expect(parsed.bcc).toBeUndefined();
       expect(parsed.html).toContain('<b>saved</b>');
+      // Bodies are readable by the service's user only.
+      expect((await stat(outbox)).mode & 0o777).toBe(0o700);
+      expect((await stat(path.join(outbox, `${id}.eml`))).mode & 0o777).toBe(0o600);
     } finally {
       await fileWorker.stop();
       d.worker = startWorker(t, d.mailer);

@@ -1,7 +1,11 @@
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { Appender } from '../../src/store/appender.js';
+import { createStore } from '../../src/store/store.js';
 import { GroupCommit, sqliteImmediateTransaction } from '../../src/store/group-commit.js';
 import { type StoreKind, type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
 
@@ -138,6 +142,22 @@ describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
 });
 
 describe('sqlite settings', () => {
+  it('creates DATA_DIR for the owner only, and the database with its WAL files 0600', async () => {
+    const parent = mkdtempSync(path.join(tmpdir(), 'mailroom-mode-'));
+    const dataDir = path.join(parent, 'data');
+    const store = createStore({ dataDir });
+    try {
+      await store.migrate();
+      expect(statSync(dataDir).mode & 0o777).toBe(0o700);
+      for (const name of ['mailroom.sqlite', 'mailroom.sqlite-wal', 'mailroom.sqlite-shm']) {
+        expect([name, statSync(path.join(dataDir, name)).mode & 0o777]).toEqual([name, 0o600]);
+      }
+    } finally {
+      await store.close();
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
+
   it('runs WAL with synchronous=FULL and foreign keys on', async () => {
     const ts = await createTestStore('sqlite');
     try {
