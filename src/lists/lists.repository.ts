@@ -1,18 +1,18 @@
 import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
 import type { Page } from '../http/schemas.js';
+import { prepared } from '../store/prepared.js';
 
 export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
   await db.insertInto('lists').values(row).execute();
 }
 
+const listById = prepared((db, organizationId: string, id: string) =>
+  db.selectFrom('lists').selectAll().where('id', '=', id).where('organization_id', '=', organizationId),
+);
+
 export function findList(db: Executor, organizationId: string, id: string): Promise<ListRow | undefined> {
-  return db
-    .selectFrom('lists')
-    .selectAll()
-    .where('id', '=', id)
-    .where('organization_id', '=', organizationId)
-    .executeTakeFirst();
+  return listById.first(db, organizationId, id);
 }
 
 export function pageLists(db: Executor, organizationId: string, page: Page): Promise<ListRow[]> {

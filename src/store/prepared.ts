@@ -1,0 +1,95 @@
+// A query shape that kysely builds and compiles once, then runs again with new values. Building and
+// compiling (operation-node trees, freezes, visitors) cost more than SQLite takes to answer a key lookup;
+// for the hot reads the SQL text never changes, only its values. The shape is built once per store with a
+// placeholder for each argument, the placeholders are found among the compiled parameters, and every call
+// runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL.
+import { randomBytes } from 'node:crypto';
+import type { Compilable, CompiledQuery } from 'kysely';
+import type { Executor } from './store.js';
+
+/** Where a compiled parameter comes from: an argument's index, or a value the shape itself holds. */
+type Slot = { arg: number } | { value: unknown };
+
+interface Shape {
+  compiled: CompiledQuery;
+  slots: Slot[];
+}
+
+export interface Prepared<A extends unknown[], R> {
+  /** Every row the query returns. */
+  all(db: Executor, ...args: A): Promise<R[]>;
+  /** The first row, or undefined. */
+  first(db: Executor, ...args: A): Promise<R | undefined>;
+}
+
+/**
+ * `build` must pass each argument to kysely as a plain value (a where, limit or insert value) and never
+ * look at it: it runs once with placeholders. Arguments that decide the shape (an optional filter, an
+ * array for `in`) do not belong here; a shape that drops or inlines an argument is refused when built.
+ */
+export function prepared<A extends unknown[], R>(
+  build: (db: Executor, ...args: A) => Compilable<R>,
+): Prepared<A, R> {
+  const arity = build.length - 1;
+  // One compiled shape per dialect adapter: a store's connection and all its transactions share one.
+  const shapes = new WeakMap<object, Shape>();
+
+  function shapeFor(db: Executor): Shape | undefined {
+    const executor = db.getExecutor();
+    // Plugins may rewrite a query per call or tie results to its query id: build those every time.
+    if (executor.plugins.length > 0) return undefined;
+    let shape = shapes.get(executor.adapter);
+    if (!shape) {
+      shape = compileShape(db, build, arity);
+      shapes.set(executor.adapter, shape);
+    }
+    return shape;
+  }
+
+  async function run(db: Executor, args: A): Promise<R[]> {
+    const shape = shapeFor(db);
+    if (!shape) return (await db.executeQuery<R>(build(db, ...args).compile())).rows;
+    const { compiled, slots } = shape;
+    const parameters = new Array<unknown>(slots.length);
+    for (let i = 0; i < slots.length; i++) {
+      const slot = slots[i]!;
+      parameters[i] = 'arg' in slot ? args[slot.arg] : slot.value;
+    }
+    const query: CompiledQuery<R> = {
+      query: compiled.query,
+      queryId: compiled.queryId,
+      sql: compiled.sql,
+      parameters,
+    };
+    return (await db.executeQuery<R>(query)).rows;
+  }
+
+  return {
+    all: (db, ...args) => run(db, args),
+    first: async (db, ...args) => (await run(db, args))[0],
+  };
+}
+
+function compileShape<A extends unknown[]>(
+  db: Executor,
+  build: (db: Executor, ...args: A) => Compilable<unknown>,
+  arity: number,
+): Shape {
+  // Placeholders no real value can equal: a random tag per shape, and a NUL no stored text may hold.
+  const tag = `\u0000prepared:${randomBytes(9).toString('base64url')}:`;
+  const placeholders = Array.from({ length: arity }, (_, i) => `${tag}${i}`);
+  const compiled = build(db, ...(placeholders as A)).compile();
+  if (compiled.sql.includes(tag)) throw new Error(`prepared query inlines an argument: ${compiled.sql}`);
+  const used = new Set<number>();
+  const slots = compiled.parameters.map((value): Slot => {
+    if (typeof value !== 'string' || !value.includes(tag)) return { value };
+    const arg = placeholders.indexOf(value);
+    if (arg < 0) throw new Error(`prepared query alters an argument: ${compiled.sql}`);
+    used.add(arg);
+    return { arg };
+  });
+  if (used.size !== arity) {
+    throw new Error(`prepared query binds ${used.size} of its ${arity} arguments: ${compiled.sql}`);
+  }
+  return { compiled, slots };
+}
