@@ -5,6 +5,7 @@ import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
   type FastifyReply,
+  type FastifyRequest,
   type FastifyServerOptions,
 } from 'fastify';
 import type { Redis } from 'ioredis';
@@ -178,15 +179,27 @@ export async function buildApp(
   // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
   // reported by the permission check, after the rate-limit headers are set.
   // Unknown /api/ routes look the key up too, so a keyed client's 404s count against its key, not its address.
-  app.addHook('onRequest', async (req) => {
-    if (!req.routeOptions.config.permission && !req.url.startsWith('/api/')) return;
+  // Callback style, settled synchronously when the key's lookup is cached: no promise on most requests.
+  app.addHook('onRequest', (req, _reply, done) => {
+    if (!req.routeOptions.config.permission && !req.url.startsWith('/api/')) return done();
     const match = BEARER.exec(req.headers.authorization ?? '');
-    if (!match) return;
-    try {
-      req.principal = await services.keys.authenticate(match[1]!);
-    } catch (err) {
-      req.authFault = err;
+    if (!match) return done();
+    const key = match[1]!;
+    const known = services.keys.known(key);
+    if (known !== undefined) {
+      req.principal = known;
+      return done();
     }
+    services.keys.authenticate(key).then(
+      (principal) => {
+        req.principal = principal;
+        done();
+      },
+      (err: unknown) => {
+        req.authFault = err;
+        done();
+      },
+    );
   });
 
   await app.register(rateLimit, {
@@ -202,27 +215,9 @@ export async function buildApp(
       ),
   });
 
-  app.addHook('preParsing', async (req) => {
-    const permission = req.routeOptions.config.permission;
-    if (!permission) return;
-    if (req.authFault) throw req.authFault;
-    if (!req.principal) {
-      const header = req.headers.authorization;
-      throw new AppError(
-        'UNAUTHORIZED',
-        header === undefined
-          ? 'Missing Authorization header; send Authorization: Bearer <API key>'
-          : BEARER.test(header)
-            ? 'Invalid or revoked API key'
-            : 'Malformed Authorization header; expected Bearer <API key>',
-      );
-    }
-    if (!req.principal.permissions.has(permission)) {
-      throw new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
-    }
-  });
+  app.addHook('preParsing', (req, _reply, _payload, done) => done(permissionFault(req)));
 
-  app.addHook('onSend', async (req, reply) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
     // @fastify/rate-limit reports seconds until reset; the API promises the unix time of the reset.
     const reset = reply.getHeader('x-ratelimit-reset');
@@ -231,6 +226,7 @@ export async function buildApp(
     }
     reply.header('x-content-type-options', 'nosniff');
     if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
+    done(null, payload);
   });
 
   app.setErrorHandler((err, req, reply) => {
@@ -264,6 +260,28 @@ export async function buildApp(
   }
 
   return app;
+}
+
+/** Why the caller may not use this route (no key, a bad key, a missing permission), if it may not. */
+function permissionFault(req: FastifyRequest): Error | null {
+  const permission = req.routeOptions.config.permission;
+  if (!permission) return null;
+  if (req.authFault) return req.authFault as Error;
+  if (!req.principal) {
+    const header = req.headers.authorization;
+    return new AppError(
+      'UNAUTHORIZED',
+      header === undefined
+        ? 'Missing Authorization header; send Authorization: Bearer <API key>'
+        : BEARER.test(header)
+          ? 'Invalid or revoked API key'
+          : 'Malformed Authorization header; expected Bearer <API key>',
+    );
+  }
+  if (!req.principal.permissions.has(permission)) {
+    return new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
+  }
+  return null;
 }
 
 let counter = 0;

@@ -1,5 +1,7 @@
 // Issuing, listing, revoking and checking API keys. Lookups are cached for a few seconds so a request does
 // not cost a query; the short TTL is what bounds how long a revoked key keeps working (on every instance).
+// The cache is keyed by the presented key itself, so a fresh hit costs no hashing: the key is in this
+// process's memory anyway while its request runs, and only lookups that found (or refused) it are kept.
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
 import type { OrgsService } from '../orgs/orgs.service.js';
@@ -80,13 +82,22 @@ export class KeysService {
     return toInfo(row);
   }
 
+  /**
+   * The answer for a presented key when it needs no query: a lookup of it younger than the TTL, or null
+   * for text that cannot be a key. Undefined when authenticate has to look it up.
+   */
+  known(key: string): Principal | null | undefined {
+    const cached = this.cache.get(key);
+    if (cached && cached.expires > Date.now()) return cached.principal;
+    return looksLikeKey(key) ? undefined : null;
+  }
+
   /** The principal for a presented key, or null when the key is unknown or revoked. */
   async authenticate(key: string): Promise<Principal | null> {
-    if (!looksLikeKey(key)) return null;
+    const known = this.known(key);
+    if (known !== undefined) return known;
     const hash = hashKey(key);
     const now = Date.now();
-    const cached = this.cache.get(hash);
-    if (cached && cached.expires > now) return cached.principal;
     const row = await repo.findKeyByHash(this.store.db, hash);
     const principal =
       row && row.revoked_at === null && sameHash(row.key_hash, hash)
@@ -97,7 +108,7 @@ export class KeysService {
           }
         : null;
     if (this.cache.size >= CACHE_MAX) this.cache.clear();
-    this.cache.set(hash, { principal, expires: now + KEY_CACHE_TTL_MS });
+    this.cache.set(key, { principal, expires: now + KEY_CACHE_TTL_MS });
     return principal;
   }
 }
