@@ -44,7 +44,7 @@ export interface UpdateContactInput {
   unsubscribed?: boolean | undefined;
 }
 
-export const toContact = (r: ContactRow): Contact => ({
+export const toContact = (r: repo.ContactFields): Contact => ({
   id: r.id,
   email: r.email,
   firstName: r.first_name,
