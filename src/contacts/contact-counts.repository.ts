@@ -1,5 +1,6 @@
 // Reads the counts that migration 0002's triggers maintain. Only single-bucket filters have one;
 // for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
+import { prepared } from '../store/prepared.js';
 import type { Executor } from '../store/store.js';
 
 export interface CountableFilter {
@@ -22,11 +23,15 @@ export async function findMaintainedCount(
 ): Promise<number | undefined> {
   const bucket = bucketOf(filter);
   if (bucket === undefined) return undefined;
-  const row = await db
+  const row = await countOfBucket.first(db, organizationId, bucket);
+  return Number(row?.n ?? 0);
+}
+
+// Read on every contacts page: compiled once (see store/prepared.ts).
+const countOfBucket = prepared((db: Executor, organizationId: string, bucket: string) =>
+  db
     .selectFrom('contact_counts')
     .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
     .where('organization_id', '=', organizationId)
-    .where('bucket', '=', bucket)
-    .executeTakeFirst();
-  return Number(row?.n ?? 0);
-}
+    .where('bucket', '=', bucket),
+);

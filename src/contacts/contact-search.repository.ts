@@ -5,10 +5,10 @@
 // first, and take the index only when it is the cheaper way. undefined means "use the plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
-import type { ContactRow } from '../store/schema.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import type { Page } from '../http/schemas.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
+import { CONTACT_FIELDS_SQL, type ContactFields } from './contact-fields.js';
 
 /**
  * One match read through the index costs about as much as this many contacts walked in created_at
@@ -46,7 +46,7 @@ export async function pageByEmailIndex(
   organizationId: string,
   filter: SearchFilter,
   page: Page,
-): Promise<{ rows: ContactRow[]; total?: number } | undefined> {
+): Promise<{ rows: ContactFields[]; total?: number } | undefined> {
   const query = indexedQuery(dialect, filter);
   if (query === undefined) return undefined;
   // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
@@ -60,7 +60,9 @@ export async function pageByEmailIndex(
   // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
   // carries only rowids (whole rows are read again for the one page), and counts every match on the
   // way, so the caller need not count them again; a page past the end learns no total.
-  const { rows } = await sql<ContactRow & { match_total: number }>`select p.match_total, c.* from (
+  const { rows } = await sql<
+    ContactFields & { match_total: number }
+  >`select p.match_total, ${CONTACT_FIELDS_SQL} from (
       select c.rowid as r, count(*) over () as match_total
       from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
       cross join contacts c on c.search_key = m.value

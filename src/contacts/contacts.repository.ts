@@ -5,22 +5,7 @@ import { type DialectName, containsPattern, forUpdate } from '../store/dialect.j
 import type { Page } from '../http/schemas.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { prepared } from '../store/prepared.js';
-
-/** The columns a contact's API shape needs; each column read costs per row, so the hot page reads only these. */
-const CONTACT_FIELDS = [
-  'contacts.id',
-  'contacts.email',
-  'contacts.first_name',
-  'contacts.last_name',
-  'contacts.unsubscribed',
-  'contacts.custom_fields',
-  'contacts.tags',
-  'contacts.created_at',
-] as const;
-export type ContactFields = Pick<
-  ContactRow,
-  'id' | 'email' | 'first_name' | 'last_name' | 'unsubscribed' | 'custom_fields' | 'tags' | 'created_at'
->;
+import { CONTACT_FIELDS, type ContactFields } from './contact-fields.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -156,7 +141,7 @@ export async function pageContacts(
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
     const rows = await byTag(db, organizationId, filter.tag, filter)
-      .selectAll('contacts')
+      .select(CONTACT_FIELDS)
       .orderBy('contact_tags.contact_created_at', 'desc')
       .orderBy('contact_tags.contact_id', 'desc')
       .limit(page.limit)
@@ -168,7 +153,7 @@ export async function pageContacts(
     rowConditions(filter).length === 0
       ? await unfilteredPage.all(db, organizationId, page.limit, offset)
       : await organizationPage(db, organizationId, filter, page.limit, offset)
-          .selectAll('contacts')
+          .select(CONTACT_FIELDS)
           .execute();
   return { rows };
 }

@@ -12,6 +12,7 @@ import {
   updateRules,
 } from './contacts.rules.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
+import type { ContactFields } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
 
 export interface Contact {
@@ -44,7 +45,7 @@ export interface UpdateContactInput {
   unsubscribed?: boolean | undefined;
 }
 
-export const toContact = (r: repo.ContactFields): Contact => ({
+export const toContact = (r: ContactFields): Contact => ({
   id: r.id,
   email: r.email,
   firstName: r.first_name,
