@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
+import { MAIN } from '../helpers/process.js';
 import { createTestDatabase, storeKinds } from '../helpers/stores.js';
 
 const run = promisify(execFile);
@@ -36,7 +37,7 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'silent' };
     delete env.DATABASE_URL;
     if (databaseUrl) env.DATABASE_URL = databaseUrl;
-    const done = await run('node', ['--import', 'tsx', 'src/cli/main.ts', ...args], { cwd: ROOT, env }).then(
+    const done = await run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env }).then(
       (r) => ({ code: 0, stdout: r.stdout }),
       (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
     );

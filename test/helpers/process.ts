@@ -1,11 +1,13 @@
-// Real Mailroom processes (server, worker, CLI) started from source, for multi-process and crash tests.
+// Real Mailroom processes (server, worker, CLI), for multi-process and crash tests. They run the CLI as
+// compiled from this checkout's source at the start of the test run (test/global-build.ts).
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { TEST_DIST } from '../global-build.js';
 import { freePort } from './smtp.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
-const MAIN = ['--import', 'tsx', 'src/cli/main.ts'];
+export const MAIN = [path.join(TEST_DIST, 'cli/main.js')];
 const run = promisify(execFile);
 
 export interface MailroomProcess {
