@@ -4,7 +4,7 @@
 // A result is written only while its claim still holds the lease (owner and attempt number match).
 import type { EventRow } from '../emails/emails.repository.js';
 import { insertEvents } from '../emails/emails.repository.js';
-import { BatchQueue } from '../store/batch-queue.js';
+import { BatchQueue, type Settleable, writeTogetherOrAlone } from '../store/batch-queue.js';
 import type { Executor, Store } from '../store/store.js';
 import type { Verdict } from './outcome.js';
 import * as queue from './queue.repository.js';
@@ -21,11 +21,9 @@ export interface AttemptResult {
   events: EventRow[];
 }
 
-interface Job {
+/** Settled with whether the claim still held the lease, so the result was written. */
+interface Job extends Settleable<boolean> {
   result: AttemptResult;
-  /** Whether the claim still held the lease, so the result was written. */
-  resolve: (recorded: boolean) => void;
-  reject: (err: unknown) => void;
 }
 
 const MAX_BATCH = 200;
@@ -42,27 +40,11 @@ export class ResultRecorder {
     return new Promise((resolve, reject) => this.queue.push({ result, resolve, reject }));
   }
 
-  idle(): Promise<void> {
-    return this.queue.idle();
-  }
-
-  private async flush(jobs: Job[]): Promise<void> {
-    try {
-      const held = await this.store.batch((trx) => this.write(trx, jobs));
-      for (const job of jobs) job.resolve(held.has(job.result.emailId));
-      return;
-    } catch (err) {
-      if (jobs.length === 1) return jobs[0]!.reject(err);
-    }
-    // A shared batch failed: write each result alone, so one bad result fails only itself.
-    for (const job of jobs) {
-      try {
-        const held = await this.store.batch((trx) => this.write(trx, [job]));
-        job.resolve(held.has(job.result.emailId));
-      } catch (err) {
-        job.reject(err);
-      }
-    }
+  private flush(jobs: Job[]): Promise<void> {
+    return writeTogetherOrAlone<Job, boolean>(jobs, async (batch) => {
+      const held = await this.store.batch((trx) => this.write(trx, batch));
+      return (job) => held.has(job.result.emailId);
+    });
   }
 
   private async write(trx: Executor, jobs: Job[]): Promise<Set<string>> {

@@ -1,6 +1,8 @@
+import { type AppendRows, insertRows } from '../store/appender.js';
 import type { Executor, Store } from '../store/store.js';
 import type { Selectable } from 'kysely';
 import type {
+  Database,
   EmailEventsTable,
   EmailRecipientsTable,
   EmailRow,
@@ -13,29 +15,33 @@ export type RecipientRow = Selectable<EmailRecipientsTable>;
 
 export type EventRow = Selectable<EmailEventsTable>;
 
-export async function insertEmail(
+/** An accepted email's rows, parents first. */
+function emailRows(row: NewEmail, recipients: RecipientRow[], events: EventRow[]): AppendRows<Database>[] {
+  return [
+    { table: 'emails', rows: [row] },
+    { table: 'email_recipients', rows: recipients },
+    { table: 'email_events', rows: events },
+  ];
+}
+
+/** Inside the caller's transaction (a send with an Idempotency-Key, which must read first). */
+export function insertEmail(
   db: Executor,
   row: NewEmail,
   recipients: RecipientRow[],
   events: EventRow[],
-) {
-  await db.insertInto('emails').values(row).execute();
-  if (recipients.length > 0) await db.insertInto('email_recipients').values(recipients).execute();
-  await insertEvents(db, events);
+): Promise<void> {
+  return insertRows(db, emailRows(row, recipients, events));
 }
 
-/** The same rows as insertEmail, through the store's batched appends (no transaction of its own). */
+/** The same rows through the store's batched appends (no transaction of its own). */
 export function appendEmail(
   store: Store,
   row: NewEmail,
   recipients: RecipientRow[],
   events: EventRow[],
 ): Promise<void> {
-  return store.append([
-    { table: 'emails', rows: [row] },
-    { table: 'email_recipients', rows: recipients },
-    { table: 'email_events', rows: events },
-  ]);
+  return store.append(emailRows(row, recipients, events));
 }
 
 export async function insertEvents(db: Executor, events: EventRow[]): Promise<void> {

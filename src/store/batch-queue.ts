@@ -48,3 +48,33 @@ export class BatchQueue<J> {
     });
   }
 }
+
+/** A queued job that its batch settles: with a value once written, or with the error that refused it. */
+export interface Settleable<V> {
+  resolve: (value: V) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Writes the jobs together; if that fails, writes each alone, so one bad job fails only itself. `write`
+ * resolves to what each written job gets back.
+ */
+export async function writeTogetherOrAlone<J extends Settleable<V>, V>(
+  jobs: J[],
+  write: (jobs: J[]) => Promise<(job: J) => V>,
+): Promise<void> {
+  try {
+    const valueOf = await write(jobs);
+    for (const job of jobs) job.resolve(valueOf(job));
+    return;
+  } catch (err) {
+    if (jobs.length === 1) return jobs[0]!.reject(err);
+  }
+  for (const job of jobs) {
+    try {
+      job.resolve((await write([job]))(job));
+    } catch (err) {
+      job.reject(err);
+    }
+  }
+}
