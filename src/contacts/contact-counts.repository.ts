@@ -2,14 +2,9 @@
 // for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
 import { prepared } from '../store/prepared.js';
 import type { Executor } from '../store/store.js';
+import type { ContactFilter } from './contacts.repository.js';
 
-export interface CountableFilter {
-  email?: string | undefined;
-  tag?: string | undefined;
-  unsubscribed?: boolean | undefined;
-}
-
-function bucketOf(filter: CountableFilter): string | undefined {
+function bucketOf(filter: ContactFilter): string | undefined {
   if (filter.email !== undefined && filter.email !== '') return undefined;
   if (filter.tag !== undefined) return filter.unsubscribed === undefined ? `tag:${filter.tag}` : undefined;
   if (filter.unsubscribed !== undefined) return `unsubscribed:${filter.unsubscribed ? 1 : 0}`;
@@ -19,7 +14,7 @@ function bucketOf(filter: CountableFilter): string | undefined {
 export async function findMaintainedCount(
   db: Executor,
   organizationId: string,
-  filter: CountableFilter,
+  filter: ContactFilter,
 ): Promise<number | undefined> {
   const bucket = bucketOf(filter);
   if (bucket === undefined) return undefined;

@@ -9,6 +9,7 @@ import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/diale
 import type { Page } from '../http/schemas.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { CONTACT_FIELDS_SQL, type ContactFields } from './contact-fields.js';
+import type { ContactFilter } from './contacts.repository.js';
 
 /**
  * One match read through the index costs about as much as this many contacts walked in created_at
@@ -16,14 +17,8 @@ import { CONTACT_FIELDS_SQL, type ContactFields } from './contact-fields.js';
  */
 const MATCH_COST = 15;
 
-interface SearchFilter {
-  email?: string | undefined;
-  tag?: string | undefined;
-  unsubscribed?: boolean | undefined;
-}
-
 /** The FTS5 query when the index can answer this filter, else undefined. */
-function indexedQuery(dialect: DialectName | undefined, filter: SearchFilter): string | undefined {
+function indexedQuery(dialect: DialectName | undefined, filter: ContactFilter): string | undefined {
   if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = filter.email.toLowerCase();
   return isTrigramSearchable(term) ? ftsPhrase(term) : undefined;
@@ -34,7 +29,7 @@ async function organizationSize(db: Executor, organizationId: string): Promise<n
 }
 
 /** The contact conditions besides the substring: its organisation, and subscription state if asked. */
-function contactConditions(organizationId: string, filter: SearchFilter): RawBuilder<unknown> {
+function contactConditions(organizationId: string, filter: ContactFilter): RawBuilder<unknown> {
   const unsubscribed =
     filter.unsubscribed === undefined ? sql`` : sql`and c.unsubscribed = ${filter.unsubscribed ? 1 : 0}`;
   return sql`c.organization_id = ${organizationId} ${unsubscribed}`;
@@ -44,7 +39,7 @@ export async function pageByEmailIndex(
   db: Executor,
   dialect: DialectName | undefined,
   organizationId: string,
-  filter: SearchFilter,
+  filter: ContactFilter,
   page: Page,
 ): Promise<{ rows: ContactFields[]; total?: number } | undefined> {
   const query = indexedQuery(dialect, filter);
@@ -78,7 +73,7 @@ export async function countByEmailIndex(
   db: Executor,
   dialect: DialectName | undefined,
   organizationId: string,
-  filter: SearchFilter,
+  filter: ContactFilter,
 ): Promise<number | undefined> {
   const query = indexedQuery(dialect, filter);
   if (query === undefined) return undefined;
