@@ -1,6 +1,7 @@
 import { type RawBuilder, type SqlBool, sql } from 'kysely';
-import type { Executor } from '../store/store.js';
-import type { ContactRow } from '../store/schema.js';
+import type { Executor, Store } from '../store/store.js';
+import type { ContactRow, Database } from '../store/schema.js';
+import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsPattern, forUpdate } from '../store/dialect.js';
 import type { Page } from '../http/schemas.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
@@ -13,54 +14,42 @@ export interface ContactFilter {
   unsubscribed?: boolean | undefined;
 }
 
-export async function insertContact(db: Executor, row: ContactRow, tags: string[]): Promise<void> {
-  await db.insertInto('contacts').values(row).execute();
-  await insertTags(db, row, tags);
+/** A new contact's rows, parents first: what one append (or one transaction) writes. */
+function contactRows(row: ContactRow, tags: string[]): AppendRows<Database>[] {
+  return [
+    { table: 'contacts', rows: [row] },
+    { table: 'contact_tags', rows: tagRows(row, tags) },
+  ];
 }
 
-/** Many contacts in two statements (seeding, imports); rows must fit the store's parameter limit. */
-export async function insertContacts(
-  db: Executor,
-  rows: { row: ContactRow; tags: string[] }[],
-): Promise<void> {
-  if (rows.length === 0) return;
-  await db
-    .insertInto('contacts')
-    .values(rows.map((r) => r.row))
-    .execute();
-  const tags = rows.flatMap(({ row, tags }) =>
-    tags.map((tag) => ({
-      contact_id: row.id,
-      organization_id: row.organization_id,
-      tag,
-      contact_created_at: row.created_at,
-    })),
-  );
-  if (tags.length > 0) await db.insertInto('contact_tags').values(tags).execute();
+/**
+ * A new contact through the store's batched appends: contacts created together share multi-row
+ * INSERTs and one commit. A taken email fails only its own caller (a unique violation).
+ */
+export function appendContact(store: Store, row: ContactRow, tags: string[]): Promise<void> {
+  return store.append(contactRows(row, tags));
 }
 
-async function insertTags(
-  db: Executor,
-  row: Pick<ContactRow, 'id' | 'organization_id' | 'created_at'>,
-  tags: string[],
-) {
-  if (tags.length === 0) return;
-  await db
-    .insertInto('contact_tags')
-    .values(
-      tags.map((tag) => ({
-        contact_id: row.id,
-        organization_id: row.organization_id,
-        tag,
-        contact_created_at: row.created_at,
-      })),
-    )
-    .execute();
+/** Many contacts in one transaction (seeding, imports), as few statements as the parameter limit allows. */
+export function insertContacts(db: Executor, rows: { row: ContactRow; tags: string[] }[]): Promise<void> {
+  return insertRows(db, [
+    { table: 'contacts', rows: rows.map((r) => r.row) },
+    { table: 'contact_tags', rows: rows.flatMap(({ row, tags }) => tagRows(row, tags)) },
+  ]);
+}
+
+function tagRows(row: Pick<ContactRow, 'id' | 'organization_id' | 'created_at'>, tags: string[]) {
+  return tags.map((tag) => ({
+    contact_id: row.id,
+    organization_id: row.organization_id,
+    tag,
+    contact_created_at: row.created_at,
+  }));
 }
 
 export async function replaceTags(db: Executor, row: ContactRow, tags: string[]): Promise<void> {
   await db.deleteFrom('contact_tags').where('contact_id', '=', row.id).execute();
-  await insertTags(db, row, tags);
+  if (tags.length > 0) await db.insertInto('contact_tags').values(tagRows(row, tags)).execute();
 }
 
 export function findContactById(

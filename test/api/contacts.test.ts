@@ -202,4 +202,29 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     for (const r of results.filter((r) => r.statusCode === 409)) expectError(r, 409, 'contacts');
     expect(await find(email)).toHaveLength(1);
   });
+
+  it('a taken email among parallel creates fails only its own request; the others keep their tags', async () => {
+    const taken = uniqueEmail('taken');
+    expect((await post({ email: taken })).statusCode).toBe(201);
+    const fresh = Array.from({ length: 12 }, (_, i) => ({
+      email: uniqueEmail(`batch${i}`),
+      tags: [`t${i}`],
+    }));
+    const results = await Promise.all([
+      ...fresh.slice(0, 6).map((body) => post(body)),
+      post({ email: taken.toUpperCase(), tags: ['never'] }),
+      ...fresh.slice(6).map((body) => post(body)),
+    ]);
+    expectError(results[6]!, 409, 'contacts');
+    const created = results.filter((_, i) => i !== 6);
+    for (const [i, r] of created.entries()) {
+      expect(r.statusCode).toBe(201);
+      expect(r.json().contact).toMatchObject({ email: fresh[i]!.email, tags: fresh[i]!.tags });
+      expect(await find(fresh[i]!.email)).toHaveLength(1);
+    }
+    const never = await t.call({ method: 'GET', url: '/api/v1/contacts', auth, query: { tag: 'never' } });
+    expect(never.json().contacts).toEqual([]);
+    const tagged = await t.call({ method: 'GET', url: '/api/v1/contacts', auth, query: { tag: 't7' } });
+    expect(tagged.json().contacts.map((c: { email: string }) => c.email)).toEqual([fresh[7]!.email]);
+  });
 });
