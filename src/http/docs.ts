@@ -2,6 +2,14 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
+import { nullMeansAbsent } from '../validation/ajv.js';
+
+type Op = {
+  parameters?: unknown[];
+  requestBody?: {
+    content?: Record<string, { schema?: { properties?: Record<string, { type?: unknown }> } }>;
+  };
+};
 
 export async function registerDocs(app: FastifyInstance): Promise<void> {
   await app.register(swagger, {
@@ -17,15 +25,24 @@ export async function registerDocs(app: FastifyInstance): Promise<void> {
       security: [{ bearer: [] }],
     },
     // A query parameter with a default (page, limit) is optional for the client, whatever the schema
-    // says to the validator that fills the default in.
+    // says to the validator that fills the default in. An optional string body field takes null as "none"
+    // (validation/ajv.ts), which the document says too.
     transformObject: (doc) => {
       if (!('openapiObject' in doc)) return doc.swaggerObject;
       const openapiObject = doc.openapiObject;
       for (const item of Object.values(openapiObject.paths ?? {})) {
-        for (const op of Object.values(item as Record<string, { parameters?: unknown[] }>)) {
+        for (const op of Object.values(item as Record<string, Op>)) {
           for (const param of op.parameters ?? []) {
             const p = param as { in?: string; required?: boolean; schema?: { default?: unknown } };
             if (p.in === 'query' && p.schema?.default !== undefined) p.required = false;
+          }
+          const json = op.requestBody?.content?.['application/json'];
+          const nullable = nullMeansAbsent(json?.schema);
+          if (json?.schema && nullable.length > 0) {
+            // Copies: the document must not change the schema objects the routes validate with.
+            const properties = { ...json.schema.properties };
+            for (const name of nullable) properties[name] = { ...properties[name], type: ['string', 'null'] };
+            json.schema = { ...json.schema, properties };
           }
         }
       }

@@ -2,7 +2,8 @@
 // reported), query strings and path params are coerced from text. Ajv errors become {field, message} with
 // the field written as the client wrote it: `to[1]`, `tags[0].value`, `customFields.plan`.
 // A schema may carry rules that JSON Schema cannot say (withRules); they run beside Ajv, so one 400 lists
-// every offending field, not only those of whichever check ran first.
+// every offending field, not only those of whichever check ran first; each field is named once, with the most
+// telling of its problems.
 import { Ajv, type ErrorObject } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
@@ -40,29 +41,124 @@ export function withRules<T extends object>(schema: T, rules: Rules): T {
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** PostgreSQL text cannot hold NUL, so no store accepts it; every string is checked, at any depth. */
-function nulDetails(value: unknown, path: string, out: ErrorDetail[]): void {
-  if (typeof value === 'string') {
-    if (value.includes('\u0000')) out.push({ field: path, message: 'must not contain NUL characters' });
-  } else if (Array.isArray(value)) {
-    value.forEach((v, i) => nulDetails(v, `${path}[${i}]`, out));
-  } else if (isObject(value)) {
-    for (const [k, v] of Object.entries(value)) {
-      if (k.includes('\u0000')) out.push({ field: path, message: 'keys must not contain NUL characters' });
-      nulDetails(v, path === '' ? k : `${path}.${k}`, out);
-    }
-  }
+/** Deeper than any body or query the API takes; the walk below stops there instead of following an attack. */
+export const MAX_DEPTH = 32;
+
+/** A detail with how much it says: per field, the lowest rank is the one the client sees. */
+interface Ranked extends ErrorDetail {
+  rank: number;
+}
+// A wrong type or a missing field first; then characters no store keeps; then the schema's other bounds;
+// then the rules beside the schema; "not an allowed field" last (a bad header name is better said by a rule).
+const RANK = { type: 0, chars: 1, schema: 2, rule: 3, unknownField: 4 } as const;
+
+interface Node {
+  value: unknown;
+  parent: Node | undefined;
+  key: string | number;
+  depth: number;
 }
 
-function unique(details: ErrorDetail[]): ErrorDetail[] {
-  const seen = new Set<string>();
-  return details.filter((d) => {
-    const key = `${d.field}\u0000${d.message}`;
-    if (seen.has(key)) return false;
-    seen.add(key);
-    return true;
-  });
+function pathOf(node: Node): string {
+  let out = '';
+  for (let n: Node | undefined = node; n?.parent; n = n.parent) {
+    out =
+      typeof n.key === 'number' ? `[${n.key}]${out}` : n.parent.parent ? `.${n.key}${out}` : `${n.key}${out}`;
+  }
+  return out;
 }
+
+// Node 20 has String.prototype.isWellFormed; the ES2022 lib this project compiles against does not declare it.
+type WellFormed = string & { isWellFormed(): boolean };
+
+function charProblem(s: string): string | undefined {
+  // PostgreSQL text cannot hold NUL, and a lone surrogate is stored as U+FFFD (one or three of them,
+  // by store): neither can be kept as sent, so neither is accepted.
+  if (s.includes('\u0000')) return 'must not contain NUL characters';
+  if (!(s as WellFormed).isWellFormed()) return 'must be well-formed Unicode (no lone surrogates)';
+  return undefined;
+}
+
+/**
+ * Every string and key, at any depth up to MAX_DEPTH, checked for characters no store keeps. Iterative, so no
+ * input can overflow the stack; paths are built only for what is reported. Returns false if the value is
+ * nested deeper than MAX_DEPTH.
+ */
+function characterDetails(data: unknown, out: Ranked[]): boolean {
+  let shallow = true;
+  const stack: Node[] = [{ value: data, parent: undefined, key: '', depth: 0 }];
+  for (let node = stack.pop(); node; node = stack.pop()) {
+    const { value } = node;
+    if (typeof value === 'string') {
+      const problem = charProblem(value);
+      if (problem) out.push({ field: pathOf(node), message: problem, rank: RANK.chars });
+      continue;
+    }
+    if (typeof value !== 'object' || value === null) continue;
+    if (node.depth >= MAX_DEPTH) {
+      // Named where the bound is reached; a schema that wanted something flatter names an ancestor, and
+      // then this one is left out (bestPerField).
+      out.push({
+        field: pathOf(node),
+        message: `must not be nested more than ${MAX_DEPTH} levels deep`,
+        rank: RANK.chars,
+      });
+      shallow = false;
+      continue;
+    }
+    const depth = node.depth + 1;
+    if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--)
+        stack.push({ value: value[i], parent: node, key: i, depth });
+      continue;
+    }
+    const entries = Object.entries(value);
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const [k, v] = entries[i]!;
+      const problem = charProblem(k);
+      if (problem)
+        out.push({ field: pathOf(node), message: problem.replace(/^must/, 'keys must'), rank: RANK.chars });
+      stack.push({ value: v, parent: node, key: k, depth });
+    }
+  }
+  return shallow;
+}
+
+/** One detail per field, the most telling; nothing under a field whose type is already wrong. */
+function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
+  const best = new Map<string, Ranked>();
+  for (const d of details) {
+    const held = best.get(d.field);
+    if (!held || d.rank < held.rank) best.set(d.field, d);
+  }
+  const wrongType = [...best.values()].filter((d) => d.rank === RANK.type).map((d) => d.field);
+  // The part itself (a body that is not an object) has no field of its own to be under.
+  const under = (field: string, parent: string) =>
+    parent === part ? field !== part : field.startsWith(`${parent}.`) || field.startsWith(`${parent}[`);
+  return [...best.values()]
+    .filter((d) => !wrongType.some((parent) => under(d.field, parent)))
+    .map(({ field, message }) => ({ field, message }));
+}
+
+type SchemaObject = { properties?: Record<string, { type?: unknown }>; required?: string[] };
+
+/**
+ * Optional string fields of a body whose schema gives `null` no meaning of its own: there `null` means "none",
+ * exactly as leaving the field out (README, decisions). Where a schema admits null (a description, or a name
+ * on update), null keeps its meaning: it clears the field.
+ */
+export function nullMeansAbsent(schema: unknown): string[] {
+  const { properties = {}, required = [] } = (schema ?? {}) as SchemaObject;
+  return Object.keys(properties).filter((k) => !required.includes(k) && properties[k]?.type === 'string');
+}
+
+/** Integer fields of a query: text is coerced only when it is plain decimal digits (Number() takes 0x3, 1e1, ' 1'). */
+function integerFields(schema: unknown): string[] {
+  const { properties = {} } = (schema ?? {}) as SchemaObject;
+  return Object.keys(properties).filter((k) => properties[k]?.type === 'integer');
+}
+
+const DECIMAL = /^-?[0-9]+$/;
 
 export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
   const body = makeAjv(false);
@@ -71,16 +167,30 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
     const part = httpPart ?? 'body';
     const validate = (part === 'body' ? body : text).compile(schema as object);
     const rules = (schema as Record<symbol, Rules | undefined>)[RULES];
+    const nullable = part === 'body' ? nullMeansAbsent(schema) : [];
+    const integers = part === 'body' ? [] : integerFields(schema);
     return (data: unknown) => {
-      const details = validate(data) ? [] : toDetails(validate.errors ?? [], part);
-      if (rules && isObject(data)) details.push(...rules(data));
-      if (part !== 'headers') nulDetails(data, '', details);
+      const details: Ranked[] = [];
+      if (isObject(data)) {
+        for (const k of nullable) if (data[k] === null) delete data[k];
+        for (const k of integers) {
+          const v = data[k];
+          if (typeof v === 'string' && !DECIMAL.test(v)) {
+            details.push({ field: k, message: 'must be an integer', rank: RANK.type });
+          }
+        }
+      }
+      // Walked before the rules: they may serialise values, which a deeply nested one would overflow.
+      const shallow = part === 'headers' || characterDetails(data, details);
+      if (!validate(data)) details.push(...toDetails(validate.errors ?? [], part));
+      if (rules && shallow && isObject(data)) {
+        details.push(...rules(data).map((d) => ({ ...d, rank: RANK.rule })));
+      }
       if (details.length === 0) return { value: data };
       // A path id that fails its schema names nothing that exists: that is a 404, as for an unknown id.
       if (part === 'params') return { error: new AppError('NOT_FOUND', 'Not found') };
-      return {
-        error: validationError(unique(details.map((d) => ({ ...d, field: fieldName(d.field, part) })))),
-      };
+      const named = details.map((d) => ({ ...d, field: fieldName(d.field, part) }));
+      return { error: validationError(bestPerField(named, part)) };
     };
   };
 }
@@ -160,8 +270,8 @@ function messageOf(e: ErrorObject): string {
   }
 }
 
-/** Maps Ajv's errors to the contract's details, one entry per offending field. */
-export function toDetails(errors: readonly ErrorObject[], part: string): ErrorDetail[] {
+/** Maps Ajv's errors to the contract's details, ranked by what they say. */
+function toDetails(errors: readonly ErrorObject[], part: string): Ranked[] {
   // For "one of several shapes" (a string or an array of strings), report the errors of the branch whose
   // type matches what the client sent; if none matches, say which types are accepted.
   const drop = new Set<ErrorObject>();
@@ -183,28 +293,27 @@ export function toDetails(errors: readonly ErrorObject[], part: string): ErrorDe
       replace.set(e, `must be ${accepted.map(article).join(' or ')}`);
     }
   }
-  const details: ErrorDetail[] = [];
-  const seen = new Set<string>();
+  const details: Ranked[] = [];
   for (const e of errors) {
     if (drop.has(e)) continue;
     const p = e.params as Record<string, unknown>;
     let field: string;
     let message: string;
+    let rank: number = RANK.schema;
     if (e.keyword === 'required') {
       field = fieldPath(e.instancePath, String(p.missingProperty));
       message = 'is required';
+      rank = RANK.type;
     } else if (e.keyword === 'additionalProperties') {
       field = fieldPath(e.instancePath, String(p.additionalProperty));
       message = 'is not an allowed field';
+      rank = RANK.unknownField;
     } else {
       field = fieldPath(e.instancePath);
       message = replace.get(e) ?? messageOf(e);
+      if (e.keyword === 'type' || replace.has(e)) rank = RANK.type;
     }
-    if (field === '') field = part;
-    const key = `${field}\u0000${message}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    details.push({ field, message });
+    details.push({ field: field === '' ? part : field, message, rank });
   }
   return details;
 }

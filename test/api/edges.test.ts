@@ -1,8 +1,17 @@
-// Edges a careful client hits: JSON content type on body-less calls, blank names, null descriptions,
-// prototype keys, header field names, and what the OpenAPI document asks clients to send.
+// Edges a careful client hits: JSON content type on body-less calls, blank names, null for optional strings,
+// prototype keys, header field names, deep nesting, one detail per field, and what the OpenAPI document asks
+// clients to send.
+import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type TestApp, createTestApp } from '../helpers/app.js';
-import { createContact, createList, expect400, expectRateHeaders } from '../helpers/api.js';
+import {
+  createContact,
+  createList,
+  expect400,
+  expectError,
+  expectRateHeaders,
+  uniqueEmail,
+} from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
 
 describe.each(storeKinds())('edges on %s', (kind) => {
@@ -65,6 +74,126 @@ describe.each(storeKinds())('edges on %s', (kind) => {
       payload: { description: null },
     });
     expect(cleared.json().list.description).toBeNull();
+  });
+
+  it('null for an optional string means none, on create and update', async () => {
+    const contact = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: uniqueEmail(), firstName: null, lastName: null },
+    });
+    expect(contact.statusCode, contact.body).toBe(201);
+    expect(contact.json().contact).toMatchObject({ firstName: null, lastName: null });
+    const id = contact.json().contact.id as string;
+    // On update, null clears a field that can be cleared, and means "not given" for the identifying ones.
+    const named = await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id, email: null, firstName: 'Ann' },
+    });
+    expect(named.statusCode, named.body).toBe(200);
+    expect(named.json().contact).toMatchObject({ firstName: 'Ann', email: contact.json().contact.email });
+    const cleared = await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id, firstName: null },
+    });
+    expect(cleared.json().contact.firstName).toBeNull();
+    const list = await createList(t, auth, 'Kept');
+    const renamed = await t.call({
+      method: 'PUT',
+      url: `/api/v1/lists/${list}`,
+      auth,
+      payload: { name: null, description: 'd' },
+    });
+    expect(renamed.json().list).toMatchObject({ name: 'Kept', description: 'd' });
+    const mail = { to: 'a@example.com', subject: 's', text: 't', html: null, from: null };
+    const sent = await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: mail });
+    expect(sent.statusCode, sent.body).toBe(200);
+    // A required string is still required.
+    expect400(
+      await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: { ...mail, subject: null } }),
+      'emails',
+      ['subject'],
+    );
+    const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json();
+    const create = doc.paths['/api/v1/contacts'].post.requestBody.content['application/json'].schema;
+    expect(create.properties.firstName.type).toEqual(['string', 'null']);
+    expect(create.properties.email.type).toBe('string');
+  });
+
+  it('a body nested 10,000 levels deep is a 400 naming the field, on every route with a body', async () => {
+    const deep = (n: number) => '['.repeat(n) + ']'.repeat(n);
+    const list = await createList(t, auth);
+    const cases: [string, string, string, string, 'contacts' | 'emails'][] = [
+      ['POST', '/api/v1/lists', '{"name":%}', 'name', 'contacts'],
+      ['PUT', `/api/v1/lists/${list}`, '{"description":%}', 'description', 'contacts'],
+      ['POST', `/api/v1/lists/${list}/contacts`, '{"contactIds":%}', 'contactIds[0]', 'contacts'],
+      ['DELETE', `/api/v1/lists/${list}/contacts`, '{"contactIds":[%]}', 'contactIds[0]', 'contacts'],
+      [
+        'POST',
+        '/api/v1/contacts',
+        '{"email":"d@example.com","customFields":{"a":%}}',
+        'customFields.a',
+        'contacts',
+      ],
+      ['PUT', '/api/v1/contacts', '{"email":"d@example.com","tags":%}', 'tags[0]', 'contacts'],
+      ['POST', '/api/v1/emails', '{"to":%,"subject":"s","text":"t"}', 'to[0]', 'emails'],
+      ['POST', '/api/v1/emails', '{"to":"a@example.com","subject":%,"text":"t"}', 'subject', 'emails'],
+    ];
+    for (const [method, url, template, field, fam] of cases) {
+      const payload = template.replace('%', deep(10_000));
+      const res = await t.call({
+        method: method as 'POST',
+        url,
+        auth,
+        payload,
+        headers: { 'content-type': 'application/json' },
+      });
+      expect400(res, fam, [field]);
+      expectRateHeaders(res);
+    }
+    // A million levels (2 MB) too: nothing on the way walks it recursively or serialises it.
+    const fields = `{"email":"deep@example.com","customFields":{"a":${deep(1_000_000)}}}`;
+    const res = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: fields,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect400(res, 'contacts', ['customFields.a']);
+  });
+
+  it('names each offending field once, with its most telling message', async () => {
+    const detailsOf = (res: LightMyRequestResponse, fam: 'contacts' | 'emails') => {
+      expectError(res, 400, fam);
+      return res.json().details as { field: string; message: string }[];
+    };
+    const post = (url: string, payload: object) => t.call({ method: 'POST', url, auth, payload });
+    expect(detailsOf(await post('/api/v1/lists', { name: '' }), 'contacts')).toEqual([
+      { field: 'name', message: 'must not be empty' },
+    ]);
+    expect(detailsOf(await post('/api/v1/contacts', { email: '' }), 'contacts')).toEqual([
+      { field: 'email', message: 'must not be empty' },
+    ]);
+    const mail = { to: 'a@example.com', subject: 's', text: 't' };
+    expect(detailsOf(await post('/api/v1/emails', { ...mail, from: ['x@localhost'] }), 'emails')).toEqual([
+      { field: 'from', message: 'must be a string' },
+    ]);
+    expect(detailsOf(await post('/api/v1/emails', { ...mail, headers: { 'X-A\n': 'v' } }), 'emails')).toEqual(
+      [{ field: 'headers.X-A\n', message: 'is not a valid header name' }],
+    );
+    // Different fields are all still named, each once.
+    const many = await post('/api/v1/contacts', { email: 'bad', firstName: 1, tags: [''] });
+    expect(
+      detailsOf(many, 'contacts')
+        .map((d) => d.field)
+        .sort(),
+    ).toEqual(['email', 'firstName', 'tags[0]']);
   });
 
   it('names __proto__ keys as the problem, not as bad JSON', async () => {

@@ -86,6 +86,21 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expectError(await t.call({ method: 'GET', url: '/api/v1/emails/%zz', auth }), 400, 'emails');
   });
 
+  it('a lone UTF-16 surrogate in a body string or key is a 400 naming the field', async () => {
+    const send = (url: string, json: string) => raw(url, json);
+    expect400(await send('/api/v1/lists', '{"name":"\\ud800"}'), 'contacts', ['name']);
+    expect400(await send('/api/v1/lists', '{"name":"a\\udfffb"}'), 'contacts', ['name']);
+    const contact = '{"email":"s@example.com","tags":["ok","\\udc00"],"customFields":{"\\ud83d":1}}';
+    expect400(await send('/api/v1/contacts', contact), 'contacts', ['tags[1]', 'customFields']);
+    const mail = '{"to":"a@example.com","subject":"\\ud800x","text":"t"}';
+    expect400(await send('/api/v1/emails', mail), 'emails', ['subject']);
+    // A well-formed pair (an emoji) is text like any other, and reads back as sent.
+    const ok = await send('/api/v1/lists', '{"name":"\\ud83d\\ude00"}');
+    expect(ok.statusCode, ok.body).toBe(201);
+    const id = ok.json().list.id as string;
+    expect((await t.call({ method: 'GET', url: `/api/v1/lists/${id}`, auth })).json().list.name).toBe('😀');
+  });
+
   it('health, the OpenAPI document and the docs page need no key', async () => {
     const health = await t.call({ method: 'GET', url: '/health' });
     expect(health.statusCode).toBe(200);

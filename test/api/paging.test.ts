@@ -1,7 +1,7 @@
 // Paging (defaults, last page, no overlap, pages math, newest first) and the contact filters.
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
-import { createContact, createList, useApp } from '../helpers/api.js';
+import { createContact, createList, expect400, useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
 
 type Row = { id: string; createdAt: string };
@@ -127,5 +127,25 @@ describe.each(storeKinds())('paging and filters on %s', (kind) => {
       const total = await pageOf('/api/v1/contacts', { unsubscribed: 'false', limit: '4' }, key);
       expect(total.pagination).toEqual({ page: 1, limit: 4, total: 10, pages: 3 });
     });
+  });
+
+  it('page and limit are plain decimal integers, on every paged route', async () => {
+    // Texts that Number() reads as a number, but that are not integers as a client writes them.
+    const texts = ['0x3', '0b11', '0o3', ' 1', '\t\n3', '+2', '1e1', '3.0', '3 ', '１'];
+    for (const [url, fam] of [
+      ['/api/v1/lists', 'contacts'],
+      ['/api/v1/contacts', 'contacts'],
+      ['/api/v1/emails', 'emails'],
+    ] as const) {
+      for (const text of texts) {
+        for (const name of ['page', 'limit']) {
+          const res = await t.call({ method: 'GET', url, auth, query: { [name]: text } });
+          expect400(res, fam, [name]);
+        }
+      }
+      const ok = await t.call({ method: 'GET', url, auth, query: { page: '01', limit: '007' } });
+      expect(ok.statusCode, ok.body).toBe(200);
+      expect(ok.json().pagination).toMatchObject({ page: 1, limit: 7 });
+    }
   });
 });
