@@ -136,6 +136,27 @@ describe.each(storeKinds())('lists on %s', (kind) => {
     expect((await getList(t, auth, id)).contactCount).toBe(1);
   });
 
+  it('any id up to 1024 characters is an id: unknown ones are listed in notFound, not refused', async () => {
+    const id = await createList(t, auth);
+    const c = await createContact(t, auth);
+    const url = `/api/v1/lists/${id}/contacts`;
+    const long = x(65);
+    const longest = x(1024, 'b');
+    const add = await t.call({ method: 'POST', url, auth, payload: { contactIds: [c.id, long, longest] } });
+    expect(add.statusCode, add.body).toBe(200);
+    expect(add.json()).toMatchObject({ added: 1, notFound: [long, longest] });
+    const rm = await t.call({ method: 'DELETE', url, auth, payload: { contactIds: [long, c.id] } });
+    expect(rm.statusCode, rm.body).toBe(200);
+    expect(rm.json().removed).toBe(1);
+    for (const method of ['POST', 'DELETE'] as const) {
+      const over = await t.call({ method, url, auth, payload: { contactIds: [x(1025)] } });
+      expect400(over, 'contacts', ['contactIds[0]']);
+      expect400(await t.call({ method, url, auth, payload: { contactIds: [''] } }), 'contacts', [
+        'contactIds[0]',
+      ]);
+    }
+  });
+
   it('add/remove contacts on an unknown list is a 404', async () => {
     const c = await createContact(t, auth);
     for (const method of ['POST', 'DELETE'] as const) {
