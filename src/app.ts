@@ -26,7 +26,8 @@ import { OrgsService } from './orgs/orgs.service.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import type { Store } from './store/store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
-import { registerDocs } from './http/docs.js';
+import { clientErrorHandler } from './http/client-errors.js';
+import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { useJsonBodies } from './http/json-body.js';
 
 declare module 'fastify' {
@@ -97,14 +98,54 @@ export function routeTable(s: Services): [Method, string, Permission, AnyEndpoin
   return table;
 }
 
-// The auth scheme is case-insensitive (RFC 7235), the key itself is not.
-const BEARER = /^Bearer ([^\s]+)$/i;
+// The auth scheme is case-insensitive and followed by one or more spaces (RFC 7235: 1*SP); the key is exact.
+const BEARER = /^Bearer +([^\s]+)$/i;
 
 export async function buildApp(
   deps: AppDeps,
   services: Services = createServices(deps),
 ): Promise<FastifyInstance> {
   const { config, store } = deps;
+
+  // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
+  // reported by the permission check, after the rate-limit headers are set.
+  // Unknown /api/ routes look the key up too, so a keyed client's 404s count against its key, not its address.
+  // Callback style, settled synchronously when the key's lookup is cached: no promise on most requests.
+  const identify = (req: FastifyRequest, done: () => void): void => {
+    if (!req.routeOptions.config?.permission && !req.url.startsWith('/api/')) return done();
+    const match = BEARER.exec(req.headers.authorization ?? '');
+    if (!match) return done();
+    const key = match[1]!;
+    const known = services.keys.known(key);
+    if (known !== undefined) {
+      req.principal = known;
+      return done();
+    }
+    services.keys.authenticate(key).then(
+      (principal) => {
+        req.principal = principal;
+        done();
+      },
+      (err: unknown) => {
+        req.authFault = err;
+        done();
+      },
+    );
+  };
+  let closing = false;
+  const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
+    if (closing) reply.header('connection', 'close');
+    // @fastify/rate-limit reports seconds until reset; the API promises the unix time of the reset.
+    const reset = reply.getHeader('x-ratelimit-reset');
+    if (reset !== undefined && Number(reset) < 1e9) {
+      reply.header('x-ratelimit-reset', Math.ceil(Date.now() / 1000) + Number(reset));
+    }
+    reply.header('x-content-type-options', 'nosniff');
+    if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
+  };
+  // Set once the rate-limit plugin is registered; errors raised before routing are counted through it.
+  const late: { limit?: (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> } = {};
+
   const loggerOption =
     deps.logger && typeof (deps.logger as FastifyBaseLogger).info === 'function'
       ? { loggerInstance: deps.logger as FastifyBaseLogger }
@@ -124,25 +165,39 @@ export async function buildApp(
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
     routerOptions: { maxParamLength: 2048 },
     // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the
-    // contract's body too; they are answered before any hook, so they carry no rate-limit headers.
+    // contract's body too. No hook runs for them, so they are identified and counted here, like any request.
     frameworkErrors: (err, req, reply) => {
+      const answer = (e: unknown) => {
+        const { status, body } = renderError(e, req.url, req.id);
+        // No onSend hook runs for these either.
+        finishHeaders(req, reply as FastifyReply);
+        void (reply as FastifyReply).code(status).send(body);
+      };
       const appErr =
         err.code === 'FST_ERR_MAX_PARAM_LENGTH'
           ? new AppError('NOT_FOUND', 'Not found')
           : new AppError('VALIDATION_FAILED', 'The request URL is not valid');
-      const { status, body } = renderError(appErr, req.url, req.id);
-      void (reply as FastifyReply).code(status).send(body);
+      identify(req, () => {
+        late.limit!(req, reply as FastifyReply).then(() => answer(appErr), answer);
+      });
     },
+    // A request Node cannot parse (headers over its limit, bad framing) still gets the contract's body.
+    clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.setValidatorCompiler(createValidatorCompiler());
   useJsonBodies(app);
   app.decorateRequest('principal', null);
   app.decorateRequest('authFault', null);
+  // Set before any plugin is registered: a plugin's routes (the docs page) keep the handler of their time.
+  app.setErrorHandler((err, req, reply) => {
+    const { status, body } = renderError(err, req.url, req.id);
+    if (status >= 500) req.log.error({ err }, 'request failed');
+    return reply.code(status).send(body);
+  });
 
   // Once the server closes, every answer says Connection: close: a request still in its handler would
   // otherwise leave an idle keep-alive connection that holds close() open for keepAliveTimeout (72 s).
-  let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
   });
@@ -174,33 +229,10 @@ export async function buildApp(
     done();
   });
 
-  await registerDocs(app);
+  // Before any route, so that every route is in the OpenAPI document.
+  await registerOpenApi(app);
 
-  // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
-  // reported by the permission check, after the rate-limit headers are set.
-  // Unknown /api/ routes look the key up too, so a keyed client's 404s count against its key, not its address.
-  // Callback style, settled synchronously when the key's lookup is cached: no promise on most requests.
-  app.addHook('onRequest', (req, _reply, done) => {
-    if (!req.routeOptions.config.permission && !req.url.startsWith('/api/')) return done();
-    const match = BEARER.exec(req.headers.authorization ?? '');
-    if (!match) return done();
-    const key = match[1]!;
-    const known = services.keys.known(key);
-    if (known !== undefined) {
-      req.principal = known;
-      return done();
-    }
-    services.keys.authenticate(key).then(
-      (principal) => {
-        req.principal = principal;
-        done();
-      },
-      (err: unknown) => {
-        req.authFault = err;
-        done();
-      },
-    );
-  });
+  app.addHook('onRequest', (req, _reply, done) => identify(req, done));
 
   await app.register(rateLimit, {
     global: true,
@@ -214,28 +246,19 @@ export async function buildApp(
         `Rate limit exceeded: ${ctx.max} requests per minute; retry in ${ctx.after}`,
       ),
   });
+  const limiter = app.rateLimit();
+  late.limit = (req, reply) => limiter.call(app, req as never, reply as never);
+  // After the rate-limit plugin, so the docs page and its files are limited per address like any route.
+  await registerDocsPage(app);
 
   app.addHook('preParsing', (req, _reply, _payload, done) => done(permissionFault(req)));
 
   app.addHook('onSend', (req, reply, payload, done) => {
-    if (closing) reply.header('connection', 'close');
-    // @fastify/rate-limit reports seconds until reset; the API promises the unix time of the reset.
-    const reset = reply.getHeader('x-ratelimit-reset');
-    if (reset !== undefined && Number(reset) < 1e9) {
-      reply.header('x-ratelimit-reset', Math.ceil(Date.now() / 1000) + Number(reset));
-    }
-    reply.header('x-content-type-options', 'nosniff');
-    if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
+    finishHeaders(req, reply);
     done(null, payload);
   });
 
-  app.setErrorHandler((err, req, reply) => {
-    const { status, body } = renderError(err, req.url, req.id);
-    if (status >= 500) req.log.error({ err }, 'request failed');
-    return reply.code(status).send(body);
-  });
-
-  app.setNotFoundHandler({ preHandler: app.rateLimit() }, (req, reply) => {
+  app.setNotFoundHandler({ preHandler: limiter }, (req, reply) => {
     const { status, body } = renderError(
       new AppError('ROUTE_NOT_FOUND', `Route ${req.method} ${req.url.split('?')[0]} not found`),
       req.url,
@@ -244,16 +267,17 @@ export async function buildApp(
     return reply.code(status).send(body);
   });
 
-  app.get('/health', { config: { rateLimit: false }, schema: { hide: true } }, async (_req, reply) => {
+  // Not rate-limited (contract.md), so it carries no rate-limit headers: probes must never be refused.
+  app.get('/health', { config: { rateLimit: false }, schema: healthSchema }, async (_req, reply) => {
     try {
       await store.ping();
-      return { status: 'ok' };
+      return { status: 'ok' as const };
     } catch {
-      return reply.code(503).send({ status: 'unavailable' });
+      return reply.code(503).send({ status: 'unavailable' as const });
     }
   });
 
-  app.get('/api/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  app.get('/api/v1/openapi.json', { schema: openApiSchema }, async () => app.swagger());
 
   for (const [method, url, permission, ep] of routeTable(services)) {
     app.route({ method, url, schema: ep.schema, config: { permission }, handler: ep.handler as never });

@@ -2,7 +2,27 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
 import { nullMeansAbsent } from '../validation/ajv.js';
+
+/** GET /health: no key, no rate limit (contract.md). */
+export const healthSchema = {
+  summary: 'Health: 200 once the store answers, 503 while it does not',
+  tags: ['health'],
+  security: [],
+  response: {
+    200: Type.Object({ status: Type.Literal('ok') }),
+    503: Type.Object({ status: Type.Literal('unavailable') }),
+  },
+};
+
+/** GET /api/v1/openapi.json: this document, without a key. */
+export const openApiSchema = {
+  summary: 'This OpenAPI 3.1 document',
+  tags: ['docs'],
+  security: [],
+  response: { 200: Type.Object({}, { additionalProperties: true, description: 'OpenAPI 3.1 document' }) },
+};
 
 type Op = {
   parameters?: unknown[];
@@ -11,7 +31,8 @@ type Op = {
   };
 };
 
-export async function registerDocs(app: FastifyInstance): Promise<void> {
+/** The OpenAPI document, built from the schemas of the routes registered after it. */
+export async function registerOpenApi(app: FastifyInstance): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -49,6 +70,10 @@ export async function registerDocs(app: FastifyInstance): Promise<void> {
       return openapiObject;
     },
   });
+}
+
+/** The /docs page, rendering the document from local files (no CDN). */
+export async function registerDocsPage(app: FastifyInstance): Promise<void> {
   await app.register(swaggerUi, {
     routePrefix: '/docs',
     staticCSP: true,

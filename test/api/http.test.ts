@@ -105,6 +105,8 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     const health = await t.call({ method: 'GET', url: '/health' });
     expect(health.statusCode).toBe(200);
     expect(health.json()).toEqual({ status: 'ok' });
+    // Exempt from the limit (contract.md), so it says nothing about one.
+    expect(health.headers['x-ratelimit-limit']).toBeUndefined();
     const docs = await t.call({ method: 'GET', url: '/docs' });
     const page =
       docs.statusCode === 302 ? await t.call({ method: 'GET', url: docs.headers.location! }) : docs;
@@ -127,6 +129,11 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     );
     expect(documented.sort()).toEqual(expect.arrayContaining(routes));
     expect(doc.paths['/api/v1/contacts'].post.requestBody).toBeDefined();
+    // The endpoints that need no key are documented too, and say so.
+    const health = doc.paths['/health'].get;
+    expect(health.security).toEqual([]);
+    expect(Object.keys(health.responses).sort()).toEqual(['200', '503']);
+    expect(doc.paths['/api/v1/openapi.json'].get.security).toEqual([]);
   });
 });
 
@@ -165,5 +172,38 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     expect(codes).toEqual([401, 401, 401, 429, 429]);
     const elsewhere = await t.call({ method: 'GET', url: '/api/v1/lists', remoteAddress: '10.9.9.8' });
     expect(elsewhere.statusCode).toBe(401);
+  });
+
+  it('a URL with broken %-encoding is counted like any request and carries the headers', async () => {
+    const bad = (remoteAddress: string, key?: string) =>
+      t.call({ method: 'GET', url: '/api/v1/lists/%ZZ', remoteAddress, auth: key });
+    const first = await bad('10.9.9.7');
+    expectError(first, 400, 'contacts');
+    expectRateHeaders(first);
+    expect(first.headers['x-ratelimit-remaining']).toBe('2');
+    await bad('10.9.9.7');
+    await bad('10.9.9.7');
+    const limited = await bad('10.9.9.7');
+    expectError(limited, 429, 'contacts');
+    expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
+    // With a valid key it counts against the key, as every other request of that key does.
+    const key = (await t.newKey()).auth;
+    const keyed = await bad('10.9.9.7', key);
+    expectError(keyed, 400, 'contacts');
+    expect(keyed.headers['x-ratelimit-remaining']).toBe('2');
+    const mail = await t.call({ method: 'GET', url: '/api/v1/emails/%ZZ', auth: key });
+    expectError(mail, 400, 'emails');
+    expect(mail.headers['x-ratelimit-remaining']).toBe('1');
+  });
+
+  it('the docs page, its document and its files are limited per address', async () => {
+    const docs = (url: string) => t.call({ method: 'GET', url, remoteAddress: '10.9.9.6' });
+    const page = await docs('/docs');
+    const json = await docs('/docs/json');
+    const css = await docs('/docs/static/swagger-ui.css');
+    expect([page, json, css].map((r) => r.statusCode)).toEqual([200, 200, 200]);
+    for (const res of [page, json, css]) expectRateHeaders(res);
+    expect([page, json, css].map((r) => r.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0']);
+    expectError(await docs('/docs/json'), 429, 'contacts');
   });
 });

@@ -1,5 +1,7 @@
-// Response headers that fit a JSON API, on successes and on every kind of error alike; and content that
-// nodemailer could read from a file or URL is refused before it is stored.
+// Response headers that fit a JSON API, on successes and on every kind of error alike; a header section too
+// large for Node still gets the contract's body; and content that nodemailer could read from a file or URL is
+// refused before it is stored.
+import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
 import { expect400, useApp } from '../helpers/api.js';
@@ -51,5 +53,38 @@ describe.each(storeKinds())('security headers on %s', (kind) => {
     expect400(await send({ ...base, text: 't', attachments: [{ path: '/etc/passwd' }] }), 'emails', [
       'attachments',
     ]);
+  });
+});
+
+/** Writes `request` on a new connection to the listening app and returns all it answers before closing. */
+function rawExchange(port: number, request: string): Promise<string> {
+  return new Promise((resolve) => {
+    let answer = '';
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    socket.on('data', (c: Buffer) => (answer += c.toString()));
+    socket.on('error', () => undefined);
+    socket.on('close', () => resolve(answer));
+  });
+}
+
+describe.each(storeKinds())('a header section too large on %s', (kind) => {
+  let t: TestApp;
+  let port: number;
+  useApp(kind, (app) => (t = app));
+
+  it("answers 431 with the contract's body for the path's family", async () => {
+    port = Number(new URL(await t.app.listen({ port: 0, host: '127.0.0.1' })).port);
+    const big = `X-Big: ${'a'.repeat(20_000)}\r\n`;
+    for (const [path, body] of [
+      ['/api/v1/emails', { error: expect.any(String) }],
+      ['/api/v1/lists?page=1', { success: false, error: expect.any(String) }],
+    ] as const) {
+      const answer = await rawExchange(port, `GET ${path} HTTP/1.1\r\nHost: x\r\n${big}\r\n`);
+      const [head, text] = answer.split('\r\n\r\n');
+      expect(head).toMatch(/^HTTP\/1\.1 431 /);
+      expect(head).toMatch(/content-type: application\/json/i);
+      expect(head).toMatch(/x-content-type-options: nosniff/i);
+      expect(JSON.parse(text!)).toStrictEqual(body);
+    }
   });
 });

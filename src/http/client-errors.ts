@@ -1,0 +1,44 @@
+// Requests Node's HTTP parser refuses before Fastify sees them: headers over Node's limit (431), a request
+// that took too long (408), or bad framing (400). They get the contract's body for their path's family.
+// There is no request yet, so no key and no rate-limit headers: the limiter counts requests, and this is not one.
+import type { Socket } from 'node:net';
+import { STATUS_CODES } from 'node:http';
+import type { ConnectionError } from 'fastify';
+import { AppError } from '../errors.js';
+import { renderError } from './error-handler.js';
+
+// Fastify's type says rawPacket is a JSON-ish {type, data}; Node hands over a Buffer (or nothing).
+type ClientError = Omit<ConnectionError, 'rawPacket'> & { rawPacket?: Buffer };
+
+/** The path of the request line, when the packet Node failed on starts with one; else the lists family. */
+function pathOf(err: ClientError): string {
+  const raw = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.subarray(0, 8192).toString('latin1') : '';
+  const line = /^[A-Z]+ (\S+) HTTP\//.exec(raw);
+  return line?.[1] ?? '/';
+}
+
+function appErrorOf(err: ClientError): AppError {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    return new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+  }
+  if (err.code === 'HPE_HEADER_OVERFLOW') {
+    return new AppError('HEADERS_TOO_LARGE', 'The request headers are larger than the server accepts');
+  }
+  return new AppError('VALIDATION_FAILED', 'The request is not valid HTTP');
+}
+
+export function clientErrorHandler(error: ConnectionError, socket: Socket): void {
+  const err = error as unknown as ClientError;
+  // A reset connection has no one left to answer.
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const { status, body } = renderError(appErrorOf(err), pathOf(err), '');
+  const text = JSON.stringify(body);
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(text)}\r\nX-Content-Type-Options: nosniff\r\n` +
+        `Cache-Control: no-store\r\nConnection: close\r\n\r\n${text}`,
+    );
+  }
+  socket.destroy(err);
+}
