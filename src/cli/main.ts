@@ -136,7 +136,11 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     case 'keys list': {
-      const keys = await withServices((s) => s.keys.list(flags.org));
+      // An unknown --org is an error, as it is for keys create, not an empty list that looks like "no keys".
+      const keys = await withServices(async (s) => {
+        if (flags.org !== undefined) await s.orgs.get(flags.org);
+        return s.keys.list(flags.org);
+      });
       print(
         json,
         { keys },

@@ -128,6 +128,22 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     });
   }, 60_000);
 
+  it('an unknown --org is an error for keys list, as for keys create', async () => {
+    const [list, create] = await Promise.all([
+      cli('keys', 'list', '--org', 'no-such-org', '--json'),
+      cli('keys', 'create', '--name', 'k', '--permissions', 'readContacts', '--org', 'no-such-org', '--json'),
+    ]);
+    for (const res of [list, create]) {
+      expect(res.code).not.toBe(0);
+      expect(Object.keys(res.json)).toEqual(['error']);
+      expect(String(res.json.error)).toMatch(/no-such-org/);
+    }
+    const org = (await cli('orgs', 'create', '--name', 'Empty', '--json')).json;
+    const empty = await cli('keys', 'list', '--org', String(org.id), '--json');
+    expect(empty.code).toBe(0);
+    expect(empty.json).toEqual({ keys: [] });
+  }, 60_000);
+
   async function openSameStore() {
     const { createStore } = await import('../../src/store/store.js');
     const store = createStore({ databaseUrl, dataDir });
