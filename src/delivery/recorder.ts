@@ -1,10 +1,10 @@
-// Records delivery results in batches: results that finish while a batch is being written go together
-// in the next one, as set-based statements (one UPDATE per kind of outcome, one per recipient result,
-// one multi-row INSERT of events) inside one store.batch() job, instead of several statements per email.
+// Records delivery results in batches: results held until the worker's next claim (or a short while) go
+// together, as set-based statements (one UPDATE per kind of outcome, one per recipient result, one
+// multi-row INSERT of events) inside one store.batch() job, instead of several statements per email.
 // A result is written only while its claim still holds the lease (owner and attempt number match).
 import type { EventRow } from '../emails/emails.repository.js';
 import { insertEvents } from '../emails/emails.repository.js';
-import { BatchQueue, type Settleable, writeTogetherOrAlone } from '../store/batch-queue.js';
+import { type Settleable, writeTogetherOrAlone } from '../store/batch-queue.js';
 import type { Executor, Store } from '../store/store.js';
 import type { Verdict } from './outcome.js';
 import * as queue from './queue.repository.js';
@@ -29,19 +29,31 @@ interface Job extends Settleable<boolean> {
 const MAX_BATCH = 200;
 
 export class ResultRecorder {
-  private readonly queue = new BatchQueue<Job>((jobs) => this.flush(jobs), MAX_BATCH);
+  private held: Job[] = [];
+  private timer: NodeJS.Timeout | undefined;
 
+  /** `holdMs`: how long a result may wait for others (and for `flush`) before it is written anyway. */
   constructor(
     private readonly store: Store,
     private readonly owner: string,
+    private readonly holdMs = 0,
   ) {}
 
   record(result: AttemptResult): Promise<boolean> {
-    return new Promise((resolve, reject) => this.queue.push({ result, resolve, reject }));
+    return new Promise((resolve, reject) => {
+      this.held.push({ result, resolve, reject });
+      if (this.held.length >= MAX_BATCH) this.flush();
+      else this.timer ??= setTimeout(() => this.flush(), this.holdMs);
+    });
   }
 
-  private flush(jobs: Job[]): Promise<void> {
-    return writeTogetherOrAlone<Job, boolean>(jobs, async (batch) => {
+  /** Writes the held results now, in one store.batch() job (so in the commit of writes made meanwhile). */
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const jobs = this.held.splice(0);
+    if (jobs.length === 0) return;
+    void writeTogetherOrAlone<Job, boolean>(jobs, async (batch) => {
       const held = await this.store.batch((trx) => this.write(trx, batch));
       return (job) => held.has(job.result.emailId);
     });
@@ -49,15 +61,18 @@ export class ResultRecorder {
 
   private async write(trx: Executor, jobs: Job[]): Promise<Set<string>> {
     const held = new Set<string>();
+    // Results of one batch finished within a few milliseconds: each row's updated_at is the batch's
+    // latest, so results that differ only in when they finished still share one statement.
+    const at = jobs.reduce((latest, j) => (j.result.at > latest ? j.result.at : latest), '');
     const outcomes = groupBy(jobs, ({ result: r }) =>
-      JSON.stringify([r.status, r.attempts, r.nextAttemptAt, r.lastError, r.at]),
+      JSON.stringify([r.status, r.attempts, r.nextAttemptAt, r.lastError]),
     );
     for (const group of outcomes.values()) {
       const r = group[0]!.result;
       const ids = await queue.finishAttempts(
         trx,
         { emailIds: group.map((j) => j.result.emailId), owner: this.owner, attempts: r.attempts },
-        { status: r.status, next_attempt_at: r.nextAttemptAt, last_error: r.lastError, updated_at: r.at },
+        { status: r.status, next_attempt_at: r.nextAttemptAt, last_error: r.lastError, updated_at: at },
       );
       for (const id of ids) held.add(id);
     }
@@ -65,17 +80,12 @@ export class ResultRecorder {
       jobs
         .filter((j) => held.has(j.result.emailId))
         .flatMap(({ result }) =>
-          [...result.verdicts].map(([position, v]) => ({
-            emailId: result.emailId,
-            position,
-            v,
-            at: result.at,
-          })),
+          [...result.verdicts].map(([position, v]) => ({ emailId: result.emailId, position, v })),
         ),
-      (u) => JSON.stringify([u.position, u.v.status, u.v.response, u.at]),
+      (u) => JSON.stringify([u.position, u.v.status, u.v.response]),
     );
     for (const group of recipients.values()) {
-      const { position, v, at } = group[0]!;
+      const { position, v } = group[0]!;
       await queue.updateRecipients(
         trx,
         group.map((u) => u.emailId),

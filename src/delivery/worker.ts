@@ -43,15 +43,25 @@ export interface WorkerOptions {
  */
 export const DEFAULT_LEASE_MS = 20_000;
 export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
+/** How long a result may wait for company before it is written alone. */
+const RESULT_HOLD_MS = 20;
 
 export class DeliveryWorker {
   readonly owner = randomUUID();
   private readonly leaseMs: number;
   private readonly pollMs: number;
   private readonly sendTimeoutMs: number;
+  /** Sends in progress: the slots `concurrency` bounds. */
+  private sending = 0;
+  /** Attempts not yet recorded (sending, or their result waiting for its commit). */
   private inflight = new Set<Promise<void>>();
-  /** Emails this worker holds a lease on, for renewal. */
+  /** Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. */
   private leased = new Set<string>();
+  /**
+   * Claims wait until this many slots are free, so a busy worker claims (and records) in batches that share
+   * a commit, instead of one small transaction per finished send.
+   */
+  private readonly claimBatch: number;
   private timer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private running = false;
@@ -61,7 +71,9 @@ export class DeliveryWorker {
   private readonly recorder: ResultRecorder;
 
   constructor(private readonly o: WorkerOptions) {
-    this.recorder = new ResultRecorder(o.store, this.owner);
+    // Results wait for the next claim (or a short while) and are written in its commit.
+    this.recorder = new ResultRecorder(o.store, this.owner, RESULT_HOLD_MS);
+    this.claimBatch = Math.max(1, Math.floor(o.concurrency / 2));
     this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
     this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
@@ -128,26 +140,18 @@ export class DeliveryWorker {
   private async claimAndSend(): Promise<void> {
     try {
       this.wanted = false;
-      const free = this.o.concurrency - this.inflight.size;
-      if (free > 0) {
+      const free = this.o.concurrency - this.sending;
+      if (free >= this.claimBatch) {
+        // Held results go in the claim's commit (on SQLite both join one group commit).
+        this.recorder.flush();
         const claimed = await this.claim(free);
-        for (const job of claimed) this.track(job.email.id, this.deliver(job.email, job.recipients));
+        for (const job of claimed) this.deliver(job.email, job.recipients);
         if (claimed.length === free) this.wanted = true;
       }
       await this.cleanupIdempotency();
     } catch (err) {
       this.o.logger.error({ err }, 'delivery: claiming failed; retrying shortly');
     }
-  }
-
-  private track(emailId: string, p: Promise<void>): void {
-    this.leased.add(emailId);
-    this.inflight.add(p);
-    void p.finally(() => {
-      this.leased.delete(emailId);
-      this.inflight.delete(p);
-      this.notify();
-    });
   }
 
   private async renewLeases(): Promise<void> {
@@ -165,7 +169,7 @@ export class DeliveryWorker {
     const now = this.o.clock.now();
     const at = now.toISOString();
     const leaseUntil = new Date(now.getTime() + this.leaseMs).toISOString();
-    return this.o.store.write(async (trx) => {
+    return this.o.store.batch(async (trx) => {
       const emails = await queue.claimDue(trx, this.o.store.dialect, {
         now: at,
         leaseUntil,
@@ -194,23 +198,52 @@ export class DeliveryWorker {
     });
   }
 
-  private async deliver(email: EmailRow, recipients: RecipientRow[]): Promise<void> {
-    const log = this.o.logger.child({ emailId: email.id, attempt: Number(email.attempts) });
-    const pending = pendingRecipients(recipients);
-    let verdicts = new Map<number, Verdict>();
-    if (pending.length > 0) {
-      try {
-        verdicts = judgeResult(pending, await this.sendBounded(toMessage(email, pending)));
-      } catch (err) {
-        verdicts = judgeFailure(pending, err);
-      }
+  /**
+   * Sends one claimed email and records its result. The slot is free once the send is over; the lease is
+   * held (and renewed) until the result is committed.
+   */
+  private deliver(email: EmailRow, recipients: RecipientRow[]): void {
+    this.leased.add(email.id);
+    this.sending++;
+    const attempt = this.attempt(email, recipients).finally(() => {
+      this.leased.delete(email.id);
+      this.inflight.delete(attempt);
+    });
+    this.inflight.add(attempt);
+  }
+
+  private async attempt(email: EmailRow, recipients: RecipientRow[]): Promise<void> {
+    let recorded: Promise<void>;
+    try {
+      // Queued with the recorder at once, before the flush below can look for it.
+      recorded = this.record(email, recipients, await this.send(recipients, email));
+    } finally {
+      this.sending--;
+      // The last send out: nothing else will come to share a commit with the held results.
+      if (this.sending === 0) this.recorder.flush();
+      this.notify();
     }
     try {
-      await this.record(email, recipients, verdicts, log);
+      await recorded;
     } catch (err) {
       // The lease runs out and the email is claimed again; recipients already recorded are not re-sent.
-      log.error({ err }, 'delivery: recording the result failed');
+      this.log(email).error({ err }, 'delivery: recording the result failed');
     }
+  }
+
+  /** Per-recipient verdicts of one attempt; a failed send is a verdict too, never an exception. */
+  private async send(recipients: RecipientRow[], email: EmailRow): Promise<Map<number, Verdict>> {
+    const pending = pendingRecipients(recipients);
+    if (pending.length === 0) return new Map();
+    try {
+      return judgeResult(pending, await this.sendBounded(toMessage(email, pending)));
+    } catch (err) {
+      return judgeFailure(pending, err);
+    }
+  }
+
+  private log(email: EmailRow): Logger {
+    return this.o.logger.child({ emailId: email.id, attempt: Number(email.attempts) });
   }
 
   private async sendBounded(message: OutgoingMessage): Promise<DeliveryResult> {
@@ -232,7 +265,6 @@ export class DeliveryWorker {
     email: EmailRow,
     recipients: RecipientRow[],
     judged: Map<number, Verdict>,
-    log: Logger,
   ): Promise<void> {
     const now = this.o.clock.now();
     const at = now.toISOString();
@@ -256,6 +288,7 @@ export class DeliveryWorker {
       verdicts,
       events,
     });
+    const log = this.log(email);
     if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
     else if (status === 'sent') log.info('delivered');
     else if (status === 'deferred') log.warn({ nextAttempt, lastError }, 'deferred');
