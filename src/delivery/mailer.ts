@@ -1,8 +1,11 @@
 // The messenger side of delivery: SMTP through nodemailer's pooled transport, or a file outbox when no relay
 // is configured. Both build the MIME with nodemailer; Mailroom never writes MIME or SMTP itself.
 import { createPrivateKey } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdir, open, rename } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
 import type Mail from 'nodemailer/lib/mailer/index.js';
@@ -107,14 +110,140 @@ export interface SmtpMailerOptions {
   socketTimeoutMs?: number;
 }
 
+/**
+ * SMTP through a pooled nodemailer transport on a thread of its own: building the MIME and speaking SMTP is
+ * most of the CPU a delivery costs, and on the main thread it would compete with the HTTP API and the
+ * store. The thread only turns messages into relay answers; claims, leases and results stay here.
+ */
 export class SmtpMailer implements Mailer {
   readonly description: string;
-  private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
+  private thread: SmtpThread;
+  private closed = false;
 
   constructor(private readonly options: SmtpMailerOptions) {
     checkDkim(options.dkim);
+    this.description = relayName(new URL(options.url));
+    this.thread = new SmtpThread(options);
+  }
+
+  send(message: OutgoingMessage): Promise<DeliveryResult> {
+    if (this.closed) return Promise.reject(new DeliveryError('the mailer is closed', false));
+    // A thread that died (it should not) is replaced at the next send; its unanswered sends were deferred.
+    if (this.thread.gone) this.thread = new SmtpThread(this.options);
+    return this.thread.send(message);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.thread.close();
+  }
+}
+
+const CLOSE_GRACE_MS = 1_000;
+
+/** One SMTP thread and the sends it has not answered yet. */
+class SmtpThread {
+  gone = false;
+  private readonly worker: Worker;
+  private readonly waiting = new Map<
+    number,
+    { resolve: (r: DeliveryResult) => void; reject: (e: Error) => void }
+  >();
+  private nextId = 0;
+  private readonly exited: Promise<void>;
+
+  constructor(options: SmtpMailerOptions) {
+    this.worker = startThread(options);
+    // Idle, the thread keeps nothing alive; a send in progress does (see send).
+    this.worker.unref();
+    this.worker.on('message', (reply: ThreadReply) => {
+      const waiter = this.waiting.get(reply.id);
+      if (!waiter) return;
+      this.settled(reply.id);
+      if (reply.result) waiter.resolve(reply.result);
+      else waiter.reject(new DeliveryError(reply.error!.message, reply.error!.permanent));
+    });
+    let failure = 'it stopped';
+    this.worker.on('error', (err) => {
+      failure = err.message;
+    });
+    this.exited = new Promise((resolve) => {
+      this.worker.once('exit', () => {
+        this.gone = true;
+        // Sends the thread never answered are temporary failures: they are retried.
+        for (const [id, waiter] of this.waiting) {
+          this.settled(id);
+          waiter.reject(new DeliveryError(`SMTP thread: ${failure} before the relay answered`, false));
+        }
+        resolve();
+      });
+    });
+  }
+
+  send(message: OutgoingMessage): Promise<DeliveryResult> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      if (this.waiting.size === 0) this.worker.ref();
+      this.waiting.set(id, { resolve, reject });
+      this.worker.postMessage({ id, message } satisfies ThreadRequest);
+    });
+  }
+
+  private settled(id: number): void {
+    this.waiting.delete(id);
+    if (this.waiting.size === 0) this.worker.unref();
+  }
+
+  /** Closes the pool (QUIT on idle connections); a connection still stuck after a second is cut. */
+  async close(): Promise<void> {
+    if (this.gone) return;
+    this.worker.postMessage({ close: true } satisfies ThreadRequest);
+    let grace: NodeJS.Timeout | undefined;
+    const cut = new Promise<void>((resolve) => {
+      grace = setTimeout(() => void this.worker.terminate().then(() => resolve()), CLOSE_GRACE_MS);
+    });
+    await Promise.race([this.exited, cut]);
+    clearTimeout(grace);
+    await this.exited;
+  }
+}
+
+export interface ThreadRequest {
+  id?: number;
+  message?: OutgoingMessage;
+  close?: boolean;
+}
+
+export interface ThreadReply {
+  id: number;
+  result?: DeliveryResult;
+  error?: { message: string; permanent: boolean };
+}
+
+/**
+ * Starts the SMTP thread from the compiled module, or, when running from the TypeScript sources (tests,
+ * `npm run dev`), from the source through tsx, which a thread does not inherit from its parent.
+ */
+function startThread(options: SmtpMailerOptions): Worker {
+  const compiled = new URL('./smtp-thread.js', import.meta.url);
+  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { workerData: options });
+  const source = JSON.stringify(new URL('./smtp-thread.ts', import.meta.url).href);
+  return new Worker(`import('tsx/esm/api').then((tsx) => tsx.tsImport(${source}, ${source}))`, {
+    eval: true,
+    workerData: options,
+  });
+}
+
+function relayName(url: URL): string {
+  return `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;
+}
+
+/** The pooled nodemailer transport itself; it runs on the SMTP thread. */
+export class SmtpRelay {
+  private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
+
+  constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
-    this.description = `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;
     this.transport = nodemailer.createTransport({
       pool: true,
       host: url.hostname,
@@ -152,7 +281,7 @@ export class SmtpMailer implements Mailer {
     }
   }
 
-  async close(): Promise<void> {
+  close(): void {
     this.transport.close();
   }
 }

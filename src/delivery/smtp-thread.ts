@@ -1,0 +1,32 @@
+// The SMTP thread: one pooled nodemailer transport, answering SmtpMailer's messages with relay answers.
+import { parentPort, workerData } from 'node:worker_threads';
+import {
+  DeliveryError,
+  SmtpRelay,
+  type SmtpMailerOptions,
+  type ThreadReply,
+  type ThreadRequest,
+} from './mailer.js';
+
+const port = parentPort!;
+const relay = new SmtpRelay(workerData as SmtpMailerOptions);
+
+port.on('message', (request: ThreadRequest) => {
+  if (request.close) {
+    relay.close();
+    port.close();
+    return;
+  }
+  const id = request.id!;
+  relay.send(request.message!).then(
+    (result) => port.postMessage({ id, result } satisfies ThreadReply),
+    (err: unknown) =>
+      port.postMessage({
+        id,
+        error: {
+          message: err instanceof Error ? err.message : String(err),
+          permanent: err instanceof DeliveryError && err.permanent,
+        },
+      } satisfies ThreadReply),
+  );
+});
