@@ -1,0 +1,66 @@
+// SMTP runs on a thread of its own (src/delivery/mailer.ts). A thread that dies is a fault no real relay
+// can cause on demand, so the test ends it by hand: its unanswered send must come back as a temporary
+// failure (retried, never lost), and the next send must go out through a new thread.
+import type { Worker } from 'node:worker_threads';
+import { describe, expect, it } from 'vitest';
+import { DeliveryError, type OutgoingMessage, SmtpMailer } from '../../src/delivery/mailer.js';
+import { startSmtpSink } from '../helpers/smtp.js';
+
+function message(to: string): OutgoingMessage {
+  return {
+    id: `id-${to}`,
+    messageId: `<${to.replace('@', '.')}@mailroom.test>`,
+    date: new Date(),
+    from: 'Mailroom <noreply@mailroom.test>',
+    envelopeFrom: 'noreply@mailroom.test',
+    to: [to],
+    cc: [],
+    replyTo: [],
+    subject: 'Thread test',
+    html: null,
+    text: 'Hello',
+    headers: {},
+    recipients: [to],
+  };
+}
+
+/** The thread behind a mailer, reached past its privacy: only to end it, as a crash would. */
+const threadOf = (mailer: SmtpMailer) => (mailer as unknown as { thread: { worker: Worker } }).thread.worker;
+
+describe('the SMTP thread', () => {
+  it('answers a send it never finished as a temporary failure, and the next send gets a new thread', async () => {
+    // The sink holds its answer to the data, so the first send is still waiting when its thread ends.
+    const sink = await startSmtpSink({ dataDelayMs: 500 });
+    const mailer = new SmtpMailer({ url: sink.url });
+    try {
+      const first = mailer.send(message('first@example.org'));
+      const dead = threadOf(mailer);
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      await dead.terminate();
+      const err: unknown = await first.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(DeliveryError);
+      expect((err as DeliveryError).permanent).toBe(false);
+      expect((err as DeliveryError).message).toMatch(/SMTP thread/);
+
+      const result = await mailer.send(message('second@example.org'));
+      expect(threadOf(mailer)).not.toBe(dead);
+      expect(result.accepted).toEqual(['second@example.org']);
+      expect(sink.deliveredTo('second@example.org')).toHaveLength(1);
+    } finally {
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
+  it('refuses sends after close, without starting a thread', async () => {
+    const sink = await startSmtpSink();
+    const mailer = new SmtpMailer({ url: sink.url });
+    await mailer.close();
+    await expect(mailer.send(message('late@example.org'))).rejects.toBeInstanceOf(DeliveryError);
+    expect(sink.messages).toEqual([]);
+    await sink.close();
+  });
+});
