@@ -127,6 +127,9 @@ export async function pageContacts(
   // An email substring that matches few contacts: read the matches through SQLite's trigram index.
   const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
   if (indexed) return indexed;
+  if (filter.tag !== undefined && rowConditions(filter).length === 0) {
+    return { rows: await tagPage.all(db, organizationId, filter.tag, page.limit, offset) };
+  }
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
     const rows = await byTag(db, organizationId, filter.tag, filter)
@@ -164,6 +167,28 @@ function organizationPage(
 // The unfiltered page, the most common read: compiled once, and only the columns the API shows.
 const unfilteredPage = prepared((db, organizationId: string, limit: number, offset: number) =>
   organizationPage(db, organizationId, {}, limit, offset).select(CONTACT_FIELDS),
+);
+
+// A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows
+// are joined to their contacts; joining first would look up every contact the OFFSET skips.
+const tagPage = prepared((db, organizationId: string, tag: string, limit: number, offset: number) =>
+  db
+    .selectFrom((q) =>
+      q
+        .selectFrom('contact_tags')
+        .select(['contact_tags.contact_id', 'contact_tags.contact_created_at'])
+        .where('contact_tags.organization_id', '=', organizationId)
+        .where('contact_tags.tag', '=', tag)
+        .orderBy('contact_tags.contact_created_at', 'desc')
+        .orderBy('contact_tags.contact_id', 'desc')
+        .limit(limit)
+        .offset(offset)
+        .as('page'),
+    )
+    .innerJoin('contacts', 'contacts.id', 'page.contact_id')
+    .select(CONTACT_FIELDS)
+    .orderBy('page.contact_created_at', 'desc')
+    .orderBy('page.contact_id', 'desc'),
 );
 
 export async function countContacts(

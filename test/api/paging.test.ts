@@ -115,6 +115,32 @@ describe.each(storeKinds())('paging and filters on %s', (kind) => {
       expect(await q('%')).toEqual([]);
     });
 
+    it('tag pages walk the tagged contacts in the unfiltered order, ties by id, without gaps', async () => {
+      const own = (await t.newKey()).auth;
+      // Created in parallel, so many share a millisecond: the order then rests on the id.
+      const made = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => createContact(t, own, i % 3 === 0 ? {} : { tags: ['walk'] })),
+      );
+      const all = await pageOf('/api/v1/contacts', { limit: '100' }, own);
+      expect(all.rows).toHaveLength(made.length);
+      const tagged = new Set(made.filter((_, i) => i % 3 !== 0).map((c) => c.id));
+      const expected = ids(all.rows).filter((id) => tagged.has(id));
+      for (const limit of [1, 3, 7, 20]) {
+        const pages = Math.ceil(expected.length / limit);
+        const walked: string[] = [];
+        for (let page = 1; page <= pages + 1; page++) {
+          const res = await pageOf(
+            '/api/v1/contacts',
+            { tag: 'walk', page: String(page), limit: String(limit) },
+            own,
+          );
+          expect(res.pagination).toEqual({ page, limit, total: expected.length, pages });
+          walked.push(...ids(res.rows));
+        }
+        expect(walked).toEqual(expected);
+      }
+    });
+
     it('unsubscribed true or false, combined with other filters', async () => {
       const q = async (query: Record<string, string>) =>
         emails((await pageOf('/api/v1/contacts', query, key)).rows).sort();
