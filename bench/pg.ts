@@ -130,7 +130,7 @@ async function main(): Promise<void> {
       '| ---: | ---: | ---: |',
       ...table,
       '',
-      `Delivery of the accepted backlog into a local SMTP sink (raw pooled nodemailer, 10 connections, into the same sink: ${raw} msg/s):`,
+      `Delivery of the accepted backlog into a local SMTP sink (raw pooled nodemailer in a process of its own, 10 connections, warm, into the same sink: ${raw} msg/s):`,
       '',
       '| workers | delivered |',
       '| ---: | ---: |',

@@ -1,7 +1,7 @@
 // `npm run bench`: Mailroom against ceilings measured in the same run on the same machine, written to
 // BENCHMARKS.md and bench/ratios.svg. Figures are never asserted anywhere: these machines are shared.
 //   ceiling (HTTP):     a bare Fastify JSON route in its own process
-//   ceiling (delivery): raw pooled nodemailer into the same local SMTP sink
+//   ceiling (delivery): raw pooled nodemailer, in its own process, into the same local SMTP sink
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
