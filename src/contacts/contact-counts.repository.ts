@@ -1,6 +1,6 @@
 // Reads the counts that migration 0002's triggers maintain. Only single-bucket filters have one;
 // for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
-import { prepared } from '../store/prepared.js';
+import { maintainedCounts } from '../store/counts.js';
 import type { Executor } from '../store/store.js';
 import type { ContactFilter } from './contacts.repository.js';
 
@@ -11,22 +11,13 @@ function bucketOf(filter: ContactFilter): string | undefined {
   return 'all';
 }
 
+const contactCounts = maintainedCounts('contact_counts');
+
 export async function findMaintainedCount(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number | undefined> {
   const bucket = bucketOf(filter);
-  if (bucket === undefined) return undefined;
-  const row = await countOfBucket.first(db, organizationId, bucket);
-  return Number(row?.n ?? 0);
+  return bucket === undefined ? undefined : contactCounts(db, organizationId, bucket);
 }
-
-// Read on every contacts page: compiled once (see store/prepared.ts).
-const countOfBucket = prepared((db: Executor, organizationId: string, bucket: string) =>
-  db
-    .selectFrom('contact_counts')
-    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
-    .where('organization_id', '=', organizationId)
-    .where('bucket', '=', bucket),
-);

@@ -12,46 +12,31 @@ const BUCKETS = {
   delete: [`'all'`, `'unsubscribed:' || OLD.unsubscribed`],
 };
 
-export function contactCounts(dialect: DialectName): Migration {
-  const shard = dialect === 'postgres' ? `floor(random() * ${COUNT_SHARDS})::int` : '0';
-  const bump = (org: string, bucket: string, delta: number) =>
-    `INSERT INTO contact_counts (organization_id, bucket, shard, n) VALUES (${org}, ${bucket}, ${shard}, ${delta})
-       ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = contact_counts.n + ${delta};`;
-  const contactIns = BUCKETS.insert.map((b) => bump('NEW.organization_id', b, 1)).join('\n');
-  const contactDel = BUCKETS.delete.map((b) => bump('OLD.organization_id', b, -1)).join('\n');
-  const unsubUpd = [
-    bump('OLD.organization_id', BUCKETS.delete[1]!, -1),
-    bump('NEW.organization_id', BUCKETS.insert[1]!, 1),
-  ].join('\n');
-  const tagIns = bump('NEW.organization_id', `'tag:' || NEW.tag`, 1);
-  const tagDel = bump('OLD.organization_id', `'tag:' || OLD.tag`, -1);
+/** A trigger that keeps a count: the statement it runs, and when. */
+export type CountTrigger = [name: string, event: string, table: string, body: string, when?: string];
 
+/**
+ * The count table and trigger SQL for one `<name>_counts` table: `bump` adds `delta` to a bucket (on
+ * PostgreSQL to a random shard of it), `create` makes the table and its triggers.
+ */
+export function counter(dialect: DialectName, countsTable: string) {
+  const shard = dialect === 'postgres' ? `floor(random() * ${COUNT_SHARDS})::int` : '0';
   return {
-    async up(db: Kysely<unknown>) {
+    bump: (org: string, bucket: string, delta: number) =>
+      `INSERT INTO ${countsTable} (organization_id, bucket, shard, n) VALUES (${org}, ${bucket}, ${shard}, ${delta})
+       ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = ${countsTable}.n + ${delta};`,
+
+    async create(db: Kysely<unknown>, triggers: CountTrigger[]): Promise<void> {
       await db.schema
-        .createTable('contact_counts')
+        .createTable(countsTable)
         .addColumn('organization_id', 'text', (c) =>
           c.notNull().references('organizations.id').onDelete('cascade'),
         )
         .addColumn('bucket', 'text', (c) => c.notNull())
         .addColumn('shard', 'integer', (c) => c.notNull())
         .addColumn('n', 'bigint', (c) => c.notNull())
-        .addPrimaryKeyConstraint('contact_counts_pk', ['organization_id', 'bucket', 'shard'])
+        .addPrimaryKeyConstraint(`${countsTable}_pk`, ['organization_id', 'bucket', 'shard'])
         .execute();
-
-      const triggers: [name: string, event: string, table: string, body: string, when?: string][] = [
-        ['contacts_count_ins', 'INSERT', 'contacts', contactIns],
-        ['contacts_count_del', 'DELETE', 'contacts', contactDel],
-        [
-          'contacts_count_upd',
-          'UPDATE OF unsubscribed',
-          'contacts',
-          unsubUpd,
-          'OLD.unsubscribed <> NEW.unsubscribed',
-        ],
-        ['contact_tags_count_ins', 'INSERT', 'contact_tags', tagIns],
-        ['contact_tags_count_del', 'DELETE', 'contact_tags', tagDel],
-      ];
       for (const [name, event, table, body, when] of triggers) {
         const condition = when ? `WHEN (${when})` : '';
         if (dialect === 'sqlite') {
@@ -71,6 +56,36 @@ export function contactCounts(dialect: DialectName): Migration {
             .execute(db);
         }
       }
+    },
+  };
+}
+
+export function contactCounts(dialect: DialectName): Migration {
+  const { bump, create } = counter(dialect, 'contact_counts');
+  const contactIns = BUCKETS.insert.map((b) => bump('NEW.organization_id', b, 1)).join('\n');
+  const contactDel = BUCKETS.delete.map((b) => bump('OLD.organization_id', b, -1)).join('\n');
+  const unsubUpd = [
+    bump('OLD.organization_id', BUCKETS.delete[1]!, -1),
+    bump('NEW.organization_id', BUCKETS.insert[1]!, 1),
+  ].join('\n');
+  const tagIns = bump('NEW.organization_id', `'tag:' || NEW.tag`, 1);
+  const tagDel = bump('OLD.organization_id', `'tag:' || OLD.tag`, -1);
+
+  return {
+    async up(db: Kysely<unknown>) {
+      await create(db, [
+        ['contacts_count_ins', 'INSERT', 'contacts', contactIns],
+        ['contacts_count_del', 'DELETE', 'contacts', contactDel],
+        [
+          'contacts_count_upd',
+          'UPDATE OF unsubscribed',
+          'contacts',
+          unsubUpd,
+          'OLD.unsubscribed <> NEW.unsubscribed',
+        ],
+        ['contact_tags_count_ins', 'INSERT', 'contact_tags', tagIns],
+        ['contact_tags_count_del', 'DELETE', 'contact_tags', tagDel],
+      ]);
 
       // Counts for data written before this migration.
       await sql`INSERT INTO contact_counts (organization_id, bucket, shard, n)

@@ -5,6 +5,7 @@ import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } fr
 import type { DialectName } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';
 import { contactSearch } from './migrations-0003.js';
+import { emailCounts } from './migrations-0004.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -227,6 +228,7 @@ class StaticProvider implements MigrationProvider {
       '0001_initial': initial(this.dialect),
       '0002_contact_counts': contactCounts(this.dialect),
       '0003_contact_search': contactSearch(this.dialect),
+      '0004_email_counts': emailCounts(this.dialect),
     };
   }
 }

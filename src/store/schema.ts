@@ -107,7 +107,8 @@ export interface IdempotencyKeysTable {
   created_at: string;
 }
 
-export interface ContactCountsTable {
+/** Counts that triggers maintain (migrations 0002 and 0004): a bucket's count is the sum of its shards. */
+export interface CountsTable {
   organization_id: string;
   bucket: string;
   shard: number;
@@ -125,7 +126,8 @@ export interface Database {
   email_recipients: EmailRecipientsTable;
   email_events: EmailEventsTable;
   idempotency_keys: IdempotencyKeysTable;
-  contact_counts: ContactCountsTable;
+  contact_counts: CountsTable;
+  email_counts: CountsTable;
 }
 
 export type ListRow = Selectable<ListsTable>;

@@ -1,0 +1,48 @@
+// 0004: maintained email counts, so a page of emails does not count every email the organisation ever sent
+// to fill in `pagination.total` (a count(*) grew with the table: ~35 ms at 170k emails on SQLite). The
+// same triggers and sharding as the contact counts (0002): totals per organisation and per status.
+import { type Kysely, type Migration, sql } from 'kysely';
+import type { DialectName } from './dialect.js';
+import { counter } from './migrations-0002.js';
+
+export function emailCounts(dialect: DialectName): Migration {
+  const { bump, create } = counter(dialect, 'email_counts');
+  const status = (row: 'NEW' | 'OLD') => `'status:' || ${row}.status`;
+  return {
+    async up(db: Kysely<unknown>) {
+      await create(db, [
+        [
+          'emails_count_ins',
+          'INSERT',
+          'emails',
+          [bump('NEW.organization_id', `'all'`, 1), bump('NEW.organization_id', status('NEW'), 1)].join('\n'),
+        ],
+        [
+          'emails_count_del',
+          'DELETE',
+          'emails',
+          [bump('OLD.organization_id', `'all'`, -1), bump('OLD.organization_id', status('OLD'), -1)].join(
+            '\n',
+          ),
+        ],
+        [
+          'emails_count_upd',
+          'UPDATE OF status',
+          'emails',
+          [
+            bump('OLD.organization_id', status('OLD'), -1),
+            bump('NEW.organization_id', status('NEW'), 1),
+          ].join('\n'),
+          'OLD.status <> NEW.status',
+        ],
+      ]);
+      // Counts for emails accepted before this migration.
+      await sql`INSERT INTO email_counts (organization_id, bucket, shard, n)
+        SELECT organization_id, 'all', 0, count(*) FROM emails GROUP BY organization_id
+        UNION ALL
+        SELECT organization_id, 'status:' || status, 0, count(*) FROM emails GROUP BY organization_id, status`.execute(
+        db,
+      );
+    },
+  };
+}
