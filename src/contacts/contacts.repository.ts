@@ -23,11 +23,14 @@ function contactRows(row: ContactRow, tags: string[]): AppendRows<Database>[] {
 }
 
 /**
- * A new contact through the store's batched appends: contacts created together share multi-row
- * INSERTs and one commit. A taken email fails only its own caller (a unique violation).
+ * A new contact, written durably. On SQLite through the store's batched appends: contacts created together
+ * share multi-row INSERTs and one commit, and a taken email fails only its own caller. On PostgreSQL in a
+ * transaction of its own: a multi-row insert would bump the maintained counts' shard rows (0002) in no
+ * fixed order, and two such batches at once can deadlock.
  */
-export function appendContact(store: Store, row: ContactRow, tags: string[]): Promise<void> {
-  return store.append(contactRows(row, tags));
+export function insertContact(store: Store, row: ContactRow, tags: string[]): Promise<void> {
+  const rows = contactRows(row, tags);
+  return store.dialect === 'sqlite' ? store.append(rows) : store.write((trx) => insertRows(trx, rows));
 }
 
 /** Many contacts in one transaction (seeding, imports), as few statements as the parameter limit allows. */

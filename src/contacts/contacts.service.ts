@@ -95,7 +95,7 @@ export class ContactsService {
       updated_at: now,
     };
     try {
-      await repo.appendContact(this.store, row, tags);
+      await repo.insertContact(this.store, row, tags);
     } catch (err) {
       if (isUniqueViolation(err)) throw emailTaken(email);
       throw err;
