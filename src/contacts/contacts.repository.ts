@@ -14,11 +14,11 @@ export interface ContactFilter {
   unsubscribed?: boolean | undefined;
 }
 
-/** A new contact's rows, parents first: what one append (or one transaction) writes. */
-function contactRows(row: ContactRow, tags: string[]): AppendRows<Database>[] {
+/** New contacts' rows, parents first: what one append (or one transaction) writes. */
+function contactRows(contacts: { row: ContactRow; tags: string[] }[]): AppendRows<Database>[] {
   return [
-    { table: 'contacts', rows: [row] },
-    { table: 'contact_tags', rows: tagRows(row, tags) },
+    { table: 'contacts', rows: contacts.map((c) => c.row) },
+    { table: 'contact_tags', rows: contacts.flatMap(({ row, tags }) => tagRows(row, tags)) },
   ];
 }
 
@@ -29,16 +29,13 @@ function contactRows(row: ContactRow, tags: string[]): AppendRows<Database>[] {
  * fixed order, and two such batches at once can deadlock.
  */
 export function insertContact(store: Store, row: ContactRow, tags: string[]): Promise<void> {
-  const rows = contactRows(row, tags);
+  const rows = contactRows([{ row, tags }]);
   return store.dialect === 'sqlite' ? store.append(rows) : store.write((trx) => insertRows(trx, rows));
 }
 
 /** Many contacts in one transaction (seeding, imports), as few statements as the parameter limit allows. */
-export function insertContacts(db: Executor, rows: { row: ContactRow; tags: string[] }[]): Promise<void> {
-  return insertRows(db, [
-    { table: 'contacts', rows: rows.map((r) => r.row) },
-    { table: 'contact_tags', rows: rows.flatMap(({ row, tags }) => tagRows(row, tags)) },
-  ]);
+export function insertContacts(db: Executor, contacts: { row: ContactRow; tags: string[] }[]): Promise<void> {
+  return insertRows(db, contactRows(contacts));
 }
 
 function tagRows(row: Pick<ContactRow, 'id' | 'organization_id' | 'created_at'>, tags: string[]) {
