@@ -27,37 +27,51 @@ export function counter(dialect: DialectName, countsTable: string) {
        ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = ${countsTable}.n + ${delta};`,
 
     async create(db: Kysely<unknown>, triggers: CountTrigger[]): Promise<void> {
-      await db.schema
-        .createTable(countsTable)
-        .addColumn('organization_id', 'text', (c) =>
-          c.notNull().references('organizations.id').onDelete('cascade'),
-        )
-        .addColumn('bucket', 'text', (c) => c.notNull())
-        .addColumn('shard', 'integer', (c) => c.notNull())
-        .addColumn('n', 'bigint', (c) => c.notNull())
-        .addPrimaryKeyConstraint(`${countsTable}_pk`, ['organization_id', 'bucket', 'shard'])
-        .execute();
-      for (const [name, event, table, body, when] of triggers) {
-        const condition = when ? `WHEN (${when})` : '';
-        if (dialect === 'sqlite') {
-          await sql
-            .raw(`CREATE TRIGGER ${name} AFTER ${event} ON ${table} ${condition} BEGIN ${body} END`)
-            .execute(db);
-        } else {
-          await sql
-            .raw(
-              `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`,
-            )
-            .execute(db);
-          await sql
-            .raw(
-              `CREATE TRIGGER ${name} AFTER ${event} ON ${table} FOR EACH ROW ${condition} EXECUTE FUNCTION ${name}()`,
-            )
-            .execute(db);
-        }
-      }
+      await createCountsTable(db, countsTable);
+      await createRowTriggers(db, dialect, triggers);
     },
   };
+}
+
+/** A counts table: one row per organisation, bucket and shard; a bucket's count is the sum of its shards. */
+export async function createCountsTable(db: Kysely<unknown>, countsTable: string): Promise<void> {
+  await db.schema
+    .createTable(countsTable)
+    .addColumn('organization_id', 'text', (c) =>
+      c.notNull().references('organizations.id').onDelete('cascade'),
+    )
+    .addColumn('bucket', 'text', (c) => c.notNull())
+    .addColumn('shard', 'integer', (c) => c.notNull())
+    .addColumn('n', 'bigint', (c) => c.notNull())
+    .addPrimaryKeyConstraint(`${countsTable}_pk`, ['organization_id', 'bucket', 'shard'])
+    .execute();
+}
+
+/** Triggers that run their body once per row written (on PostgreSQL through a function of the same name). */
+export async function createRowTriggers(
+  db: Kysely<unknown>,
+  dialect: DialectName,
+  triggers: CountTrigger[],
+): Promise<void> {
+  for (const [name, event, table, body, when] of triggers) {
+    const condition = when ? `WHEN (${when})` : '';
+    if (dialect === 'sqlite') {
+      await sql
+        .raw(`CREATE TRIGGER ${name} AFTER ${event} ON ${table} ${condition} BEGIN ${body} END`)
+        .execute(db);
+    } else {
+      await sql
+        .raw(
+          `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`,
+        )
+        .execute(db);
+      await sql
+        .raw(
+          `CREATE TRIGGER ${name} AFTER ${event} ON ${table} FOR EACH ROW ${condition} EXECUTE FUNCTION ${name}()`,
+        )
+        .execute(db);
+    }
+  }
 }
 
 export function contactCounts(dialect: DialectName): Migration {

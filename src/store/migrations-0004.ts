@@ -3,7 +3,7 @@
 // triggers as the contact counts (0002): totals per organisation and per status.
 // Not on PostgreSQL: there emails are accepted and their statuses changed by multi-row statements from many
 // processes at once, and per-row counter updates lock counter rows in no fixed order, so concurrent batches
-// deadlock (seen in the multi-instance suite). PostgreSQL keeps counting rows (emails.repository.ts).
+// deadlock (seen in the multi-instance suite). 0005 brings them to PostgreSQL with triggers per statement.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { counter } from './migrations-0002.js';
@@ -40,13 +40,17 @@ export function emailCounts(dialect: DialectName): Migration {
           'OLD.status <> NEW.status',
         ],
       ]);
-      // Counts for emails accepted before this migration.
-      await sql`INSERT INTO email_counts (organization_id, bucket, shard, n)
-        SELECT organization_id, 'all', 0, count(*) FROM emails GROUP BY organization_id
-        UNION ALL
-        SELECT organization_id, 'status:' || status, 0, count(*) FROM emails GROUP BY organization_id, status`.execute(
-        db,
-      );
+      await countExistingEmails(db);
     },
   };
+}
+
+/** Counts for the emails accepted before the counts table existed. */
+export async function countExistingEmails(db: Kysely<unknown>): Promise<void> {
+  await sql`INSERT INTO email_counts (organization_id, bucket, shard, n)
+    SELECT organization_id, 'all', 0, count(*) FROM emails GROUP BY organization_id
+    UNION ALL
+    SELECT organization_id, 'status:' || status, 0, count(*) FROM emails GROUP BY organization_id, status`.execute(
+    db,
+  );
 }
