@@ -17,6 +17,7 @@ interface Job extends Settleable<void> {
 }
 
 type Transaction<DB> = (fn: (trx: Kysely<DB>) => Promise<void>) => Promise<void>;
+type Retrying = (write: () => Promise<void>) => Promise<void>;
 
 const MAX_JOBS = 500;
 /** Bound values per statement, under SQLite's 32,766 and PostgreSQL's 65,535. */
@@ -26,13 +27,15 @@ export class Appender<DB> {
   private readonly queue: BatchQueue<Job>;
   private readonly maxParameters: number;
   private readonly direct: Kysely<DB> | undefined;
+  private readonly retrying: Retrying;
   /** Transactions committed so far; each may carry many callers' rows. */
   commits = 0;
 
   /**
    * `transaction` runs its callback in one transaction and commits it; `concurrency` is how many such
-   * transactions may be open at once; `maxParameters` bounds one statement's bound values. With `direct` (PostgreSQL), a batch that fits one statement is
-   * written as one (data-modifying WITH clauses), committed on its own: one round trip, not five.
+   * transactions may be open at once; `maxParameters` bounds one statement's bound values. With `direct`
+   * (PostgreSQL), a batch that fits one statement is written as one (data-modifying WITH clauses), committed
+   * on its own: one round trip, not five. `retrying` runs each batch's write, and may run it again.
    */
   constructor(
     private readonly transaction: Transaction<DB>,
@@ -40,14 +43,16 @@ export class Appender<DB> {
       concurrency = 1,
       maxParameters = MAX_PARAMETERS,
       direct,
-    }: { concurrency?: number; maxParameters?: number; direct?: Kysely<DB> } = {},
+      retrying = (write) => write(),
+    }: { concurrency?: number; maxParameters?: number; direct?: Kysely<DB>; retrying?: Retrying } = {},
   ) {
     this.maxParameters = maxParameters;
     this.direct = direct;
+    this.retrying = retrying;
     this.queue = new BatchQueue<Job>(
       (jobs) =>
         writeTogetherOrAlone<Job, void>(jobs, async (batch) => {
-          await this.write(batch);
+          await this.retrying(() => this.write(batch));
           return () => undefined;
         }),
       MAX_JOBS,

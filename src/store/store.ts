@@ -125,6 +125,21 @@ function createSqliteStore(options: StoreOptions): Store {
   };
 }
 
+/**
+ * Runs a PostgreSQL write again when it lost a deadlock or a serialization conflict: writers that lock rows
+ * in different orders (a contact's tags, counter rows) back off a little and run again.
+ */
+async function retryingConflicts<T>(write: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (err) {
+      if (attempt >= 5 || !isRetryableConflict(err)) throw err;
+      await new Promise((r) => setTimeout(r, attempt * 10 + Math.random() * 20));
+    }
+  }
+}
+
 function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   const pool = new pg.Pool({
     connectionString: databaseUrl,
@@ -144,23 +159,14 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   const appender = new Appender<Database>((fn) => db.transaction().execute(fn), {
     concurrency: Math.max(1, Math.floor(poolSize / 3)),
     direct: db,
+    retrying: retryingConflicts,
   });
   return {
     dialect: 'postgres',
     db,
     batch: (fn) => group.run(fn),
     append: (rows) => appender.append(rows),
-    async write(fn) {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await db.transaction().execute(fn);
-        } catch (err) {
-          // Deadlocks between writers that lock rows in different orders: back off a little, run again.
-          if (attempt >= 5 || !isRetryableConflict(err)) throw err;
-          await new Promise((r) => setTimeout(r, attempt * 10 + Math.random() * 20));
-        }
-      }
-    },
+    write: (fn) => retryingConflicts(() => db.transaction().execute(fn)),
     async migrate() {
       // The trigram index makes substring search on email fast; it needs the pg_trgm extension, which
       // a restricted role may not be allowed to create. Search still works without it, only slower.
