@@ -23,14 +23,11 @@ function contactRows(contacts: { row: ContactRow; tags: string[] }[]): AppendRow
 }
 
 /**
- * A new contact, written durably. On SQLite through the store's batched appends: contacts created together
- * share multi-row INSERTs and one commit, and a taken email fails only its own caller. On PostgreSQL in a
- * transaction of its own: a multi-row insert would bump the maintained counts' shard rows (0002) in no
- * fixed order, and two such batches at once can deadlock.
+ * A new contact, written durably through the store's batched appends: contacts created together share
+ * multi-row INSERTs and one commit, and a taken email fails only its own caller.
  */
 export function insertContact(store: Store, row: ContactRow, tags: string[]): Promise<void> {
-  const rows = contactRows([{ row, tags }]);
-  return store.dialect === 'sqlite' ? store.append(rows) : store.write((trx) => insertRows(trx, rows));
+  return store.append(contactRows([{ row, tags }]));
 }
 
 /** Many contacts in one transaction (seeding, imports), as few statements as the parameter limit allows. */

@@ -11,7 +11,6 @@ import type {
 } from '../store/schema.js';
 import type { Page } from '../http/schemas.js';
 import { maintainedCounts } from '../store/counts.js';
-import type { DialectName } from '../store/dialect.js';
 
 export type RecipientRow = Selectable<EmailRecipientsTable>;
 
@@ -90,23 +89,13 @@ export function pageEmails(db: Executor, organizationId: string, status: string 
 
 const emailCounts = maintainedCounts('email_counts');
 
-/**
- * How many emails the organisation has (with that status). On SQLite from the counts the triggers keep; on
- * PostgreSQL, which keeps none (migration 0004 says why), by counting the rows.
- */
-export async function countEmails(
+/** How many emails the organisation has (with that status), from the counts the triggers keep (0004, 0005). */
+export function countEmails(
   db: Executor,
-  dialect: DialectName,
   organizationId: string,
   status: string | undefined,
 ): Promise<number> {
-  if (dialect === 'sqlite') {
-    return emailCounts(db, organizationId, status === undefined ? 'all' : `status:${status}`);
-  }
-  const row = await filtered(db, organizationId, status)
-    .select((eb) => eb.fn.countAll<number | string>().as('n'))
-    .executeTakeFirstOrThrow();
-  return Number(row.n);
+  return emailCounts(db, organizationId, status === undefined ? 'all' : `status:${status}`);
 }
 
 export type IdempotencyRow = Selectable<IdempotencyKeysTable>;

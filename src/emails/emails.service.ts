@@ -175,7 +175,7 @@ export class EmailsService {
     const page = { page: query.page, limit: query.limit };
     const [rows, total] = await Promise.all([
       repo.pageEmails(this.store.db, orgId, query.status, page),
-      repo.countEmails(this.store.db, this.store.dialect, orgId, query.status),
+      repo.countEmails(this.store.db, orgId, query.status),
     ]);
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }

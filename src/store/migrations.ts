@@ -6,6 +6,7 @@ import type { DialectName } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';
 import { contactSearch } from './migrations-0003.js';
 import { emailCounts } from './migrations-0004.js';
+import { countsPerStatement } from './migrations-0005.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -229,6 +230,7 @@ class StaticProvider implements MigrationProvider {
       '0002_contact_counts': contactCounts(this.dialect),
       '0003_contact_search': contactSearch(this.dialect),
       '0004_email_counts': emailCounts(this.dialect),
+      '0005_counts_per_statement': countsPerStatement(this.dialect),
     };
   }
 }

@@ -219,7 +219,11 @@ describe('migration 0003 on a database written before it', () => {
 
     const store = createStore({ dataDir: dir });
     try {
-      expect(await store.migrate()).toEqual(['0003_contact_search', '0004_email_counts']);
+      expect(await store.migrate()).toEqual([
+        '0003_contact_search',
+        '0004_email_counts',
+        '0005_counts_per_statement',
+      ]);
       await expectIndexExact(store.db);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);
       expect(await search(store.db, 'org-old', 'legacy7@')).toEqual([]);

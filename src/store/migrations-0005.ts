@@ -1,0 +1,147 @@
+// 0005: on PostgreSQL, counts kept once per statement instead of once per row, and email counts there too;
+// on both stores, deleting an organisation no longer trips over its own counts.
+//
+// 0002's PostgreSQL triggers ran once per row and added to a shard picked at random for each row. A
+// multi-row INSERT or UPDATE therefore locked counter rows in no fixed order, and two such statements at
+// once could deadlock; a 50-row insert also held every shard of its bucket until it committed. That is why
+// contact creates stayed one transaction each there, and why emails kept no counts (0004).
+// Here each statement first adds up the rows it wrote (its transition tables), then writes one upsert per
+// bucket, in sorted bucket order, all into the shard its transaction picks. Statements lock counter rows in
+// one order, and a transaction holds one shard of each bucket it touches.
+//
+// Deletes skip an organisation that is itself being deleted: its count rows go with it (cascade), and a
+// count row written for it would break the foreign key. On SQLite the row triggers of 0002 and 0004 stay
+// (one writer, no lock order to keep); only their delete triggers are made again with that condition.
+import { type Kysely, type Migration, sql } from 'kysely';
+import type { DialectName } from './dialect.js';
+import { COUNT_SHARDS, counter, createCountsTable, createRowTriggers } from './migrations-0002.js';
+import { countExistingEmails } from './migrations-0004.js';
+
+/**
+ * What a table's rows count towards: the buckets every row is in, and those an update can move it between,
+ * as SQL over a row named `r`.
+ */
+interface Counted {
+  table: string;
+  countsTable: 'contact_counts' | 'email_counts';
+  buckets: (r: string) => string[];
+  updatable?: (r: string) => string[];
+}
+
+const COUNTED: Counted[] = [
+  {
+    table: 'contacts',
+    countsTable: 'contact_counts',
+    buckets: (r) => [`'all'`, `'unsubscribed:' || ${r}.unsubscribed`],
+    updatable: (r) => [`'unsubscribed:' || ${r}.unsubscribed`],
+  },
+  { table: 'contact_tags', countsTable: 'contact_counts', buckets: (r) => [`'tag:' || ${r}.tag`] },
+  {
+    table: 'emails',
+    countsTable: 'email_counts',
+    buckets: (r) => [`'all'`, `'status:' || ${r}.status`],
+    updatable: (r) => [`'status:' || ${r}.status`],
+  },
+];
+
+const ORG_EXISTS = (org: string) => `EXISTS (SELECT 1 FROM organizations o WHERE o.id = ${org})`;
+
+/** Rows of (organization_id, bucket, delta) for the rows in `rows`, each adding `sign`. */
+function deltas(rows: 'new_rows' | 'old_rows', buckets: (r: string) => string[], sign: 1 | -1): string {
+  return buckets('r')
+    .map((b) => `SELECT r.organization_id, ${b} AS bucket, ${sign} AS delta FROM ${rows} r`)
+    .join(' UNION ALL ');
+}
+
+/** One upsert per bucket the statement changed, in sorted order, into the transaction's shard. */
+function upsert(countsTable: string, changes: string, onlyLiveOrgs: boolean): string {
+  return `INSERT INTO ${countsTable} AS c (organization_id, bucket, shard, n)
+    SELECT organization_id, bucket, (txid_current() % ${COUNT_SHARDS})::int, sum(delta)
+    FROM (${changes}) d ${onlyLiveOrgs ? `WHERE ${ORG_EXISTS('d.organization_id')}` : ''}
+    GROUP BY organization_id, bucket HAVING sum(delta) <> 0
+    ORDER BY organization_id, bucket
+    ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = c.n + EXCLUDED.n;`;
+}
+
+async function statementTrigger(
+  db: Kysely<unknown>,
+  name: string,
+  event: 'INSERT' | 'UPDATE' | 'DELETE',
+  table: string,
+  body: string,
+): Promise<void> {
+  const transition = {
+    INSERT: 'NEW TABLE AS new_rows',
+    UPDATE: 'OLD TABLE AS old_rows NEW TABLE AS new_rows',
+    DELETE: 'OLD TABLE AS old_rows',
+  }[event];
+  await sql
+    .raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`)
+    .execute(db);
+  await sql
+    .raw(
+      `CREATE TRIGGER ${name} AFTER ${event} ON ${table} REFERENCING ${transition} FOR EACH STATEMENT EXECUTE FUNCTION ${name}()`,
+    )
+    .execute(db);
+}
+
+async function countPerStatement(db: Kysely<unknown>): Promise<void> {
+  // 0002's row triggers; dropping a function drops the trigger that runs it.
+  for (const name of [
+    'contacts_count_ins',
+    'contacts_count_del',
+    'contacts_count_upd',
+    'contact_tags_count_ins',
+    'contact_tags_count_del',
+  ]) {
+    await sql.raw(`DROP FUNCTION ${name}() CASCADE`).execute(db);
+  }
+  await createCountsTable(db, 'email_counts');
+
+  for (const { table, countsTable, buckets, updatable } of COUNTED) {
+    const prefix = `${table}_count`;
+    await statementTrigger(
+      db,
+      `${prefix}_ins`,
+      'INSERT',
+      table,
+      upsert(countsTable, deltas('new_rows', buckets, 1), false),
+    );
+    await statementTrigger(
+      db,
+      `${prefix}_del`,
+      'DELETE',
+      table,
+      upsert(countsTable, deltas('old_rows', buckets, -1), true),
+    );
+    if (updatable) {
+      // Rows whose bucket did not change add -1 and +1 to it, which the HAVING drops: no write, no lock.
+      const moved = `${deltas('old_rows', updatable, -1)} UNION ALL ${deltas('new_rows', updatable, 1)}`;
+      await statementTrigger(db, `${prefix}_upd`, 'UPDATE', table, upsert(countsTable, moved, false));
+    }
+  }
+  // Emails accepted before this migration. The new triggers hold a lock on the emails table until this
+  // transaction commits, so no email can slip in between the two.
+  await countExistingEmails(db);
+}
+
+/** SQLite: the delete triggers of 0002 and 0004 again, skipping an organisation that is being deleted. */
+async function skipDeletedOrganisations(db: Kysely<unknown>): Promise<void> {
+  for (const { table, countsTable, buckets } of COUNTED) {
+    const name = `${table}_count_del`;
+    const { bump } = counter('sqlite', countsTable);
+    const body = buckets('OLD')
+      .map((b) => bump('OLD.organization_id', b, -1))
+      .join('\n');
+    await sql.raw(`DROP TRIGGER ${name}`).execute(db);
+    await createRowTriggers(db, 'sqlite', [[name, 'DELETE', table, body, ORG_EXISTS('OLD.organization_id')]]);
+  }
+}
+
+export function countsPerStatement(dialect: DialectName): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await (dialect === 'postgres' ? countPerStatement(db) : skipDeletedOrganisations(db));
+    },
+  };
+}

@@ -1,0 +1,264 @@
+// The counts that triggers keep (migrations 0002, 0004, 0005) against the rows themselves, on both stores:
+// through an upgrade of a store that already holds contacts and emails, through deleting an organisation,
+// and under multi-row writes from two processes at once (on PostgreSQL, 0002's per-row counters could
+// deadlock there).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
+import { migrateTo } from '../../src/store/migrations.js';
+import type { ContactRow, Database, NewEmail } from '../../src/store/schema.js';
+import { type Executor, type Store, createStore } from '../../src/store/store.js';
+import { type TestStore, createTestDatabase, createTestStore, storeKinds } from '../helpers/stores.js';
+
+const AT = '2031-01-01T00:00:00.000Z';
+const TAGS = [['a', 'b'], ['b', 'a'], ['c'], []];
+const STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'];
+
+function contact(org: string, i: number): { row: ContactRow; tags: string[] } {
+  return {
+    row: {
+      id: `${org}-c${i}`,
+      organization_id: org,
+      email: `c${i}@${org}.example`,
+      email_lower: `c${i}@${org}.example`,
+      first_name: null,
+      last_name: null,
+      unsubscribed: i % 3 === 0 ? 1 : 0,
+      custom_fields: '{}',
+      tags: '[]',
+      created_at: AT,
+      updated_at: AT,
+    },
+    tags: TAGS[i % TAGS.length]!,
+  };
+}
+
+function email(org: string, i: number): NewEmail {
+  return {
+    id: `${org}-e${i}`,
+    organization_id: org,
+    status: 'queued',
+    from_address: 'a@example.org',
+    to_addresses: '[]',
+    cc_addresses: '[]',
+    bcc_addresses: '[]',
+    reply_to: '[]',
+    subject: 's',
+    html: null,
+    text: 't',
+    headers: '{}',
+    tags: '[]',
+    message_id: `<${i}@example.org>`,
+    attempts: 0,
+    next_attempt_at: AT,
+    lease_until: null,
+    lease_owner: null,
+    last_error: null,
+    created_at: AT,
+    updated_at: AT,
+  };
+}
+
+type Counts = Record<string, number>;
+
+async function bucketSums(db: Executor, table: 'contact_counts' | 'email_counts', org: string) {
+  const rows = await db
+    .selectFrom(table)
+    .select(['bucket', (eb) => eb.fn.sum<number | string>('n').as('n')])
+    .where('organization_id', '=', org)
+    .groupBy('bucket')
+    .execute();
+  return nonZero(rows);
+}
+
+function nonZero(rows: { bucket: string; n: number | string }[]): Counts {
+  return Object.fromEntries(rows.map((r) => [r.bucket, Number(r.n)]).filter(([, n]) => n !== 0));
+}
+
+/** Every maintained count of the organisation equals count(*) over its rows; returns the contact counts. */
+async function expectExact(db: Executor, org: string): Promise<Counts> {
+  const contacts = await sql<{ bucket: string; n: number | string }>`
+    select 'all' as bucket, count(*) as n from contacts where organization_id = ${org}
+    union all select 'unsubscribed:' || unsubscribed, count(*) from contacts
+      where organization_id = ${org} group by unsubscribed
+    union all select 'tag:' || tag, count(*) from contact_tags where organization_id = ${org} group by tag`.execute(
+    db,
+  );
+  const emails = await sql<{ bucket: string; n: number | string }>`
+    select 'all' as bucket, count(*) as n from emails where organization_id = ${org}
+    union all select 'status:' || status, count(*) from emails
+      where organization_id = ${org} group by status`.execute(db);
+  const maintained = await bucketSums(db, 'contact_counts', org);
+  expect(maintained, `contact counts of ${org}`).toEqual(nonZero(contacts.rows));
+  expect(await bucketSums(db, 'email_counts', org), `email counts of ${org}`).toEqual(nonZero(emails.rows));
+  return maintained;
+}
+
+async function setStatus(db: Executor, ids: string[], status: string): Promise<void> {
+  await db.updateTable('emails').set({ status, updated_at: AT }).where('id', 'in', ids).execute();
+}
+
+/** A store at an older migration: its own connection, as a release before this one left it. */
+async function olderStore(kind: 'sqlite' | 'postgres', migration: string) {
+  if (kind === 'sqlite') {
+    const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-counts-'));
+    const db = new Kysely<Database>({
+      dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
+    });
+    await migrateTo(db as Kysely<unknown>, kind, migration);
+    return {
+      db,
+      open: () => createStore({ dataDir: dir }),
+      drop: async () => rmSync(dir, { recursive: true, force: true }),
+    };
+  }
+  const created = await createTestDatabase();
+  const db = new Kysely<Database>({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
+  });
+  await migrateTo(db as Kysely<unknown>, kind, migration);
+  return { db, open: () => createStore({ databaseUrl: created.url, dataDir: tmpdir() }), drop: created.drop };
+}
+
+describe.each(storeKinds())('maintained counts on %s', (kind) => {
+  let ts: TestStore;
+  beforeAll(async () => {
+    ts = await createTestStore(kind);
+  });
+  afterAll(() => ts.destroy());
+
+  async function newOrg(store: Store, id: string): Promise<string> {
+    await store.write((trx) =>
+      trx.insertInto('organizations').values({ id, name: id, created_at: AT }).execute(),
+    );
+    return id;
+  }
+
+  it('count the rows a store already holds when it is upgraded, and keep counting after', async () => {
+    const old = await olderStore(kind, '0003_contact_search');
+    let store: Store | undefined;
+    try {
+      for (const org of ['up1', 'up2']) {
+        await old.db.insertInto('organizations').values({ id: org, name: org, created_at: AT }).execute();
+        await insertContacts(
+          old.db,
+          Array.from({ length: 40 }, (_, i) => contact(org, i)),
+        );
+        await old.db
+          .deleteFrom('contacts')
+          .where('id', 'in', [`${org}-c1`, `${org}-c2`])
+          .execute();
+        await old.db.updateTable('contacts').set({ unsubscribed: 1 }).where('id', '=', `${org}-c4`).execute();
+        await old.db
+          .insertInto('emails')
+          .values(Array.from({ length: 30 }, (_, i) => email(org, i)))
+          .execute();
+        for (const [i, status] of STATUSES.entries()) {
+          await setStatus(
+            old.db,
+            Array.from({ length: 5 }, (_, j) => `${org}-e${i * 5 + j}`),
+            status,
+          );
+        }
+      }
+      await old.db.destroy();
+
+      store = old.open();
+      expect(await store.migrate()).toEqual(['0004_email_counts', '0005_counts_per_statement']);
+      expect(await expectExact(store.db, 'up1')).toMatchObject({
+        all: 38,
+        'tag:a': 19,
+        'unsubscribed:1': 15,
+      });
+      await expectExact(store.db, 'up2');
+
+      // Writes after the upgrade: batched creates, a multi-row status change, deletes.
+      await Promise.all(
+        Array.from({ length: 20 }, (_, i) => contact('up1', 100 + i)).map(({ row, tags }) =>
+          insertContact(store!, row, tags),
+        ),
+      );
+      const up1 = store;
+      await up1.write((trx) => setStatus(trx, ['up1-e0', 'up1-e1', 'up1-e10', 'up1-e20'], 'sent'));
+      await up1.write((trx) =>
+        trx.deleteFrom('contacts').where('id', 'in', ['up1-c6', 'up1-c101']).execute(),
+      );
+      await up1.write((trx) => trx.deleteFrom('contact_tags').where('contact_id', '=', 'up1-c5').execute());
+      expect(await expectExact(store.db, 'up1')).toMatchObject({ all: 56 });
+      await expectExact(store.db, 'up2');
+    } finally {
+      await store?.close();
+      await old.drop();
+    }
+  });
+
+  it('let an organisation with contacts, tags and emails be deleted, and keep the others', async () => {
+    const { store } = ts;
+    const gone = await newOrg(store, 'gone');
+    const kept = await newOrg(store, 'kept');
+    for (const org of [gone, kept]) {
+      await store.write((trx) =>
+        insertContacts(
+          trx,
+          Array.from({ length: 12 }, (_, i) => contact(org, i)),
+        ),
+      );
+      await store.append([{ table: 'emails', rows: Array.from({ length: 6 }, (_, i) => email(org, i)) }]);
+      await store.write((trx) => setStatus(trx, [`${org}-e0`, `${org}-e1`], 'sent'));
+    }
+    await store.write((trx) => trx.deleteFrom('organizations').where('id', '=', gone).execute());
+
+    for (const table of ['contacts', 'contact_tags', 'emails', 'contact_counts', 'email_counts'] as const) {
+      const { n } = await store.db
+        .selectFrom(table)
+        .select((eb) => eb.fn.countAll<number | string>().as('n'))
+        .where('organization_id', '=', gone)
+        .executeTakeFirstOrThrow();
+      expect(Number(n), table).toBe(0);
+    }
+    expect(await expectExact(store.db, kept)).toMatchObject({ all: 12 });
+  });
+
+  it('stay exact under multi-row writes from two processes at once', async () => {
+    const org = await newOrg(ts.store, 'busy');
+    const stores = [ts.store, ts.reopen()];
+    try {
+      await Promise.all(
+        stores.map(async (store, p) => {
+          // Contact creates with the same tags in opposite orders, batched by the store.
+          const creates = Array.from({ length: 120 }, (_, i) => contact(org, p * 1000 + i)).map(
+            ({ row, tags }) => insertContact(store, row, tags),
+          );
+          // Emails accepted in batches, then moved through delivery's statuses in multi-row updates.
+          const emails = (async () => {
+            for (let b = 0; b < 6; b++) {
+              const rows = Array.from({ length: 20 }, (_, i) => email(org, p * 1000 + b * 20 + i));
+              await store.append([{ table: 'emails', rows }]);
+              const ids = rows.map((r) => r.id);
+              await store.write((trx) => setStatus(trx, ids, 'sending'));
+              await store.write(async (trx) => {
+                await setStatus(trx, ids.slice(0, 12), 'sent');
+                await setStatus(trx, ids.slice(12), b % 2 ? 'failed' : 'deferred');
+              });
+            }
+          })();
+          await Promise.all([...creates, emails]);
+        }),
+      );
+      expect(await expectExact(ts.store.db, org)).toMatchObject({ all: 240, 'tag:a': 120, 'tag:b': 120 });
+      expect(await bucketSums(ts.store.db, 'email_counts', org)).toMatchObject({
+        all: 240,
+        'status:sent': 144,
+        'status:failed': 48,
+        'status:deferred': 48,
+      });
+    } finally {
+      await stores[1]!.close();
+    }
+  });
+});
