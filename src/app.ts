@@ -132,14 +132,18 @@ export async function buildApp(
       },
     );
   };
+  // @fastify/rate-limit reports seconds until the window ends; the API promises the unix time it ends.
+  // Converted as soon as the plugin has set it, within the same second (see ratelimit/shared-store.ts).
+  const absoluteReset = (reply: FastifyReply): void => {
+    const reset = reply.getHeader('x-ratelimit-reset');
+    if (reset !== undefined && Number(reset) < 1e9) {
+      reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + Number(reset));
+    }
+  };
   let closing = false;
   const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
     if (closing) reply.header('connection', 'close');
-    // @fastify/rate-limit reports seconds until reset; the API promises the unix time of the reset.
-    const reset = reply.getHeader('x-ratelimit-reset');
-    if (reset !== undefined && Number(reset) < 1e9) {
-      reply.header('x-ratelimit-reset', Math.ceil(Date.now() / 1000) + Number(reset));
-    }
+    absoluteReset(reply);
     reply.header('x-content-type-options', 'nosniff');
     if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
   };
@@ -251,7 +255,10 @@ export async function buildApp(
   // After the rate-limit plugin, so the docs page and its files are limited per address like any route.
   await registerDocsPage(app);
 
-  app.addHook('preParsing', (req, _reply, _payload, done) => done(permissionFault(req)));
+  app.addHook('preParsing', (req, reply, _payload, done) => {
+    absoluteReset(reply);
+    done(permissionFault(req));
+  });
 
   app.addHook('onSend', (req, reply, payload, done) => {
     finishHeaders(req, reply);

@@ -24,11 +24,25 @@ const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
   cache: number,
 ) => CounterStore;
 
+/**
+ * The plugin shows the seconds left in the window, rounded up, and app.ts turns them into the unix time the
+ * window ends. Reported as if the window ended on the next whole second, every request of one window
+ * shows the same time; from the exact end, the two roundings made it move by a second within a window.
+ */
+function endingOnWholeSecond(cb: Callback): Callback {
+  return (err, result) => {
+    if (err || !result) return cb(err, result);
+    const now = Date.now();
+    cb(null, { current: result.current, ttl: Math.ceil((now + result.ttl) / 1000) * 1000 - now });
+  };
+}
+
 export function sharedLimitStore(redis: Redis | undefined, nameSpace: string) {
   const local = new LocalStore(false, false, 50_000);
   const remote = redis ? new RedisStore(false, false, redis, nameSpace) : undefined;
   return class SharedLimitStore {
-    incr(key: string, cb: Callback, timeWindow: number, max: number): void {
+    incr(key: string, done: Callback, timeWindow: number, max: number): void {
+      const cb = endingOnWholeSecond(done);
       if (!remote || redis!.status !== 'ready') return local.incr(key, cb, timeWindow, max);
       remote.incr(
         key,

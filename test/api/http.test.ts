@@ -61,6 +61,17 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(Number(res.headers['x-ratelimit-limit'])).toBe(600);
   });
 
+  it('X-RateLimit-Reset is the same on every request of one window, from second to second', async () => {
+    const resets = new Set<string>();
+    for (let i = 0; i < 12; i++) {
+      const res = await t.call({ method: 'GET', url: '/api/v1/lists', auth });
+      expectRateHeaders(res);
+      resets.add(res.headers['x-ratelimit-reset'] as string);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect([...resets]).toHaveLength(1);
+  });
+
   it('NUL in a body string or a query is a 400 naming the field; in a path id a 404', async () => {
     expect400(
       await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'a\u0000b' } }),
@@ -151,8 +162,12 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     const limited = await get();
     expectError(limited, 429, 'contacts');
     expectRateHeaders(limited);
-    expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
-    expect(Number(limited.headers['retry-after'])).toBeLessThanOrEqual(60);
+    // Retry-After counts to the whole second the window ends on, the time X-RateLimit-Reset shows.
+    const retryAfter = Number(limited.headers['retry-after']);
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(61);
+    const untilReset = Number(limited.headers['x-ratelimit-reset']) - Math.floor(Date.now() / 1000);
+    expect([retryAfter, retryAfter - 1]).toContain(untilReset); // a second may have begun since the answer
     const mail = await t.call({ method: 'GET', url: '/api/v1/emails', auth });
     expectError(mail, 429, 'emails');
     const other = (await t.newKey()).auth;
