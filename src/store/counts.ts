@@ -1,6 +1,8 @@
-// Reads the counts that triggers maintain (migrations 0002 and 0004): a bucket's count is the sum of its
+// Reads the counts that triggers maintain (migrations 0002, 0004, 0005): a bucket's count is the sum of its
 // shards, one row per shard, so the read costs the same at ten rows or ten million.
+import { type Kysely, sql } from 'kysely';
 import { prepared } from './prepared.js';
+import type { Database } from './schema.js';
 import type { Executor } from './store.js';
 
 /** A reader of one counts table; read on every page, so compiled once (see prepared.ts). */
@@ -14,4 +16,29 @@ export function maintainedCounts(table: 'contact_counts' | 'email_counts') {
   );
   return async (db: Executor, organizationId: string, bucket: string): Promise<number> =>
     Number((await sum.first(db, organizationId, bucket))?.n ?? 0);
+}
+
+/**
+ * PostgreSQL: merges every bucket's per-connection shard rows (migration 0005) into its shard 0, so a read
+ * sums a few rows however many connections have come and gone. Rows a connection's open transaction holds
+ * are skipped until the next fold; writers never touch shard 0, so a fold never waits on them.
+ */
+export async function foldCountShards(db: Kysely<Database>): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    const { rows } = await sql<{
+      ok: boolean;
+    }>`select pg_try_advisory_xact_lock(hashtext('mailroom: fold count shards')) as ok`.execute(trx);
+    if (!rows[0]?.ok) return; // another process is folding
+    for (const table of ['contact_counts', 'email_counts'] as const) {
+      const t = sql.table(table);
+      await sql`WITH folded AS (
+          DELETE FROM ${t} WHERE (organization_id, bucket, shard) IN (
+            SELECT organization_id, bucket, shard FROM ${t} WHERE shard <> 0 FOR UPDATE SKIP LOCKED)
+          RETURNING organization_id, bucket, n)
+        INSERT INTO ${t} AS c (organization_id, bucket, shard, n)
+        SELECT organization_id, bucket, 0, sum(n) FROM folded
+        GROUP BY organization_id, bucket HAVING sum(n) <> 0 ORDER BY organization_id, bucket
+        ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = c.n + EXCLUDED.n`.execute(trx);
+    }
+  });
 }

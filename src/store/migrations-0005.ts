@@ -1,20 +1,24 @@
-// 0005: on PostgreSQL, counts kept once per statement instead of once per row, and email counts there too;
-// on both stores, deleting an organisation no longer trips over its own counts.
+// 0005: on PostgreSQL, counts kept once per statement and per connection instead of once per row, and email
+// counts there too; on both stores, deleting an organisation no longer trips over its own counts.
 //
 // 0002's PostgreSQL triggers ran once per row and added to a shard picked at random for each row. A
 // multi-row INSERT or UPDATE therefore locked counter rows in no fixed order, and two such statements at
 // once could deadlock; a 50-row insert also held every shard of its bucket until it committed. That is why
 // contact creates stayed one transaction each there, and why emails kept no counts (0004).
 // Here each statement first adds up the rows it wrote (its transition tables), then writes one upsert per
-// bucket, in sorted bucket order, all into the shard its transaction picks. Statements lock counter rows in
-// one order, and a transaction holds one shard of each bucket it touches.
+// bucket into the shard of its connection: the shard is the backend's process id. A connection runs one
+// transaction at a time, so no two open transactions ever update the same counter row: writers never wait
+// on each other for counts, and cannot deadlock on them, however their statements are ordered. (A shard
+// per transaction was tried first: two transactions that drew the same shard and touched buckets in
+// opposite orders across statements, delivery claims and results, deadlocked several times a minute.)
+// Readers sum a bucket's rows; foldCountShards (counts.ts) merges them into shard 0 now and then.
 //
 // Deletes skip an organisation that is itself being deleted: its count rows go with it (cascade), and a
 // count row written for it would break the foreign key. On SQLite the row triggers of 0002 and 0004 stay
 // (one writer, no lock order to keep); only their delete triggers are made again with that condition.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
-import { COUNT_SHARDS, counter, createCountsTable, createRowTriggers } from './migrations-0002.js';
+import { counter, createCountsTable, createRowTriggers } from './migrations-0002.js';
 import { countExistingEmails } from './migrations-0004.js';
 
 /**
@@ -53,13 +57,12 @@ function deltas(rows: 'new_rows' | 'old_rows', buckets: (r: string) => string[],
     .join(' UNION ALL ');
 }
 
-/** One upsert per bucket the statement changed, in sorted order, into the transaction's shard. */
+/** One upsert per bucket the statement changed, into the shard of this connection. */
 function upsert(countsTable: string, changes: string, onlyLiveOrgs: boolean): string {
   return `INSERT INTO ${countsTable} AS c (organization_id, bucket, shard, n)
-    SELECT organization_id, bucket, (txid_current() % ${COUNT_SHARDS})::int, sum(delta)
+    SELECT organization_id, bucket, pg_backend_pid(), sum(delta)
     FROM (${changes}) d ${onlyLiveOrgs ? `WHERE ${ORG_EXISTS('d.organization_id')}` : ''}
     GROUP BY organization_id, bucket HAVING sum(delta) <> 0
-    ORDER BY organization_id, bucket
     ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = c.n + EXCLUDED.n;`;
 }
 

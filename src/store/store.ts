@@ -11,6 +11,7 @@ import { type DialectName, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { migrateToLatest } from './migrations.js';
+import { foldCountShards } from './counts.js';
 
 export type Executor = Kysely<Database>;
 
@@ -140,6 +141,8 @@ async function retryingConflicts<T>(write: () => Promise<T>): Promise<T> {
   }
 }
 
+const FOLD_EVERY_MS = 60_000;
+
 function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   const pool = new pg.Pool({
     connectionString: databaseUrl,
@@ -161,6 +164,10 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     direct: db,
     retrying: retryingConflicts,
   });
+  // Counter rows pile up one per connection that wrote (0005); merge them now and then. A failed fold
+  // (store down, not yet migrated) changes nothing and is tried again next time.
+  const folding = setInterval(() => void foldCountShards(db).catch(() => undefined), FOLD_EVERY_MS);
+  folding.unref();
   return {
     dialect: 'postgres',
     db,
@@ -185,6 +192,7 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
       await sql`select 1`.execute(db);
     },
     async close() {
+      clearInterval(folding);
       await appender.idle();
       await group.idle();
       await db.destroy();

@@ -10,6 +10,7 @@ import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
+import { foldCountShards } from '../../src/store/counts.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import type { ContactRow, Database, NewEmail } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
@@ -224,9 +225,19 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
     expect(await expectExact(store.db, kept)).toMatchObject({ all: 12 });
   });
 
-  it('stay exact under multi-row writes from two processes at once', async () => {
+  it('stay exact under multi-row writes from two processes at once, folded meanwhile', async () => {
     const org = await newOrg(ts.store, 'busy');
     const stores = [ts.store, ts.reopen()];
+    let writing = true;
+    const folds = (async () => {
+      if (kind !== 'postgres') return 0;
+      let n = 0;
+      for (; writing; n++) {
+        await foldCountShards(ts.store.db);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      return n;
+    })();
     try {
       await Promise.all(
         stores.map(async (store, p) => {
@@ -250,6 +261,20 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
           await Promise.all([...creates, emails]);
         }),
       );
+      writing = false;
+      if (kind === 'postgres') {
+        expect(await folds).toBeGreaterThan(0);
+        // Once no transaction holds them, every bucket folds into a single row.
+        await foldCountShards(ts.store.db);
+        for (const table of ['contact_counts', 'email_counts'] as const) {
+          const shards = await ts.store.db
+            .selectFrom(table)
+            .select('shard')
+            .where('organization_id', '=', org)
+            .execute();
+          expect(new Set(shards.map((r) => r.shard)), table).toEqual(new Set([0]));
+        }
+      }
       expect(await expectExact(ts.store.db, org)).toMatchObject({ all: 240, 'tag:a': 120, 'tag:b': 120 });
       expect(await bucketSums(ts.store.db, 'email_counts', org)).toMatchObject({
         all: 240,
@@ -258,7 +283,40 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         'status:deferred': 48,
       });
     } finally {
+      writing = false;
       await stores[1]!.close();
     }
   });
+
+  it.runIf(kind === 'postgres')(
+    'on PostgreSQL, an open transaction never holds up another one counting in the same organisation',
+    async () => {
+      const org = await newOrg(ts.store, 'parallel');
+      const holder = new pg.Client({ connectionString: ts.databaseUrl });
+      const other = new pg.Client({ connectionString: ts.databaseUrl });
+      await Promise.all([holder.connect(), other.connect()]);
+      try {
+        // Counted in a shard per transaction (txid % 8), some pair of these would share one and wait: the
+        // other connection uses up 0-7 transaction ids before each of its transactions.
+        await other.query(`SET statement_timeout = '3s'`);
+        const insert = `INSERT INTO emails (id, organization_id, status, from_address, to_addresses,
+            cc_addresses, bcc_addresses, reply_to, subject, headers, tags, message_id, created_at, updated_at)
+          VALUES ($1, $2, 'queued', 'a@x.org', '[]', '[]', '[]', '[]', 's', '{}', '[]', $1, $3, $3)`;
+        for (let i = 0; i < 16; i++) {
+          await holder.query('BEGIN');
+          await holder.query(insert, [`held-${i}`, org, AT]);
+          await holder.query(`UPDATE emails SET status = 'sending' WHERE id = $1`, [`held-${i}`]);
+          for (let k = 0; k < i % 8; k++) await other.query('SELECT txid_current()');
+          await other.query('BEGIN');
+          await other.query(insert, [`free-${i}`, org, AT]);
+          await other.query(`UPDATE emails SET status = 'sending' WHERE id = $1`, [`free-${i}`]);
+          await other.query('COMMIT');
+          await holder.query('COMMIT');
+        }
+      } finally {
+        await Promise.all([holder.end(), other.end()]);
+      }
+      expect(await bucketSums(ts.store.db, 'email_counts', org)).toEqual({ all: 32, 'status:sending': 32 });
+    },
+  );
 });
