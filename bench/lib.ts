@@ -54,6 +54,11 @@ export function cli(args: string[], env: Record<string, string>): Record<string,
   return JSON.parse(out.toString().trim().split('\n').pop()!) as Record<string, unknown>;
 }
 
+/** autocannon's `requests`: one request whose JSON body is made anew each time (a unique email, say). */
+export function freshBodies(make: () => unknown) {
+  return [{ setupRequest: <R extends object>(req: R) => ({ ...req, body: JSON.stringify(make()) }) }];
+}
+
 /** The server environment of every bench run: quiet logs, no rate limit in the way, the local SMTP sink. */
 export function benchEnv(
   dataDir: string,

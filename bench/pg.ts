@@ -13,7 +13,7 @@ import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
-import { ROOT, benchEnv, freePort, startChild, waitHealthy } from './lib.js';
+import { ROOT, benchEnv, freePort, freshBodies, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
 import { type Sink, rawDeliveryRate, startSink } from './sink.js';
@@ -108,17 +108,10 @@ async function main(): Promise<void> {
         {
           method: 'POST',
           headers,
-          requests: [
-            {
-              setupRequest: (req) => ({
-                ...req,
-                body: JSON.stringify({
-                  email: `pg${created++}@bench.test`,
-                  tags: created % 2 ? ['red', 'blue'] : ['blue', 'red'],
-                }),
-              }),
-            },
-          ],
+          requests: freshBodies(() => ({
+            email: `pg${created++}@bench.test`,
+            tags: created % 2 ? ['red', 'blue'] : ['blue', 'red'],
+          })),
         },
       );
       const read = await spread(

@@ -10,7 +10,16 @@ import autocannon from 'autocannon';
 import { medianOf, rawDeliveryRate, startSink } from './sink.js';
 import { renderChart } from './chart.js';
 import { writeSection } from './report.js';
-import { ROOT, benchEnv, freePort, rssMiB, startChild, startServerWithKey, waitHealthy } from './lib.js';
+import {
+  ROOT,
+  benchEnv,
+  freePort,
+  freshBodies,
+  rssMiB,
+  startChild,
+  startServerWithKey,
+  waitHealthy,
+} from './lib.js';
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = 50;
@@ -93,17 +102,10 @@ async function main(): Promise<void> {
       amount: SEED_CONTACTS,
       method: 'POST',
       headers,
-      requests: [
-        {
-          setupRequest: (req) => ({
-            ...req,
-            body: JSON.stringify({
-              email: `seed${seeded++}@example.test`,
-              tags: seeded % 10 === 0 ? ['vip'] : [],
-            }),
-          }),
-        },
-      ],
+      requests: freshBodies(() => ({
+        email: `seed${seeded++}@example.test`,
+        tags: seeded % 10 === 0 ? ['vip'] : [],
+      })),
     } as Cannon);
 
     const http = async (name: string, target: number, opts: Partial<Cannon>) => {
@@ -119,14 +121,7 @@ async function main(): Promise<void> {
     await http('POST /api/v1/contacts', 0.25, {
       url: `${base}/api/v1/contacts`,
       method: 'POST',
-      requests: [
-        {
-          setupRequest: (req) => ({
-            ...req,
-            body: JSON.stringify({ email: `bench${n++}-${Date.now()}@example.test`, firstName: 'Bench' }),
-          }),
-        },
-      ],
+      requests: freshBodies(() => ({ email: `bench${n++}-${Date.now()}@example.test`, firstName: 'Bench' })),
     });
     const emailBody = JSON.stringify({
       to: 'reader@example.test',

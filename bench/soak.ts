@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { writeSection } from './report.js';
-import { ROOT, benchEnv, freePort, rssMiB, startServerWithKey } from './lib.js';
+import { ROOT, benchEnv, freePort, freshBodies, rssMiB, startServerWithKey } from './lib.js';
 import { startSink } from './sink.js';
 
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
@@ -34,9 +34,7 @@ function p99(values: number[]): number {
 function workload(listId: string, contactIds: string[]): Request[] {
   let n = 0;
   const pick = () => contactIds[n % contactIds.length]!;
-  const body = (make: () => unknown) => ({
-    setupRequest: (req: object) => ({ ...req, body: JSON.stringify(make()) }),
-  });
+  const body = (make: () => unknown) => freshBodies(make)[0]!;
   const send = (): Request => ({
     method: 'POST',
     path: '/api/v1/emails',
