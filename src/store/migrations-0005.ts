@@ -78,27 +78,22 @@ async function statementTrigger(
     UPDATE: 'OLD TABLE AS old_rows NEW TABLE AS new_rows',
     DELETE: 'OLD TABLE AS old_rows',
   }[event];
+  // OR REPLACE: 0002's row trigger of the same name becomes this one in place. Replacing a trigger locks
+  // out writes to its table until the migration commits, but not reads; dropping it would lock out reads
+  // too, and readers that lock contact_tags before contacts (tag pages) would deadlock with it.
   await sql
-    .raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`)
+    .raw(
+      `CREATE OR REPLACE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body} RETURN NULL; END $$`,
+    )
     .execute(db);
   await sql
     .raw(
-      `CREATE TRIGGER ${name} AFTER ${event} ON ${table} REFERENCING ${transition} FOR EACH STATEMENT EXECUTE FUNCTION ${name}()`,
+      `CREATE OR REPLACE TRIGGER ${name} AFTER ${event} ON ${table} REFERENCING ${transition} FOR EACH STATEMENT EXECUTE FUNCTION ${name}()`,
     )
     .execute(db);
 }
 
 async function countPerStatement(db: Kysely<unknown>): Promise<void> {
-  // 0002's row triggers; dropping a function drops the trigger that runs it.
-  for (const name of [
-    'contacts_count_ins',
-    'contacts_count_del',
-    'contacts_count_upd',
-    'contact_tags_count_ins',
-    'contact_tags_count_del',
-  ]) {
-    await sql.raw(`DROP FUNCTION ${name}() CASCADE`).execute(db);
-  }
   await createCountsTable(db, 'email_counts');
 
   for (const { table, countsTable, buckets, updatable } of COUNTED) {
@@ -130,15 +125,21 @@ async function countPerStatement(db: Kysely<unknown>): Promise<void> {
 
 /** SQLite: the delete triggers of 0002 and 0004 again, skipping an organisation that is being deleted. */
 async function skipDeletedOrganisations(db: Kysely<unknown>): Promise<void> {
-  for (const { table, countsTable, buckets } of COUNTED) {
-    const name = `${table}_count_del`;
-    const { bump } = counter('sqlite', countsTable);
-    const body = buckets('OLD')
-      .map((b) => bump('OLD.organization_id', b, -1))
-      .join('\n');
-    await sql.raw(`DROP TRIGGER ${name}`).execute(db);
-    await createRowTriggers(db, 'sqlite', [[name, 'DELETE', table, body, ORG_EXISTS('OLD.organization_id')]]);
-  }
+  // Kysely runs SQLite migrations outside a transaction: without one, a stop between a drop and its
+  // create would leave deletes uncounted, and this migration failing on every later start.
+  await db.transaction().execute(async (trx) => {
+    for (const { table, countsTable, buckets } of COUNTED) {
+      const name = `${table}_count_del`;
+      const { bump } = counter('sqlite', countsTable);
+      const body = buckets('OLD')
+        .map((b) => bump('OLD.organization_id', b, -1))
+        .join('\n');
+      await sql.raw(`DROP TRIGGER IF EXISTS ${name}`).execute(trx);
+      await createRowTriggers(trx, 'sqlite', [
+        [name, 'DELETE', table, body, ORG_EXISTS('OLD.organization_id')],
+      ]);
+    }
+  });
 }
 
 export function countsPerStatement(dialect: DialectName): Migration {

@@ -123,7 +123,12 @@ async function olderStore(kind: 'sqlite' | 'postgres', migration: string) {
     dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
   });
   await migrateTo(db as Kysely<unknown>, kind, migration);
-  return { db, open: () => createStore({ databaseUrl: created.url, dataDir: tmpdir() }), drop: created.drop };
+  return {
+    db,
+    url: created.url,
+    open: () => createStore({ databaseUrl: created.url, dataDir: tmpdir() }),
+    drop: created.drop,
+  };
 }
 
 describe.each(storeKinds())('maintained counts on %s', (kind) => {
@@ -197,6 +202,41 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
       await old.drop();
     }
   });
+
+  it.runIf(kind === 'postgres')(
+    'on PostgreSQL, are upgraded without locking out readers of contacts and tags',
+    async () => {
+      const old = await olderStore(kind, '0004_email_counts');
+      await old.db.insertInto('organizations').values({ id: 'live', name: 'live', created_at: AT }).execute();
+      await insertContacts(
+        old.db,
+        Array.from({ length: 10 }, (_, i) => contact('live', i)),
+      );
+      await old.db.destroy();
+      const store = old.open();
+      const reader = new pg.Client({ connectionString: old.url });
+      try {
+        // A tag page reads contact_tags, then contacts, in one transaction.
+        await reader.connect();
+        await reader.query('BEGIN');
+        await reader.query(`SELECT count(*) FROM contact_tags`);
+        const migrated = store.migrate();
+        const settled = await Promise.race([
+          migrated.then(() => 'migrated'),
+          new Promise((r) => setTimeout(() => r('still waiting'), 3000)),
+        ]);
+        expect(settled).toBe('migrated');
+        expect((await reader.query(`SELECT count(*) AS n FROM contacts`)).rows[0].n).toBe('10');
+        await reader.query('COMMIT');
+        await migrated;
+        await expectExact(store.db, 'live');
+      } finally {
+        await reader.end();
+        await store.close();
+        await old.drop();
+      }
+    },
+  );
 
   it('let an organisation with contacts, tags and emails be deleted, and keep the others', async () => {
     const { store } = ts;
