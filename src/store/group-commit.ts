@@ -4,14 +4,18 @@
 // goes through it on SQLite; on PostgreSQL, writes that tolerate company (the worker's results) do.
 import { type Kysely, sql } from 'kysely';
 import { BatchQueue } from './batch-queue.js';
+import { isRetryableConflict } from './dialect.js';
 
 interface Job<DB> {
   fn: (trx: Kysely<DB>) => Promise<unknown>;
   resolve: (value: unknown) => void;
   reject: (err: unknown) => void;
+  /** Times it lost a deadlock (PostgreSQL) and went back in the queue. */
+  conflicts: number;
 }
 
 const MAX_BATCH = 256;
+const MAX_CONFLICTS = 5;
 
 export class GroupCommit<DB> {
   private readonly queue = new BatchQueue<Job<DB>>((batch) => this.runBatch(batch), MAX_BATCH);
@@ -23,7 +27,7 @@ export class GroupCommit<DB> {
 
   run<T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject, conflicts: 0 });
     });
   }
 
@@ -51,14 +55,27 @@ export class GroupCommit<DB> {
       });
       this.commits++;
     } catch (err) {
-      for (const job of batch) job.reject(err);
+      for (const job of batch) this.fail(job, err);
       return;
     }
     batch.forEach((job, i) => {
       const outcome = outcomes[i]!;
       if (outcome.ok) job.resolve(outcome.value);
-      else job.reject(outcome.value);
+      else this.fail(job, outcome.value);
     });
+  }
+
+  /**
+   * A write that lost a deadlock runs again in a later transaction: in this one, the lock it waited for
+   * may be held by an earlier write's savepoint, so retrying here could only lose again.
+   */
+  private fail(job: Job<DB>, err: unknown): void {
+    if (isRetryableConflict(err) && job.conflicts < MAX_CONFLICTS) {
+      job.conflicts++;
+      this.queue.push(job);
+    } else {
+      job.reject(err);
+    }
   }
 }
 

@@ -211,4 +211,35 @@ describe('group commit', () => {
     expect(rows[0]!.c).toBe(100);
     await db.destroy();
   });
+
+  it('runs a write that lost a deadlock again in a later transaction, up to five times', async () => {
+    const db = new Kysely<{ t: { n: number } }>({
+      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+    });
+    await db.schema.createTable('t').addColumn('n', 'integer').execute();
+    const group = new GroupCommit(sqliteImmediateTransaction(db));
+    const deadlock = Object.assign(new Error('deadlock detected'), { code: '40P01' });
+    const runs = { unlucky: 0, hopeless: 0 };
+    // Each writes its row, then loses a deadlock: the first twice, the second every time.
+    const unlucky = group.run(async (trx) => {
+      await trx.insertInto('t').values({ n: 1 }).execute();
+      if (++runs.unlucky <= 2) throw deadlock;
+      return 'written';
+    });
+    const hopeless = group.run(async (trx) => {
+      runs.hopeless++;
+      await trx.insertInto('t').values({ n: 2 }).execute();
+      throw deadlock;
+    });
+    const others = Array.from({ length: 10 }, () =>
+      group.run((trx) => trx.insertInto('t').values({ n: 3 }).execute()),
+    );
+    expect(await unlucky).toBe('written');
+    await expect(hopeless).rejects.toBe(deadlock);
+    await Promise.all(others);
+    expect(runs).toEqual({ unlucky: 3, hopeless: 6 });
+    const rows = await db.selectFrom('t').select('n').orderBy('n').execute();
+    expect(rows.map((r) => r.n)).toEqual([1, ...Array<number>(10).fill(3)]);
+    await db.destroy();
+  });
 });
