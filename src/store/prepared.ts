@@ -2,10 +2,11 @@
 // compiling (operation-node trees, freezes, visitors) cost more than SQLite takes to answer a key lookup;
 // for the hot reads the SQL text never changes, only its values. The shape is built once per store with a
 // placeholder for each argument, the placeholders are found among the compiled parameters, and every call
-// runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL.
+// runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL, taken
+// straight to better-sqlite3 on the SQLite store's reader (store.ts, readsOf).
 import { randomBytes } from 'node:crypto';
 import type { Compilable, CompiledQuery } from 'kysely';
-import type { Executor } from './store.js';
+import { type Executor, directRead } from './store.js';
 
 /** Where a compiled parameter comes from: an argument's index, or a value the shape itself holds. */
 type Slot = { arg: number } | { value: unknown };
@@ -55,6 +56,9 @@ export function prepared<A extends unknown[], R>(
       const slot = slots[i]!;
       parameters[i] = 'arg' in slot ? args[slot.arg] : slot.value;
     }
+    // The SQLite reader runs it at once; anything else (a transaction, PostgreSQL) through kysely.
+    const direct = directRead(db);
+    if (direct) return direct(compiled.sql, parameters) as R[];
     const query: CompiledQuery<R> = {
       query: compiled.query,
       queryId: compiled.queryId,

@@ -90,7 +90,10 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
         ] as const) {
           const expected = await pageQuery(db, org, name, limit, offset).execute();
           expect(expected.length).toBeGreaterThan(0);
-          expect(await page.all(db, org, name, limit, offset)).toEqual(expected);
+          const rows = await page.all(db, org, name, limit, offset);
+          expect(rows).toEqual(expected);
+          // The same keys in the same order too (the SQLite reader builds its row objects itself).
+          expect(JSON.stringify(rows)).toBe(JSON.stringify(expected));
         }
       }
     }
