@@ -3,10 +3,11 @@
 // for the hot reads the SQL text never changes, only its values. The shape is built once per store with a
 // placeholder for each argument, the placeholders are found among the compiled parameters, and every call
 // runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL, taken
-// straight to better-sqlite3 on the SQLite store's reader (store.ts, readsOf).
+// straight to better-sqlite3 on the SQLite store's reader (sqlite-reads.ts).
 import { randomBytes } from 'node:crypto';
 import type { Compilable, CompiledQuery } from 'kysely';
-import { type Executor, directRead } from './store.js';
+import { directRead } from './sqlite-reads.js';
+import type { Executor } from './store.js';
 
 /** Where a compiled parameter comes from: an argument's index, or a value the shape itself holds. */
 type Slot = { arg: number } | { value: unknown };
@@ -56,9 +57,9 @@ export function prepared<A extends unknown[], R>(
       const slot = slots[i]!;
       parameters[i] = 'arg' in slot ? args[slot.arg] : slot.value;
     }
-    // The SQLite reader runs it at once; anything else (a transaction, PostgreSQL) through kysely.
+    // On the SQLite reader gathered with other reads; anything else (a transaction, PostgreSQL) through kysely.
     const direct = directRead(db);
-    if (direct) return direct(compiled.sql, parameters) as R[];
+    if (direct) return (await direct(compiled.sql, parameters)) as R[];
     const query: CompiledQuery<R> = {
       query: compiled.query,
       queryId: compiled.queryId,

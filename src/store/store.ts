@@ -12,18 +12,9 @@ import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
+import { gatherReads } from './sqlite-reads.js';
 
 export type Executor = Kysely<Database>;
-
-/** Runs one read statement and returns its rows, as kysely would, but synchronously. */
-export type DirectRead = (sql: string, parameters: readonly unknown[]) => unknown[];
-
-const directReads = new WeakMap<Executor, DirectRead>();
-
-/** The direct path to the connection behind `db`, when it has one (the SQLite store's reader). */
-export function directRead(db: Executor): DirectRead | undefined {
-  return directReads.get(db);
-}
 
 export interface Store {
   readonly dialect: DialectName;
@@ -69,36 +60,6 @@ function openSqlite(file: string, synchronous: string, readonly: boolean): Bette
   return withStatementCache(conn);
 }
 
-/**
- * Reads on a SQLite connection without kysely's driver. The driver queues each query behind a mutex and
- * a chain of promises, and better-sqlite3 builds a row object in C++ with a string lookup and a shape
- * change per column; a raw-mode statement whose value arrays are made into objects here costs less.
- * Same SQL, same values, same row objects. Its statements are its own: raw mode must not reach kysely's.
- */
-function readsOf(conn: BetterSqlite3.Database): DirectRead {
-  const statements = new Map<string, { statement: BetterSqlite3.Statement; columns: string[] }>();
-  return (sql, parameters) => {
-    let entry = statements.get(sql);
-    if (!entry) {
-      const statement = BetterSqlite3.prototype.prepare.call(conn, sql);
-      if (!statement.reader) throw new Error(`not a read: ${sql}`);
-      entry = { statement: statement.raw(true), columns: statement.columns().map((c) => c.name) };
-      // Only prepared shapes come here (store/prepared.ts): a fixed, small set.
-      statements.set(sql, entry);
-    }
-    const { statement, columns } = entry;
-    const values = statement.all(parameters) as unknown[][];
-    const rows = new Array<Record<string, unknown>>(values.length);
-    for (let r = 0; r < values.length; r++) {
-      const row: Record<string, unknown> = {};
-      const value = values[r]!;
-      for (let c = 0; c < columns.length; c++) row[columns[c]!] = value[c];
-      rows[r] = row;
-    }
-    return rows;
-  };
-}
-
 /** kysely prepares every query anew; the same SQL text reuses its compiled statement instead. */
 function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Database {
   const cache = new Map<string, BetterSqlite3.Statement>();
@@ -142,7 +103,7 @@ function createSqliteStore(options: StoreOptions): Store {
       if (!reader) {
         const conn = openSqlite(file, synchronous, true);
         reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: conn }) });
-        directReads.set(reader, readsOf(conn));
+        gatherReads(reader, conn);
       }
       return reader;
     },

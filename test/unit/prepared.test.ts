@@ -125,6 +125,38 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
     expect(seen).toBe('renamed');
   });
 
+  // On SQLite, reads asked for together run together (store/sqlite-reads.ts): each keeps its own answer.
+  it('answers many reads asked for at once, each with its own rows, and fails only a failing one', async () => {
+    const broken = prepared((db, id: string) =>
+      db
+        .selectFrom('lists')
+        .select(sql<string>`no_such_column`.as('x'))
+        .where('id', '=', id),
+    );
+    const ids = orgs.flatMap((org) => [0, 1, 2, 3, 4, 5].map((i) => [org, `${org}-${i}`] as const));
+    const [bad, ...rows] = await Promise.allSettled([
+      broken.all(db, 'org-a-0'),
+      ...ids.map(([org, id]) => byId.first(db, org, id)),
+      byId.first(db, 'org-a', 'org-b-0'),
+    ]);
+    expect(bad.status).toBe('rejected');
+    expect(rows.map((r) => (r.status === 'fulfilled' ? r.value?.id : 'failed'))).toEqual([
+      ...ids.map(([, id]) => id),
+      undefined,
+    ]);
+  });
+
+  it('sees a write committed before the read was asked for', async () => {
+    await ts.store.write((trx) =>
+      trx.updateTable('lists').set({ name: 'seen' }).where('id', '=', 'org-a-4').execute(),
+    );
+    const [row] = await Promise.all([byId.first(db, 'org-a', 'org-a-4'), byId.first(db, 'org-a', 'org-a-3')]);
+    expect(row?.name).toBe('seen');
+    await ts.store.write((trx) =>
+      trx.updateTable('lists').set({ name: HOSTILE[3]! }).where('id', '=', 'org-a-4').execute(),
+    );
+  });
+
   it('refuses a shape that drops, inlines or alters an argument', async () => {
     const dropped = prepared((db, _id: string) => db.selectFrom('lists').select('id').where('id', '=', 'x'));
     await expect(dropped.all(db, 'org-a-0')).rejects.toThrow(/binds 0 of its 1/);

@@ -1,0 +1,102 @@
+// Reads on the SQLite store's reader without kysely's driver, gathered. The driver queues each query behind
+// a mutex and a chain of promises, and better-sqlite3 builds a row object in C++ with a string lookup and a
+// shape change per column; a raw-mode statement whose value arrays are made into objects here costs less.
+// The reads asked for while the event loop handles one round of sockets run together once that round is
+// done, in one read transaction: a lookup run alone, between two requests' work, costs several times what
+// the same lookup costs right after another (SQLite's pages and structures have left the CPU caches), and
+// each statement outside a transaction takes and drops the WAL read locks. Every read still starts after
+// its request arrived, so it sees every write committed before that. Same SQL, values and row objects.
+import BetterSqlite3 from 'better-sqlite3';
+import type { Executor } from './store.js';
+
+/** Runs one read statement and resolves to its rows, as kysely would. */
+export type DirectRead = (sql: string, parameters: readonly unknown[]) => Promise<unknown[]>;
+
+const directReads = new WeakMap<Executor, DirectRead>();
+
+/** The gathered path to the connection behind `db`, when it has one (the SQLite store's reader). */
+export function directRead(db: Executor): DirectRead | undefined {
+  return directReads.get(db);
+}
+
+interface Pending {
+  sql: string;
+  parameters: readonly unknown[];
+  resolve: (rows: unknown[]) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Gives `db` (a Kysely over `conn` alone, with no plugins) a gathered path for prepared reads. */
+export function gatherReads(db: Executor, conn: BetterSqlite3.Database): void {
+  // Its statements are its own: raw mode must not reach the ones kysely runs on this connection.
+  const prepare = (sql: string): BetterSqlite3.Statement<unknown[]> =>
+    BetterSqlite3.prototype.prepare.call(conn, sql);
+  const statements = new Map<string, { statement: BetterSqlite3.Statement<unknown[]>; columns: string[] }>();
+  const begin = prepare('begin');
+  const commit = prepare('commit');
+  const rollback = prepare('rollback');
+  let pending: Pending[] = [];
+
+  const run = (sql: string, parameters: readonly unknown[]): unknown[] => {
+    let entry = statements.get(sql);
+    if (!entry) {
+      const statement = prepare(sql);
+      if (!statement.reader) throw new Error(`not a read: ${sql}`);
+      entry = { statement: statement.raw(true), columns: statement.columns().map((c) => c.name) };
+      // Only prepared shapes come here (store/prepared.ts): a fixed, small set.
+      statements.set(sql, entry);
+    }
+    const { statement, columns } = entry;
+    const values = statement.all(parameters) as unknown[][];
+    const rows = new Array<Record<string, unknown>>(values.length);
+    for (let r = 0; r < values.length; r++) {
+      const row: Record<string, unknown> = {};
+      const value = values[r]!;
+      for (let c = 0; c < columns.length; c++) row[columns[c]!] = value[c];
+      rows[r] = row;
+    }
+    return rows;
+  };
+
+  const flush = () => {
+    const batch = pending;
+    pending = [];
+    // Several reads share one transaction; a lone read needs none, and if BEGIN fails they run one by one.
+    let together = false;
+    if (batch.length > 1) {
+      try {
+        begin.run();
+        together = true;
+      } catch {
+        together = false;
+      }
+    }
+    for (const read of batch) {
+      let rows: unknown[];
+      try {
+        rows = run(read.sql, read.parameters);
+      } catch (err) {
+        read.reject(err);
+        continue;
+      }
+      read.resolve(rows);
+    }
+    // A read-only transaction has nothing to keep; ending it is all that matters.
+    if (together && conn.inTransaction) {
+      try {
+        commit.run();
+      } catch {
+        rollback.run();
+      }
+    }
+  };
+
+  directReads.set(
+    db,
+    (sql, parameters) =>
+      new Promise((resolve, reject) => {
+        if (pending.length === 0) setImmediate(flush);
+        pending.push({ sql, parameters, resolve, reject });
+      }),
+  );
+}
