@@ -1,8 +1,7 @@
 // Reads the counts that triggers maintain (migrations 0002, 0004, 0005): a bucket's count is the sum of its
 // shards, one row per shard, so the read costs the same at ten rows or ten million.
-import { type Kysely, sql } from 'kysely';
+import { sql } from 'kysely';
 import { prepared } from './prepared.js';
-import type { Database } from './schema.js';
 import type { Executor } from './store.js';
 
 /** A reader of one counts table; read on every page, so compiled once (see prepared.ts). */
@@ -23,7 +22,7 @@ export function maintainedCounts(table: 'contact_counts' | 'email_counts') {
  * sums a few rows however many connections have come and gone. Rows a connection's open transaction holds
  * are skipped until the next fold; writers never touch shard 0, so a fold never waits on them.
  */
-export async function foldCountShards(db: Kysely<Database>): Promise<void> {
+export async function foldCountShards(db: Executor): Promise<void> {
   await db.transaction().execute(async (trx) => {
     const { rows } = await sql<{
       ok: boolean;

@@ -107,7 +107,7 @@ export interface IdempotencyKeysTable {
   created_at: string;
 }
 
-/** Counts that triggers maintain (migrations 0002 and 0004): a bucket's count is the sum of its shards. */
+/** Counts that triggers maintain (migrations 0002, 0004, 0005): a bucket's count is the sum of its shards. */
 export interface CountsTable {
   organization_id: string;
   bucket: string;

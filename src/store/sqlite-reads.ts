@@ -68,7 +68,7 @@ export function gatherReads(db: Executor, conn: BetterSqlite3.Database): void {
         begin.run();
         together = true;
       } catch {
-        together = false;
+        // run them one by one
       }
     }
     for (const read of batch) {

@@ -130,8 +130,8 @@ function createSqliteStore(options: StoreOptions): Store {
 }
 
 /**
- * Runs a PostgreSQL write again when it lost a deadlock or a serialization conflict: writers that lock rows
- * in different orders (a contact's tags, counter rows) back off a little and run again.
+ * Runs a PostgreSQL write again when it lost a deadlock or a serialization conflict: writers that lock the
+ * same rows in different orders (a contact and its tags, say) back off a little and run again.
  */
 async function retryingConflicts<T>(write: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
