@@ -35,6 +35,23 @@ export function rssMiB(pid: number): number {
   return Math.round(kb / 1024);
 }
 
+const CLOCK_TICKS = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/** CPU time (user + system, every thread) the process has used so far, in µs, from /proc. */
+export function cpuMicros(pid: number): number {
+  // The fields after the command name (which may hold spaces) start at the process state; utime and
+  // stime are the 14th and 15th fields of the line.
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
+}
+
 export function startChild(args: string[], env: Record<string, string>): ChildProcess {
   const child = spawn(process.execPath, args, {
     cwd: ROOT,

@@ -13,6 +13,7 @@ import { writeSection } from './report.js';
 import {
   ROOT,
   benchEnv,
+  cpuMicros,
   freePort,
   freshBodies,
   rssMiB,
@@ -36,25 +37,32 @@ export interface Row {
   ceiling: number;
   target: number;
   unit: string;
+  /** Server CPU time (all its threads) per request during the run, in µs; the ceiling's beside it. */
+  cpuUs?: number | undefined;
+  ceilingCpuUs?: number | undefined;
 }
 
 type Cannon = Parameters<typeof autocannon>[0];
 
-async function cannon(opts: Partial<Cannon> & { url: string }) {
+/** The server's CPU time per request over the run, read from /proc: steadier than req/s on a shared box. */
+async function cannon(opts: Partial<Cannon> & { url: string }, pid: number) {
+  const before = cpuMicros(pid);
   const result = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts } as Cannon);
+  const used = cpuMicros(pid) - before;
   return {
     rps: Math.round(result.requests.average),
     p99: result.latency.p99,
     errors: result.errors + result.non2xx + result.timeouts,
+    cpuUs: result.requests.total > 0 ? Math.round(used / result.requests.total) : undefined,
   };
 }
 
-async function ceilingHttp(): Promise<{ rps: number; p99: number }> {
+async function ceilingHttp(): Promise<{ rps: number; p99: number; cpuUs?: number | undefined }> {
   const port = await freePort();
   const child = startChild(['--import', 'tsx', 'bench/ceiling-server.ts'], { PORT: String(port) });
   try {
     await waitHealthy(`http://127.0.0.1:${port}/ceiling`);
-    return await cannon({ url: `http://127.0.0.1:${port}/ceiling` });
+    return await cannon({ url: `http://127.0.0.1:${port}/ceiling` }, child.pid!);
   } finally {
     child.kill('SIGTERM');
   }
@@ -110,8 +118,8 @@ async function main(): Promise<void> {
 
     const http = async (name: string, target: number, opts: Partial<Cannon>) => {
       console.log(`measuring ${name}…`);
-      const r = await cannon({ url: base, headers, ...opts });
-      rows.push({ name, ...r, ceiling: ceiling.rps, target, unit: 'req/s' });
+      const r = await cannon({ url: base, headers, ...opts }, started.server.pid!);
+      rows.push({ name, ...r, ceiling: ceiling.rps, ceilingCpuUs: ceiling.cpuUs, target, unit: 'req/s' });
     };
     await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${list.list.id}` });
     await http(`GET /api/v1/contacts?limit=20 (10k contacts)`, 0.3, {
@@ -192,7 +200,7 @@ async function main(): Promise<void> {
 function writeReport(
   rows: Row[],
   m: {
-    ceiling: { rps: number; p99: number };
+    ceiling: { rps: number; p99: number; cpuUs?: number | undefined };
     rawDelivery: { median: number; min: number; max: number };
     e2e: { median: number; min: number; max: number };
     coldStartMs: number;
@@ -205,13 +213,13 @@ function writeReport(
     '## Throughput against the ceilings',
     '',
     `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench\` on ${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, store: ${process.env.BENCH_DATABASE_URL ? 'PostgreSQL' : 'SQLite (WAL, synchronous=FULL)'}.`,
-    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process, measured in the same run (${m.ceiling.rps} req/s, p99 ${m.ceiling.p99} ms). Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) in a process of its own, into the same local SMTP sink (median of ${DELIVERY_RUNS} runs ${m.rawDelivery.median} msg/s, range ${m.rawDelivery.min}–${m.rawDelivery.max}); Mailroom's end-to-end runs ranged ${m.e2e.min}–${m.e2e.max} msg/s. The machine is shared and noisy: compare ratios, not absolute numbers.`,
+    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process, measured in the same run (${m.ceiling.rps} req/s, p99 ${m.ceiling.p99} ms, ${m.ceiling.cpuUs ?? '–'} µs of server CPU per request). The CPU column is the server's CPU time (all threads, from /proc) per request during the run, with the bare route's in brackets: it moves less than req/s when other work shares the machine, though it still grows when the box is busy. Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) in a process of its own, into the same local SMTP sink (median of ${DELIVERY_RUNS} runs ${m.rawDelivery.median} msg/s, range ${m.rawDelivery.min}–${m.rawDelivery.max}); Mailroom's end-to-end runs ranged ${m.e2e.min}–${m.e2e.max} msg/s. The machine is shared and noisy: compare ratios, not absolute numbers.`,
     '',
-    '| what | throughput | p99 ms | errors | ceiling | ratio | target |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| what | throughput | p99 ms | errors | ceiling | ratio | target | server CPU µs/req (bare route) |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...rows.map(
       (r) =>
-        `| ${r.name} | ${r.rps} ${r.unit} | ${r.p99 || '–'} | ${r.errors} | ${r.ceiling} | ${(r.rps / r.ceiling).toFixed(2)} | ≥ ${r.target} |`,
+        `| ${r.name} | ${r.rps} ${r.unit} | ${r.p99 || '–'} | ${r.errors} | ${r.ceiling} | ${(r.rps / r.ceiling).toFixed(2)} | ≥ ${r.target} | ${r.cpuUs === undefined ? '–' : `${r.cpuUs} (${r.ceilingCpuUs ?? '–'})`} |`,
     ),
     '',
     `Cold start to first 200 on /health: ${Math.round(m.coldStartMs)} ms. RSS idle ${m.idleRss} MiB, after the load ${m.loadRss} MiB.`,
