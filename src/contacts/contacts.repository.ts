@@ -5,7 +5,7 @@ import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsPattern, forUpdate } from '../store/dialect.js';
 import type { Page } from '../http/schemas.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
-import { prepared } from '../store/prepared.js';
+import { prepared, rowCount } from '../store/prepared.js';
 import { CONTACT_FIELDS, type ContactFields } from './contact-fields.js';
 
 export interface ContactFilter {
@@ -151,8 +151,8 @@ function organizationPage(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
-  limit: number,
-  offset: number,
+  limit: number | RawBuilder<number>,
+  offset: number | RawBuilder<number>,
 ) {
   return byOrganization(db, organizationId, filter)
     .orderBy('contacts.created_at', 'desc')
@@ -163,7 +163,7 @@ function organizationPage(
 
 // The unfiltered page, the most common read: compiled once, and only the columns the API shows.
 const unfilteredPage = prepared((db, organizationId: string, limit: number, offset: number) =>
-  organizationPage(db, organizationId, {}, limit, offset).select(CONTACT_FIELDS),
+  organizationPage(db, organizationId, {}, rowCount(limit), rowCount(offset)).select(CONTACT_FIELDS),
 );
 
 // A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows
@@ -178,8 +178,8 @@ const tagPage = prepared((db, organizationId: string, tag: string, limit: number
         .where('contact_tags.tag', '=', tag)
         .orderBy('contact_tags.contact_created_at', 'desc')
         .orderBy('contact_tags.contact_id', 'desc')
-        .limit(limit)
-        .offset(offset)
+        .limit(rowCount(limit))
+        .offset(rowCount(offset))
         .as('page'),
     )
     .innerJoin('contacts', 'contacts.id', 'page.contact_id')

@@ -5,7 +5,7 @@
 // runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL, taken
 // straight to better-sqlite3 on the SQLite store's reader (sqlite-reads.ts).
 import { randomBytes } from 'node:crypto';
-import type { Compilable, CompiledQuery } from 'kysely';
+import { type Compilable, type CompiledQuery, type RawBuilder, sql } from 'kysely';
 import { directRead } from './sqlite-reads.js';
 import type { Executor } from './store.js';
 
@@ -73,6 +73,16 @@ export function prepared<A extends unknown[], R>(
     all: (db, ...args) => run(db, args),
     first: async (db, ...args) => (await run(db, args))[0],
   };
+}
+
+/**
+ * A LIMIT or OFFSET value for a prepared shape. SQLite's planner reads the value bound to a bare parameter
+ * there, so binding it again expires the statement, and every run would parse and plan it anew (about as
+ * long as reading a 20-row page). The value of an expression is read only as the statement runs.
+ * Same rows on both stores; bigint, as PostgreSQL infers for a bare LIMIT or OFFSET parameter.
+ */
+export function rowCount(value: number): RawBuilder<number> {
+  return sql<number>`cast(${value} as bigint)`;
 }
 
 function compileShape<A extends unknown[]>(

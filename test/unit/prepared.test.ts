@@ -1,8 +1,8 @@
 // prepared(): a query shape compiled once per store and run with new values must answer exactly what the
 // same kysely query answers, on both stores, whatever text the values hold.
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { prepared } from '../../src/store/prepared.js';
+import { prepared, rowCount } from '../../src/store/prepared.js';
 import type { Executor } from '../../src/store/store.js';
 import { type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
 
@@ -66,7 +66,13 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
   });
 
   // One argument used twice, a constant the shape holds, numbers for limit and offset.
-  const pageQuery = (db: Executor, organizationId: string, name: string, limit: number, offset: number) =>
+  const pageQuery = (
+    db: Executor,
+    organizationId: string,
+    name: string,
+    limit: number | RawBuilder<number>,
+    offset: number | RawBuilder<number>,
+  ) =>
     db
       .selectFrom('lists')
       .select(['id', 'name', 'description'])
@@ -79,6 +85,10 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
       .limit(limit)
       .offset(offset);
   const page = prepared(pageQuery);
+  // The same with its limit and offset as rowCount values, as the prepared pages take them.
+  const countedPage = prepared((db, organizationId: string, name: string, limit: number, offset: number) =>
+    pageQuery(db, organizationId, name, rowCount(limit), rowCount(offset)),
+  );
 
   it('answers what the same kysely query answers', async () => {
     for (const org of orgs) {
@@ -90,13 +100,21 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
         ] as const) {
           const expected = await pageQuery(db, org, name, limit, offset).execute();
           expect(expected.length).toBeGreaterThan(0);
-          const rows = await page.all(db, org, name, limit, offset);
-          expect(rows).toEqual(expected);
-          // The same keys in the same order too (the SQLite reader builds its row objects itself).
-          expect(JSON.stringify(rows)).toBe(JSON.stringify(expected));
+          for (const shape of [page, countedPage]) {
+            const rows = await shape.all(db, org, name, limit, offset);
+            expect(rows).toEqual(expected);
+            // The same keys in the same order too (the SQLite reader builds its row objects itself).
+            expect(JSON.stringify(rows)).toBe(JSON.stringify(expected));
+          }
         }
       }
     }
+  });
+
+  it('takes a rowCount offset past 32 bits, as the last page of the API can ask', async () => {
+    const offset = (1_000_000_000 - 1) * 100;
+    expect(await countedPage.all(db, 'org-a', 'plain', 100, offset)).toEqual([]);
+    expect(await page.all(db, 'org-a', 'plain', 100, offset)).toEqual([]);
   });
 
   it('treats values that look like SQL as values', async () => {
