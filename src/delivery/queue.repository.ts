@@ -5,6 +5,7 @@ import type { DialectName } from '../store/dialect.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Executor } from '../store/store.js';
 import type { RecipientRow } from '../emails/emails.repository.js';
+import { rowCount } from '../store/prepared.js';
 
 export async function claimDue(
   db: Executor,
@@ -17,7 +18,8 @@ export async function claimDue(
     .where('next_attempt_at', 'is not', null)
     .where('next_attempt_at', '<=', opts.now)
     .orderBy('next_attempt_at')
-    .limit(opts.limit);
+    // A cast, not a bare parameter: the writer's cached statement is then not re-planned on every claim.
+    .limit(rowCount(opts.limit));
   // Several workers on PostgreSQL each take different rows without waiting on each other.
   if (dialect === 'postgres') due = due.forUpdate().skipLocked();
   return db

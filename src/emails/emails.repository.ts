@@ -11,10 +11,32 @@ import type {
 } from '../store/schema.js';
 import type { Page } from '../http/schemas.js';
 import { maintainedCounts } from '../store/counts.js';
+import { prepared, rowCount } from '../store/prepared.js';
 
 export type RecipientRow = Selectable<EmailRecipientsTable>;
 
 export type EventRow = Selectable<EmailEventsTable>;
+
+/**
+ * The columns an email's API summary shows (a page of emails, or one email with its recipients and
+ * events). Bodies and headers are left out: they may be large, and reading them per row costs for nothing.
+ */
+const SUMMARY_FIELDS = [
+  'id',
+  'status',
+  'from_address',
+  'to_addresses',
+  'cc_addresses',
+  'bcc_addresses',
+  'reply_to',
+  'subject',
+  'tags',
+  'attempts',
+  'last_error',
+  'created_at',
+  'updated_at',
+] as const;
+export type EmailSummaryRow = Pick<EmailRow, (typeof SUMMARY_FIELDS)[number]>;
 
 /** An accepted email's rows, parents first. */
 function emailRows(row: NewEmail, recipients: RecipientRow[], events: EventRow[]): AppendRows<Database>[] {
@@ -49,42 +71,67 @@ export async function insertEvents(db: Executor, events: EventRow[]): Promise<vo
   if (events.length > 0) await db.insertInto('email_events').values(events).execute();
 }
 
-export function findEmail(db: Executor, organizationId: string, id: string): Promise<EmailRow | undefined> {
-  return db
+const emailById = prepared((db, organizationId: string, id: string) =>
+  db
     .selectFrom('emails')
-    .selectAll()
+    .select(SUMMARY_FIELDS)
     .where('id', '=', id)
-    .where('organization_id', '=', organizationId)
-    .executeTakeFirst();
+    .where('organization_id', '=', organizationId),
+);
+
+export function findEmail(
+  db: Executor,
+  organizationId: string,
+  id: string,
+): Promise<EmailSummaryRow | undefined> {
+  return emailById.first(db, organizationId, id);
 }
+
+const recipientsByEmail = prepared((db, emailId: string) =>
+  db.selectFrom('email_recipients').selectAll().where('email_id', '=', emailId).orderBy('position'),
+);
 
 export function listRecipients(db: Executor, emailId: string): Promise<RecipientRow[]> {
-  return db
-    .selectFrom('email_recipients')
-    .selectAll()
-    .where('email_id', '=', emailId)
-    .orderBy('position')
-    .execute();
+  return recipientsByEmail.all(db, emailId);
 }
+
+const eventsByEmail = prepared((db, emailId: string) =>
+  db.selectFrom('email_events').selectAll().where('email_id', '=', emailId).orderBy('id'),
+);
 
 export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
-  return db.selectFrom('email_events').selectAll().where('email_id', '=', emailId).orderBy('id').execute();
+  return eventsByEmail.all(db, emailId);
 }
 
-function filtered(db: Executor, organizationId: string, status: string | undefined) {
-  let q = db.selectFrom('emails').where('organization_id', '=', organizationId);
-  if (status !== undefined) q = q.where('status', '=', status);
-  return q;
-}
-
-export function pageEmails(db: Executor, organizationId: string, status: string | undefined, page: Page) {
-  return filtered(db, organizationId, status)
-    .selectAll()
+function newestFirst(db: Executor, organizationId: string, limit: number, offset: number) {
+  return db
+    .selectFrom('emails')
+    .select(SUMMARY_FIELDS)
+    .where('organization_id', '=', organizationId)
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
-    .limit(page.limit)
-    .offset((page.page - 1) * page.limit)
-    .execute();
+    .limit(rowCount(limit))
+    .offset(rowCount(offset));
+}
+
+// The two shapes of an emails page, compiled once each: every email, or those with one status.
+const everyEmailPage = prepared((db, organizationId: string, limit: number, offset: number) =>
+  newestFirst(db, organizationId, limit, offset),
+);
+const statusPage = prepared((db, organizationId: string, status: string, limit: number, offset: number) =>
+  newestFirst(db, organizationId, limit, offset).where('status', '=', status),
+);
+
+export function pageEmails(
+  db: Executor,
+  organizationId: string,
+  status: string | undefined,
+  page: Page,
+): Promise<EmailSummaryRow[]> {
+  const offset = (page.page - 1) * page.limit;
+  return status === undefined
+    ? everyEmailPage.all(db, organizationId, page.limit, offset)
+    : statusPage.all(db, organizationId, status, page.limit, offset);
 }
 
 const emailCounts = maintainedCounts('email_counts');

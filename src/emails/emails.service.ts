@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
 import { type Page, pagination } from '../http/schemas.js';
-import type { EmailRow, NewEmail } from '../store/schema.js';
+import type { NewEmail } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
 import type { EmailStatus } from './emails.schemas.js';
@@ -29,7 +29,7 @@ function stableStringify(value: unknown): string {
 
 const parseList = (text: string): string[] => JSON.parse(text) as string[];
 
-function toSummary(r: EmailRow) {
+function toSummary(r: repo.EmailSummaryRow) {
   return {
     id: r.id,
     status: r.status as EmailStatus,

@@ -1,7 +1,7 @@
 import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
 import type { Page } from '../http/schemas.js';
-import { prepared } from '../store/prepared.js';
+import { prepared, rowCount } from '../store/prepared.js';
 
 export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
   await db.insertInto('lists').values(row).execute();
@@ -15,16 +15,20 @@ export function findList(db: Executor, organizationId: string, id: string): Prom
   return listById.first(db, organizationId, id);
 }
 
-export function pageLists(db: Executor, organizationId: string, page: Page): Promise<ListRow[]> {
-  return db
+// Newest first, compiled once: the page is a prepared shape like the lookup by id.
+const listsPage = prepared((db, organizationId: string, limit: number, offset: number) =>
+  db
     .selectFrom('lists')
     .selectAll()
     .where('organization_id', '=', organizationId)
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
-    .limit(page.limit)
-    .offset((page.page - 1) * page.limit)
-    .execute();
+    .limit(rowCount(limit))
+    .offset(rowCount(offset)),
+);
+
+export function pageLists(db: Executor, organizationId: string, page: Page): Promise<ListRow[]> {
+  return listsPage.all(db, organizationId, page.limit, (page.page - 1) * page.limit);
 }
 
 export async function countLists(db: Executor, organizationId: string): Promise<number> {
