@@ -9,6 +9,7 @@ import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/diale
 import type { Page } from '../http/schemas.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { CONTACT_FIELDS_SQL, type ContactFields } from './contact-fields.js';
+import { rowCount } from '../store/prepared.js';
 import type { ContactFilter } from './contacts.repository.js';
 
 /**
@@ -49,7 +50,7 @@ export async function pageByEmailIndex(
   const cap = Math.floor(Math.sqrt((reach * (await organizationSize(db, organizationId))) / MATCH_COST));
   // Keys of every matching contact (all organisations), stopping early once there are too many.
   const { rows: keys } = await sql<{ k: number }>`select rowid as k from contacts_search
-    where contacts_search match ${query} limit ${cap + 1}`.execute(db);
+    where contacts_search match ${query} limit ${rowCount(cap + 1)}`.execute(db);
   if (keys.length > cap) return undefined;
   if (keys.length === 0) return { rows: [], total: 0 };
   // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
@@ -62,7 +63,7 @@ export async function pageByEmailIndex(
       from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
       cross join contacts c on c.search_key = m.value
       where ${contactConditions(organizationId, filter)}
-      order by c.created_at desc, c.id desc limit ${page.limit} offset ${reach - page.limit}) p
+      order by c.created_at desc, c.id desc limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p
     cross join contacts c on c.rowid = p.r
     order by c.created_at desc, c.id desc`.execute(db);
   const total = rows[0]?.match_total;
@@ -84,7 +85,7 @@ export async function countByEmailIndex(
   // cap (CASE evaluates lazily).
   const cap = Math.floor((await organizationSize(db, organizationId)) / 100);
   const { rows } = await sql<{ n: number | null }>`with m as materialized (
-      select rowid as k from contacts_search where contacts_search match ${query} limit ${cap + 1})
+      select rowid as k from contacts_search where contacts_search match ${query} limit ${rowCount(cap + 1)})
     select case when (select count(*) from m) > ${cap} then null else (
       select count(*) from m cross join contacts c on c.search_key = m.k
       where ${contactConditions(organizationId, filter)}) end as n`.execute(db);

@@ -133,8 +133,8 @@ export async function pageContacts(
       .select(CONTACT_FIELDS)
       .orderBy('contact_tags.contact_created_at', 'desc')
       .orderBy('contact_tags.contact_id', 'desc')
-      .limit(page.limit)
-      .offset(offset)
+      .limit(rowCount(page.limit))
+      .offset(rowCount(offset))
       .execute();
     return { rows };
   }
@@ -151,19 +151,19 @@ function organizationPage(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
-  limit: number | RawBuilder<number>,
-  offset: number | RawBuilder<number>,
+  limit: number,
+  offset: number,
 ) {
   return byOrganization(db, organizationId, filter)
     .orderBy('contacts.created_at', 'desc')
     .orderBy('contacts.id', 'desc')
-    .limit(limit)
-    .offset(offset);
+    .limit(rowCount(limit))
+    .offset(rowCount(offset));
 }
 
 // The unfiltered page, the most common read: compiled once, and only the columns the API shows.
 const unfilteredPage = prepared((db, organizationId: string, limit: number, offset: number) =>
-  organizationPage(db, organizationId, {}, rowCount(limit), rowCount(offset)).select(CONTACT_FIELDS),
+  organizationPage(db, organizationId, {}, limit, offset).select(CONTACT_FIELDS),
 );
 
 // A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows

@@ -76,9 +76,10 @@ export function prepared<A extends unknown[], R>(
 }
 
 /**
- * A LIMIT or OFFSET value for a prepared shape. SQLite's planner reads the value bound to a bare parameter
- * there, so binding it again expires the statement, and every run would parse and plan it anew (about as
- * long as reading a 20-row page). The value of an expression is read only as the statement runs.
+ * A LIMIT or OFFSET value, for every query (prepared shapes, and kysely's, whose SQLite statements are
+ * cached by text). SQLite's planner reads the value bound to a bare parameter there, so binding it again
+ * expires the statement, and every run would parse and plan it anew (about as long as reading a 20-row
+ * page). The value of an expression is read only as the statement runs.
  * Same rows on both stores; bigint, as PostgreSQL infers for a bare LIMIT or OFFSET parameter.
  */
 export function rowCount(value: number): RawBuilder<number> {
