@@ -8,7 +8,7 @@ import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import type { Page } from '../http/schemas.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
-import { CONTACT_FIELDS_SQL, type ContactFields } from './contact-fields.js';
+import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import type { ContactFilter } from './contacts.repository.js';
 
@@ -42,7 +42,7 @@ export async function pageByEmailIndex(
   organizationId: string,
   filter: ContactFilter,
   page: Page,
-): Promise<{ rows: ContactFields[]; total?: number } | undefined> {
+): Promise<{ contacts: string[]; total?: number } | undefined> {
   const query = indexedQuery(dialect, filter);
   if (query === undefined) return undefined;
   // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
@@ -52,13 +52,14 @@ export async function pageByEmailIndex(
   const { rows: keys } = await sql<{ k: number }>`select rowid as k from contacts_search
     where contacts_search match ${query} limit ${rowCount(cap + 1)}`.execute(db);
   if (keys.length > cap) return undefined;
-  if (keys.length === 0) return { rows: [], total: 0 };
+  if (keys.length === 0) return { contacts: [], total: 0 };
   // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
   // carries only rowids (whole rows are read again for the one page), and counts every match on the
   // way, so the caller need not count them again; a page past the end learns no total.
-  const { rows } = await sql<
-    ContactFields & { match_total: number }
-  >`select p.match_total, ${CONTACT_FIELDS_SQL} from (
+  const { rows } = await sql<{
+    json: string;
+    match_total: number;
+  }>`select p.match_total, ${contactJson('sqlite', 'c')} as json from (
       select c.rowid as r, count(*) over () as match_total
       from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
       cross join contacts c on c.search_key = m.value
@@ -67,7 +68,7 @@ export async function pageByEmailIndex(
     cross join contacts c on c.rowid = p.r
     order by c.created_at desc, c.id desc`.execute(db);
   const total = rows[0]?.match_total;
-  return { rows: rows.map(({ match_total: _, ...row }) => row), total };
+  return { contacts: rows.map((r) => r.json), total };
 }
 
 export async function countByEmailIndex(

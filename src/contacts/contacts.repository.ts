@@ -2,11 +2,11 @@ import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
-import { type DialectName, containsPattern, forUpdate } from '../store/dialect.js';
+import { type DialectName, containsPattern, dialectOf, forUpdate } from '../store/dialect.js';
 import type { Page } from '../http/schemas.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
-import { CONTACT_FIELDS, type ContactFields } from './contact-fields.js';
+import { contactJson } from './contact-fields.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -108,10 +108,15 @@ function byOrganization(db: Executor, organizationId: string, filter: ContactFil
 }
 
 export interface ContactPage {
-  rows: ContactFields[];
+  /** Each contact as its API JSON text (contactJson), in page order. */
+  contacts: string[];
   /** The filter's total, when the page's query learned it on the way (it sorted every match). */
   total?: number | undefined;
 }
+
+/** The page's one column: each contact as the API shows it. */
+const asJson = (db: Executor) => contactJson(dialectOf(db as never)).as('json');
+const jsonOf = (rows: { json: string }[]) => rows.map((r) => r.json);
 
 export async function pageContacts(
   db: Executor,
@@ -125,26 +130,24 @@ export async function pageContacts(
   const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
   if (indexed) return indexed;
   if (filter.tag !== undefined && rowConditions(filter).length === 0) {
-    return { rows: await tagPage.all(db, organizationId, filter.tag, page.limit, offset) };
+    return { contacts: jsonOf(await tagPage.all(db, organizationId, filter.tag, page.limit, offset)) };
   }
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
     const rows = await byTag(db, organizationId, filter.tag, filter)
-      .select(CONTACT_FIELDS)
+      .select(asJson(db))
       .orderBy('contact_tags.contact_created_at', 'desc')
       .orderBy('contact_tags.contact_id', 'desc')
       .limit(rowCount(page.limit))
       .offset(rowCount(offset))
       .execute();
-    return { rows };
+    return { contacts: jsonOf(rows) };
   }
   const rows =
     rowConditions(filter).length === 0
       ? await unfilteredPage.all(db, organizationId, page.limit, offset)
-      : await organizationPage(db, organizationId, filter, page.limit, offset)
-          .select(CONTACT_FIELDS)
-          .execute();
-  return { rows };
+      : await organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db)).execute();
+  return { contacts: jsonOf(rows) };
 }
 
 function organizationPage(
@@ -161,9 +164,9 @@ function organizationPage(
     .offset(rowCount(offset));
 }
 
-// The unfiltered page, the most common read: compiled once, and only the columns the API shows.
+// The unfiltered page, the most common read: compiled once, each contact rendered as the API shows it.
 const unfilteredPage = prepared((db, organizationId: string, limit: number, offset: number) =>
-  organizationPage(db, organizationId, {}, limit, offset).select(CONTACT_FIELDS),
+  organizationPage(db, organizationId, {}, limit, offset).select(asJson(db)),
 );
 
 // A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows
@@ -183,7 +186,7 @@ const tagPage = prepared((db, organizationId: string, tag: string, limit: number
         .as('page'),
     )
     .innerJoin('contacts', 'contacts.id', 'page.contact_id')
-    .select(CONTACT_FIELDS)
+    .select(asJson(db))
     .orderBy('page.contact_created_at', 'desc')
     .orderBy('page.contact_id', 'desc'),
 );

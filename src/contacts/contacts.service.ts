@@ -107,9 +107,10 @@ export class ContactsService {
     return toContact(row);
   }
 
+  /** A page of contacts, each as its API JSON text (the store renders them: contactJson). */
   async page(orgId: string, query: Page & repo.ContactFilter) {
     const { page, limit, ...filter } = query;
-    const [{ rows, total: learned }, maintained] = await Promise.all([
+    const [{ contacts, total: learned }, maintained] = await Promise.all([
       repo.pageContacts(this.store.db, orgId, filter, { page, limit }, this.store.dialect),
       findMaintainedCount(this.store.db, orgId, filter),
     ]);
@@ -117,10 +118,10 @@ export class ContactsService {
     const total =
       maintained ??
       learned ??
-      (page === 1 && rows.length < limit
-        ? rows.length
+      (page === 1 && contacts.length < limit
+        ? contacts.length
         : await repo.countContacts(this.store.db, orgId, filter, this.store.dialect));
-    return { contacts: rows.map(toContact), pagination: pagination({ page, limit }, total) };
+    return { contacts, pagination: pagination({ page, limit }, total) };
   }
 
   async update(orgId: string, input: UpdateContactInput): Promise<Contact> {

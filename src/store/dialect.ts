@@ -1,5 +1,12 @@
 // What differs between the two stores, in one place. Everything else is shared query code.
-import type { SelectQueryBuilder } from 'kysely';
+import {
+  type Expression,
+  type Kysely,
+  PostgresAdapter,
+  type RawBuilder,
+  type SelectQueryBuilder,
+  sql,
+} from 'kysely';
 
 export type DialectName = 'sqlite' | 'postgres';
 
@@ -47,6 +54,16 @@ function messageOf(err: unknown): string {
 export function isRetryableConflict(err: unknown): boolean {
   const code = codeOf(err);
   return code === '40001' || code === '40P01';
+}
+
+/** Which store a kysely instance (or a transaction of it) talks to. */
+export function dialectOf(db: Kysely<unknown>): DialectName {
+  return db.getExecutor().adapter instanceof PostgresAdapter ? 'postgres' : 'sqlite';
+}
+
+/** A text value (or NULL) as JSON text: a quoted, escaped JSON string, or `null`. */
+export function jsonString(dialect: DialectName, value: Expression<string | null>): RawBuilder<string> {
+  return dialect === 'postgres' ? sql`coalesce(to_json(${value})::text, 'null')` : sql`json_quote(${value})`;
 }
 
 /** Row lock for read-modify-write on PostgreSQL; SQLite has one writer, so the lock is implicit there. */

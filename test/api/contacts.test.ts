@@ -245,12 +245,13 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
       { customFields: { note: 'line\nbreak\ttab \u0001 \u2028', empty: '' } },
     ];
     const created: unknown[] = [];
-    for (const spec of specs) {
+    for (const [i, spec] of specs.entries()) {
+      // Two share a marker for the email filters: 'zq' reads by LIKE; 'zqx' through SQLite's trigram index.
       const res = await t.call({
         method: 'POST',
         url: '/api/v1/contacts',
         auth,
-        payload: { email: uniqueEmail(), ...spec },
+        payload: { email: uniqueEmail(i === 2 || i === 3 ? 'ZqX' : 'c'), ...spec },
       });
       expect(res.statusCode, res.body).toBe(201);
       // Built from what was sent, not from POST's answer: both come through the same mapping.
@@ -290,5 +291,14 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
     expect(await get({ tag: 'vip', page: '2', limit: '1' })).toBe(body(vip.slice(1), 2, 1, 2));
     const unsubscribed = newestFirst.filter((c) => (c as { unsubscribed: boolean }).unsubscribed);
     expect(await get({ unsubscribed: 'true' })).toBe(body(unsubscribed, 1, 20, 1));
+    const subscribed = newestFirst.filter((c) => !(c as { unsubscribed: boolean }).unsubscribed);
+    expect(await get({ unsubscribed: 'false', limit: '3' })).toBe(body(subscribed.slice(0, 3), 1, 3, 4));
+    expect(await get({ tag: 'vip', unsubscribed: 'true' })).toBe(body(unsubscribed, 1, 20, 1));
+    const marked = newestFirst.filter((c) => (c as { email: string }).email.startsWith('ZqX'));
+    for (const email of ['zq', 'zqx', 'ZQX']) {
+      expect(await get({ email })).toBe(body(marked, 1, 20, 2));
+      expect(await get({ email, page: '2', limit: '1' })).toBe(body(marked.slice(1), 2, 1, 2));
+    }
+    expect(await get({ email: 'zqx', unsubscribed: 'true' })).toBe(body(unsubscribed, 1, 20, 1));
   });
 });
