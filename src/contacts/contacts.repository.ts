@@ -115,7 +115,7 @@ export interface ContactPage {
 }
 
 /** The page's one column: each contact as the API shows it. */
-const asJson = (db: Executor) => contactJson(dialectOf(db as never)).as('json');
+const asJson = (db: Executor) => contactJson(dialectOf(db)).as('json');
 const jsonOf = (rows: { json: string }[]) => rows.map((r) => r.json);
 
 export async function pageContacts(

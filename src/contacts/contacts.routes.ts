@@ -9,7 +9,7 @@ export function contactsEndpoints(contacts: ContactsService) {
       // The store rendered each contact as the schema's Contact (contactJson); the rest of the body is
       // written here, in the schema's key order.
       const body = `{"success":true,"contacts":[${page.join(',')}],"pagination":${JSON.stringify(pagination)}}`;
-      return sendJsonText(reply as never, body);
+      return sendJsonText(reply, body);
     }),
 
     create: endpoint(s.createContactSchema, async (req, reply) => {

@@ -57,7 +57,7 @@ export function isRetryableConflict(err: unknown): boolean {
 }
 
 /** Which store a kysely instance (or a transaction of it) talks to. */
-export function dialectOf(db: Kysely<unknown>): DialectName {
+export function dialectOf<DB>(db: Kysely<DB>): DialectName {
   return db.getExecutor().adapter instanceof PostgresAdapter ? 'postgres' : 'sqlite';
 }
 
