@@ -1,5 +1,5 @@
-// Reads the contact counts that triggers maintain (migrations 0002 and 0005). Only single-bucket filters have one;
-// for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
+// Reads the contact counts that triggers maintain (migrations 0002 and 0005). Only single-bucket filters
+// have one; for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
 import { maintainedCounts } from '../store/counts.js';
 import type { Executor } from '../store/store.js';
 import type { ContactFilter } from './contacts.repository.js';

@@ -45,17 +45,13 @@ export interface UpdateContactInput {
   unsubscribed?: boolean | undefined;
 }
 
-// Most contacts have no tags or custom fields; each JSON.parse call costs more than reading its text.
-const parseTags = (text: string): string[] => (text === '[]' ? [] : (JSON.parse(text) as string[]));
-const parseFields = (text: string): CustomFields => (text === '{}' ? {} : (JSON.parse(text) as CustomFields));
-
 export const toContact = (r: ContactFields): Contact => ({
   id: r.id,
   email: r.email,
   firstName: r.first_name,
   lastName: r.last_name,
-  tags: parseTags(r.tags),
-  customFields: parseFields(r.custom_fields),
+  tags: JSON.parse(r.tags) as string[],
+  customFields: JSON.parse(r.custom_fields) as CustomFields,
   unsubscribed: Number(r.unsubscribed) === 1,
   createdAt: r.created_at,
 });
