@@ -6,12 +6,15 @@ import { SMTPServer } from 'smtp-server';
 export interface Sink {
   port: number;
   received(): number;
+  /** Resolves the moment the sink holds n messages (or at the timeout) with how many it holds. */
   waitFor(n: number, timeoutMs: number): Promise<number>;
   close(): Promise<void>;
 }
 
 export async function startSink(): Promise<Sink> {
   let count = 0;
+  // Settled by the message that reaches their count, not by polling: delivery figures are timed by them.
+  const waiters = new Set<{ n: number; done: () => void }>();
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS', 'AUTH'],
@@ -21,6 +24,7 @@ export async function startSink(): Promise<Sink> {
       stream.on('data', () => undefined);
       stream.on('end', () => {
         count++;
+        for (const w of waiters) if (count >= w.n) w.done();
         callback();
       });
     },
@@ -32,10 +36,20 @@ export async function startSink(): Promise<Sink> {
   return {
     port,
     received: () => count,
-    async waitFor(n, timeoutMs) {
-      const deadline = Date.now() + timeoutMs;
-      while (count < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      return count;
+    waitFor(n, timeoutMs) {
+      if (count >= n) return Promise.resolve(count);
+      return new Promise((resolve) => {
+        const waiter = {
+          n,
+          done: () => {
+            waiters.delete(waiter);
+            clearTimeout(timer);
+            resolve(count);
+          },
+        };
+        const timer = setTimeout(waiter.done, timeoutMs);
+        waiters.add(waiter);
+      });
     },
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
