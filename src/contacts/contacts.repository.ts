@@ -3,7 +3,7 @@ import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsPattern, dialectOf, forUpdate } from '../store/dialect.js';
-import type { Page } from '../http/schemas.js';
+import { type Page, offsetOf } from '../http/schemas.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { contactJson } from './contact-fields.js';
@@ -125,7 +125,7 @@ export async function pageContacts(
   page: Page,
   dialect?: DialectName,
 ): Promise<ContactPage> {
-  const offset = (page.page - 1) * page.limit;
+  const offset = offsetOf(page);
   // An email substring that matches few contacts: read the matches through SQLite's trigram index.
   const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
   if (indexed) return indexed;

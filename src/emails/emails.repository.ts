@@ -9,7 +9,7 @@ import type {
   IdempotencyKeysTable,
   NewEmail,
 } from '../store/schema.js';
-import type { Page } from '../http/schemas.js';
+import { type Page, offsetOf } from '../http/schemas.js';
 import { maintainedCounts } from '../store/counts.js';
 import { prepared, rowCount } from '../store/prepared.js';
 
@@ -128,7 +128,7 @@ export function pageEmails(
   status: string | undefined,
   page: Page,
 ): Promise<EmailSummaryRow[]> {
-  const offset = (page.page - 1) * page.limit;
+  const offset = offsetOf(page);
   return status === undefined
     ? everyEmailPage.all(db, organizationId, page.limit, offset)
     : statusPage.all(db, organizationId, status, page.limit, offset);

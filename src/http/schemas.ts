@@ -54,6 +54,11 @@ export interface Page {
   limit: number;
 }
 
+/** Rows before the page: what a repository skips. */
+export function offsetOf(page: Page): number {
+  return (page.page - 1) * page.limit;
+}
+
 export function pagination(page: Page, total: number) {
   return { page: page.page, limit: page.limit, total, pages: Math.ceil(total / page.limit) };
 }

@@ -1,6 +1,6 @@
 import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
-import type { Page } from '../http/schemas.js';
+import { type Page, offsetOf } from '../http/schemas.js';
 import { prepared, rowCount } from '../store/prepared.js';
 
 export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
@@ -28,7 +28,7 @@ const listsPage = prepared((db, organizationId: string, limit: number, offset: n
 );
 
 export function pageLists(db: Executor, organizationId: string, page: Page): Promise<ListRow[]> {
-  return listsPage.all(db, organizationId, page.limit, (page.page - 1) * page.limit);
+  return listsPage.all(db, organizationId, page.limit, offsetOf(page));
 }
 
 export async function countLists(db: Executor, organizationId: string): Promise<number> {
