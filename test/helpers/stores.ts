@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
 import { type Store, createStore } from '../../src/store/store.js';
 
 export type StoreKind = 'sqlite' | 'postgres';
@@ -78,4 +79,14 @@ export async function createTestStore(kind: StoreKind): Promise<TestStore> {
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Opens a store on `kind` for the enclosing describe and hands it to `set` (which may fill it); drops it after. */
+export function useStore(kind: StoreKind, set: (ts: TestStore) => unknown): void {
+  let ts: TestStore | undefined;
+  beforeAll(async () => {
+    ts = await createTestStore(kind);
+    await set(ts);
+  });
+  afterAll(() => ts?.destroy());
 }

@@ -8,7 +8,7 @@ import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
 import { foldCountShards } from '../../src/store/counts.js';
 import { migrateTo } from '../../src/store/migrations.js';
@@ -18,7 +18,7 @@ import {
   TEST_DATABASE_URL,
   type TestStore,
   createTestDatabase,
-  createTestStore,
+  useStore,
   storeKinds,
 } from '../helpers/stores.js';
 
@@ -146,10 +146,7 @@ async function newOrg(store: Store, id: string): Promise<string> {
 
 describe.each(storeKinds())('maintained counts on %s', (kind) => {
   let ts: TestStore;
-  beforeAll(async () => {
-    ts = await createTestStore(kind);
-  });
-  afterAll(() => ts.destroy());
+  useStore(kind, (opened) => (ts = opened));
 
   it('count the rows a store already holds when it is upgraded, and keep counting after', async () => {
     const old = await olderStore(kind, '0003_contact_search');
@@ -304,10 +301,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
 describe.skipIf(!TEST_DATABASE_URL)('maintained counts on postgres, with concurrent connections', () => {
   const kind = 'postgres';
   let ts: TestStore;
-  beforeAll(async () => {
-    ts = await createTestStore(kind);
-  });
-  afterAll(() => ts.destroy());
+  useStore(kind, (opened) => (ts = opened));
 
   it('are upgraded without locking out readers of contacts and tags', async () => {
     const old = await olderStore(kind, '0004_email_counts');

@@ -2,16 +2,13 @@
 // one write as "store unavailable" and leave the process and the pool working.
 import { sql } from 'kysely';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';
-import { TEST_DATABASE_URL, type TestStore, createTestStore } from '../helpers/stores.js';
+import { TEST_DATABASE_URL, type TestStore, useStore } from '../helpers/stores.js';
 
 describe.skipIf(!TEST_DATABASE_URL)('PostgreSQL faults', () => {
   let ts: TestStore;
-  beforeAll(async () => {
-    ts = await createTestStore('postgres');
-  });
-  afterAll(() => ts.destroy());
+  useStore('postgres', (opened) => (ts = opened));
 
   it('survive a backend terminated inside a transaction', async () => {
     const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });

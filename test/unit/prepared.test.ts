@@ -1,10 +1,10 @@
 // prepared(): a query shape compiled once per store and run with new values must answer exactly what the
 // same kysely query answers, on both stores, whatever text the values hold.
 import { type RawBuilder, sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { prepared, rowCount } from '../../src/store/prepared.js';
 import type { Executor } from '../../src/store/store.js';
-import { type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
+import { type TestStore, storeKinds, useStore } from '../helpers/stores.js';
 
 const HOSTILE = [
   "' or '1'='1",
@@ -23,8 +23,8 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
   let db: Executor;
   const orgs = ['org-a', 'org-b'];
 
-  beforeAll(async () => {
-    ts = await createTestStore(kind);
+  useStore(kind, async (opened) => {
+    ts = opened;
     db = ts.store.db;
     const names = ['plain', ...HOSTILE];
     await ts.store.write(async (trx) => {
@@ -47,7 +47,6 @@ describe.each(storeKinds())('prepared queries on %s', (kind) => {
       }
     });
   });
-  afterAll(() => ts.destroy());
 
   const byId = prepared((db, organizationId: string, id: string) =>
     db.selectFrom('lists').selectAll().where('id', '=', id).where('organization_id', '=', organizationId),
