@@ -3,8 +3,9 @@
 // write path can forget it. Its rowid is contacts.search_key, an integer this migration owns: contacts'
 // own rowids may be renumbered by VACUUM (the table has a TEXT primary key), search_key never is.
 // PostgreSQL needs nothing here: its trigram GIN index is created by the store's migrate.
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
+import { sqliteStatements } from './sqlite-migration.js';
 
 const STATEMENTS = [
   `ALTER TABLE contacts ADD COLUMN search_key INTEGER`,
@@ -35,13 +36,5 @@ const STATEMENTS = [
 ];
 
 export function contactSearch(dialect: DialectName): Migration {
-  return {
-    async up(db: Kysely<unknown>) {
-      if (dialect !== 'sqlite') return;
-      // kysely runs SQLite migrations outside a transaction; a crash halfway must not leave half a schema.
-      await db.transaction().execute(async (trx) => {
-        for (const statement of STATEMENTS) await sql.raw(statement).execute(trx);
-      });
-    },
-  };
+  return sqliteStatements(dialect, STATEMENTS);
 }
