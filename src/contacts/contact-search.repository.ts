@@ -1,5 +1,6 @@
 // Email substring search on SQLite through migration 0003's trigram index (contacts_search, keyed by
-// contacts.search_key). The index finds every match fast, but a match then costs a row lookup and a
+// contacts.search_key), with the contacts not yet in it (above migration 0006's watermark: written in the
+// last moments) read from contacts directly, so the answer is exact whether or not they are. The index finds every match fast, but a match then costs a row lookup and a
 // place in the sort; when most contacts match, walking the organisation's created_at index (the
 // caller's plain LIKE path) finds a page after a few rows instead. So: count the matches up to a cap
 // first, and take the index only when it is the cheaper way. undefined means "use the plain path".
@@ -18,11 +19,25 @@ import type { ContactFilter } from './contacts.repository.js';
  */
 const MATCH_COST = 15;
 
-/** The FTS5 query when the index can answer this filter, else undefined. */
-function indexedQuery(dialect: DialectName | undefined, filter: ContactFilter): string | undefined {
+/** The lowercased term when the index can answer this filter, else undefined. */
+function indexedTerm(dialect: DialectName | undefined, filter: ContactFilter): string | undefined {
   if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = filter.email.toLowerCase();
-  return isTrigramSearchable(term) ? ftsPhrase(term) : undefined;
+  return isTrigramSearchable(term) ? term : undefined;
+}
+
+/**
+ * Keys of every contact (all organisations) whose address holds the term, at most `limit` of them: from
+ * the index, and from the few contacts above its watermark, which it does not hold yet.
+ */
+function matchingKeys(term: string, limit: number): RawBuilder<{ k: number }> {
+  return sql<{
+    k: number;
+  }>`select rowid as k from contacts_search where contacts_search match ${ftsPhrase(term)}
+    union all
+    select search_key from contacts
+    where search_key > (select indexed_to from contacts_search_state) and instr(email_lower, ${term}) > 0
+    limit ${rowCount(limit)}`;
 }
 
 async function organizationSize(db: Executor, organizationId: string): Promise<number> {
@@ -43,14 +58,13 @@ export async function pageByEmailIndex(
   filter: ContactFilter,
   page: Page,
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
-  const query = indexedQuery(dialect, filter);
-  if (query === undefined) return undefined;
+  const term = indexedTerm(dialect, filter);
+  if (term === undefined) return undefined;
   // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
   const reach = page.page * page.limit;
   const cap = Math.floor(Math.sqrt((reach * (await organizationSize(db, organizationId))) / MATCH_COST));
   // Keys of every matching contact (all organisations), stopping early once there are too many.
-  const { rows: keys } = await sql<{ k: number }>`select rowid as k from contacts_search
-    where contacts_search match ${query} limit ${rowCount(cap + 1)}`.execute(db);
+  const { rows: keys } = await matchingKeys(term, cap + 1).execute(db);
   if (keys.length > cap) return undefined;
   if (keys.length === 0) return { contacts: [], total: 0 };
   // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
@@ -77,16 +91,15 @@ export async function countByEmailIndex(
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number | undefined> {
-  const query = indexedQuery(dialect, filter);
-  if (query === undefined) return undefined;
+  const term = indexedTerm(dialect, filter);
+  if (term === undefined) return undefined;
   // The plain count scans the organisation's (organization_id, email_lower) index once, which costs as
   // much as joining size / MATCH_COST matches. The index counts only up to a seventh of that (1 % of
   // the organisation), where it is clearly cheaper and where counting matches in vain before a scan
   // adds little (~3 %). One statement: the index is searched once, and the join runs only under the
   // cap (CASE evaluates lazily).
   const cap = Math.floor((await organizationSize(db, organizationId)) / 100);
-  const { rows } = await sql<{ n: number | null }>`with m as materialized (
-      select rowid as k from contacts_search where contacts_search match ${query} limit ${rowCount(cap + 1)})
+  const { rows } = await sql<{ n: number | null }>`with m as materialized (${matchingKeys(term, cap + 1)})
     select case when (select count(*) from m) > ${cap} then null else (
       select count(*) from m cross join contacts c on c.search_key = m.k
       where ${contactConditions(organizationId, filter)}) end as n`.execute(db);

@@ -7,6 +7,7 @@ import { contactCounts } from './migrations-0002.js';
 import { contactSearch } from './migrations-0003.js';
 import { emailCounts } from './migrations-0004.js';
 import { countsPerStatement } from './migrations-0005.js';
+import { deferredContactSearch } from './migrations-0006.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -231,6 +232,7 @@ class StaticProvider implements MigrationProvider {
       '0003_contact_search': contactSearch(this.dialect),
       '0004_email_counts': emailCounts(this.dialect),
       '0005_counts_per_statement': countsPerStatement(this.dialect),
+      '0006_deferred_contact_search': deferredContactSearch(this.dialect),
     };
   }
 }

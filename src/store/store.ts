@@ -13,6 +13,7 @@ import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { gatherReads } from './sqlite-reads.js';
+import { INDEX_BATCH, hasPendingContacts, indexPendingContacts } from './search-index.js';
 
 export type Executor = Kysely<Database>;
 
@@ -77,6 +78,9 @@ function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Databas
   return conn;
 }
 
+/** How often the SQLite store looks for new contacts to put in the search index. */
+const SEARCH_INDEX_EVERY_MS = 50;
+
 function createSqliteStore(options: StoreOptions): Store {
   // Contacts and email bodies are for this user only: a new DATA_DIR is 0700 and a new database file
   // 0600 (SQLite gives its -wal and -shm files the database file's mode). Existing ones are left as set.
@@ -96,7 +100,25 @@ function createSqliteStore(options: StoreOptions): Store {
   const optimize = () => group.run((trx) => sql`pragma optimize`.execute(trx)).catch(() => undefined);
   const optimizer = setInterval(() => void optimize(), 30 * 60_000);
   optimizer.unref();
-  return {
+  // New contacts go into the search index together, a moment after they are written (search-index.ts).
+  let indexing: Promise<void> | undefined;
+  let closing = false;
+  const indexSearch = (): Promise<void> =>
+    (indexing ??= (async () => {
+      try {
+        if (!(await hasPendingContacts(store.db))) return;
+        let indexed: number;
+        do indexed = await group.run((trx) => indexPendingContacts(trx));
+        while (indexed === INDEX_BATCH && !closing);
+      } catch {
+        // Not migrated yet, or the store is failing: the next round tries again; searches stay exact.
+      } finally {
+        indexing = undefined;
+      }
+    })());
+  const indexer = setInterval(() => void indexSearch(), SEARCH_INDEX_EVERY_MS);
+  indexer.unref();
+  const store: Store = {
     dialect: 'sqlite',
     get db() {
       // Opened lazily: the reader must not create the file before the writer has set WAL mode.
@@ -121,12 +143,16 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     async close() {
       clearInterval(optimizer);
+      clearInterval(indexer);
+      closing = true;
+      await indexing;
       await appender.idle();
       await group.idle();
       await reader?.destroy();
       await writer.destroy();
     },
   };
+  return store;
 }
 
 /**

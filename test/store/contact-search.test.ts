@@ -1,6 +1,7 @@
-// Migration 0003 on SQLite: the trigram index of contacts' emails stays exact under inserts, address
-// changes, deletes (one by one and by an organisation's cascade), VACUUM, and an upgrade of a database
-// written before it existed; and its answers equal the plain LIKE path's.
+// Migrations 0003 and 0006 on SQLite: the trigram index of contacts' emails stays exact under inserts,
+// address changes, deletes (one by one and by an organisation's cascade), VACUUM, and an upgrade of a
+// database written before it existed; its answers equal the plain LIKE path's, whether the contacts
+// asked about are in the index yet (below its watermark) or not.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -10,10 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
 import { migrateTo } from '../../src/store/migrations.js';
+import { indexPendingContacts } from '../../src/store/search-index.js';
 import type { ContactRow, Database } from '../../src/store/schema.js';
-import { type Store, createStore } from '../../src/store/store.js';
+import { type Executor, type Store, createStore } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
-import { createTestStore } from '../helpers/stores.js';
+import { type TestStore, createTestStore, useStore } from '../helpers/stores.js';
 
 const BASE = Date.parse('2031-01-01T00:00:00.000Z');
 
@@ -51,18 +53,60 @@ async function seed(
   }
 }
 
-/** Organisation ids, keys and search results that say whether the index holds exactly the contacts. */
-async function expectIndexExact(db: Kysely<Database>): Promise<void> {
-  const indexed = await sql<{ k: number }>`select rowid as k from contacts_search order by 1`.execute(db);
-  const keys = await sql<{ k: number }>`select search_key as k from contacts order by 1`.execute(db);
-  expect(indexed.rows).toEqual(keys.rows);
-  const { rows } = await sql<{ email_lower: string; search_key: number }>`
-    select email_lower, search_key from contacts`.execute(db);
-  for (const r of rows) {
-    const hits = await sql<{ k: number }>`select rowid as k from contacts_search
-      where contacts_search match ${`"${r.email_lower.replaceAll('"', '""')}"`}`.execute(db);
-    expect(hits.rows.map((h) => h.k)).toContain(r.search_key);
-  }
+/** Whether the index holds exactly the contacts at or below its watermark, each under its address. */
+async function expectIndexedToWatermark(db: Kysely<Database>): Promise<void> {
+  // One read transaction: the store's own indexer may move the watermark meanwhile.
+  await db.transaction().execute(async (trx) => {
+    const [{ w }] = (await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(trx))
+      .rows as [{ w: number }];
+    const indexed = await sql<{ k: number }>`select rowid as k from contacts_search order by 1`.execute(trx);
+    const keys = await sql<{ k: number }>`select search_key as k from contacts
+      where search_key <= ${w} order by 1`.execute(trx);
+    expect(indexed.rows).toEqual(keys.rows);
+    const { rows } = await sql<{ email_lower: string; search_key: number }>`
+      select email_lower, search_key from contacts where search_key <= ${w}`.execute(trx);
+    for (const r of rows) {
+      const hits = await sql<{ k: number }>`select rowid as k from contacts_search
+        where contacts_search match ${`"${r.email_lower.replaceAll('"', '""')}"`}`.execute(trx);
+      expect(hits.rows.map((h) => h.k)).toContain(r.search_key);
+    }
+  });
+}
+
+/** Indexes every contact above the watermark; returns how many there were. */
+async function indexAll(store: Store): Promise<number> {
+  let total = 0;
+  for (let n = -1; n !== 0; total += n) n = await store.write((trx) => indexPendingContacts(trx));
+  return total;
+}
+
+/** The index is exact up to its watermark, and once the rest is indexed it holds every contact. */
+async function expectIndexExact(store: Store): Promise<void> {
+  await expectIndexedToWatermark(store.db);
+  await indexAll(store);
+  const pending = await sql<{ n: number }>`select count(*) as n from contacts
+    where search_key > (select indexed_to from contacts_search_state)`.execute(store.db);
+  expect(pending.rows[0]!.n).toBe(0);
+  await expectIndexedToWatermark(store.db);
+}
+
+/** A database as an older release left it: migrated up to `migration`, `org` holding these contacts. */
+async function olderDatabase(
+  dir: string,
+  migration: string,
+  org: string,
+  emails: string[],
+): Promise<Kysely<Database>> {
+  const old = new Kysely<Database>({
+    dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
+  });
+  await migrateTo(old as Kysely<unknown>, 'sqlite', migration);
+  await old
+    .insertInto('organizations')
+    .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
+    .execute();
+  await seed(old, org, emails);
+  return old;
 }
 
 const search = (db: Kysely<Database>, org: string, email: string) =>
@@ -140,14 +184,14 @@ describe('contact email index on sqlite', () => {
 
     await c.delete(org, { id: b.id });
     expect(await search(db, org, 'beta.two')).toEqual([]);
-    await expectIndexExact(db);
+    await expectIndexExact(t.ts.store);
 
     // Many at once, as an organisation's cascade deletes them.
     await t.ts.store.write((trx) => trx.deleteFrom('contacts').where('organization_id', '=', org).execute());
     const left = await sql<{ n: number }>`select count(*) as n from contacts_search
       where contacts_search match '"trig.example"'`.execute(db);
     expect(left.rows[0]!.n).toBe(0);
-    await expectIndexExact(db);
+    await expectIndexExact(t.ts.store);
   });
 
   it('drops the contacts of a deleted organisation from the index', async () => {
@@ -166,7 +210,7 @@ describe('contact email index on sqlite', () => {
       await ts.store.write((trx) => sql`drop trigger contacts_count_del`.execute(trx));
       await ts.store.write((trx) => trx.deleteFrom('organizations').where('id', '=', org).execute());
       expect(await search(ts.store.db, org, 'cascade.example')).toEqual([]);
-      await expectIndexExact(ts.store.db);
+      await expectIndexExact(ts.store);
     } finally {
       await ts.destroy();
     }
@@ -188,12 +232,158 @@ describe('contact email index on sqlite', () => {
     vacuum.close();
 
     const db = t.ts.store.db;
-    await expectIndexExact(db);
+    await expectIndexExact(t.ts.store);
     expect(await search(db, org, 'vac250@')).toEqual([`${org}-250`]);
     expect(await search(db, org, 'vac251@')).toEqual([]);
     const made = await t.services.contacts.create(org, { email: 'after.vacuum@vacuum.example' });
     expect(await search(db, org, 'after.vac')).toEqual([made.id]);
-    await expectIndexExact(db);
+    await expectIndexExact(t.ts.store);
+  });
+});
+
+describe('contacts not yet in the index (above its watermark)', () => {
+  let ts: TestStore;
+  useStore('sqlite', (opened) => (ts = opened));
+  const ORG = 'org-tail';
+  const keysOf = (db: Executor) =>
+    sql<{ id: string; k: number }>`select id, search_key as k from contacts order by 2`
+      .execute(db)
+      .then((r) => r.rows);
+  // Inside one write transaction the store's own indexer cannot run: what a search finds there is
+  // found above the watermark.
+  const searchIn = (trx: Executor, email: string) =>
+    pageByEmailIndex(trx, 'sqlite', ORG, { email }, { page: 1, limit: 20 }).then((p) =>
+      p?.contacts.map((c) => (JSON.parse(c) as { id: string }).id),
+    );
+  const countIn = (trx: Executor, email: string) => countByEmailIndex(trx, 'sqlite', ORG, { email });
+
+  it('are found at once, then through the index, with the same answers', async () => {
+    await ts.store.write((trx) =>
+      trx
+        .insertInto('organizations')
+        .values({ id: ORG, name: 't', created_at: new Date(BASE).toISOString() })
+        .execute(),
+    );
+    await seed(
+      ts.store,
+      ORG,
+      Array.from({ length: 200 }, (_, i) => `old${i}@tail.example`),
+    );
+    await indexAll(ts.store);
+    const answers = await ts.store.write(async (trx) => {
+      await insertContacts(trx, [
+        contact(ORG, 500, 'new.one@tail.example'),
+        contact(ORG, 501, 'new.two@tail.example'),
+      ]);
+      const w = await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(trx);
+      const keys = await keysOf(trx);
+      // Both new contacts sit above the watermark: not in the index, yet found.
+      for (const id of [`${ORG}-500`, `${ORG}-501`])
+        expect(keys.find((r) => r.id === id)!.k).toBeGreaterThan(w.rows[0]!.w);
+      return {
+        one: await searchIn(trx, 'NEW.ONE@'),
+        both: await searchIn(trx, 'new.'),
+        count: await countIn(trx, 'new.'),
+        old: await searchIn(trx, 'old17@'),
+      };
+    });
+    expect(answers).toEqual({
+      one: [`${ORG}-500`],
+      both: [`${ORG}-501`, `${ORG}-500`].sort(),
+      count: 2,
+      old: [`${ORG}-17`],
+    });
+    expect(await indexAll(ts.store)).toBeGreaterThanOrEqual(0);
+    await ts.store.write(async (trx) => {
+      expect(await searchIn(trx, 'NEW.ONE@')).toEqual(answers.one);
+      expect((await searchIn(trx, 'new.'))!.sort()).toEqual(answers.both);
+      expect(await countIn(trx, 'new.')).toBe(2);
+    });
+    await expectIndexExact(ts.store);
+  });
+
+  it('follow address changes and deletes made before they are indexed', async () => {
+    await ts.store.write(async (trx) => {
+      await insertContacts(trx, [
+        contact(ORG, 600, 'moving@tail.example'),
+        contact(ORG, 601, 'leaving@tail.example'),
+      ]);
+      await trx
+        .updateTable('contacts')
+        .set({ email: 'moved@tail.example', email_lower: 'moved@tail.example' })
+        .where('id', '=', `${ORG}-600`)
+        .execute();
+      await trx.deleteFrom('contacts').where('id', '=', `${ORG}-601`).execute();
+      expect(await searchIn(trx, 'moving@')).toEqual([]);
+      expect(await searchIn(trx, 'moved@')).toEqual([`${ORG}-600`]);
+      expect(await searchIn(trx, 'leaving@')).toEqual([]);
+    });
+    await expectIndexExact(ts.store);
+    expect(await search(ts.store.db, ORG, 'moved@')).toEqual([`${ORG}-600`]);
+    expect(await search(ts.store.db, ORG, 'moving@')).toEqual([]);
+  });
+
+  it('never take the key of a deleted indexed contact, so none is taken for indexed too soon', async () => {
+    await indexAll(ts.store);
+    const top = (await keysOf(ts.store.db)).at(-1)!;
+    await ts.store.write((trx) => trx.deleteFrom('contacts').where('id', '=', top.id).execute());
+    await ts.store.write(async (trx) => {
+      await insertContacts(trx, [contact(ORG, 700, 'reborn@tail.example')]);
+      const made = (await keysOf(trx)).find((r) => r.id === `${ORG}-700`)!;
+      expect(made.k).toBeGreaterThan(top.k);
+      expect(await searchIn(trx, 'reborn@')).toEqual([`${ORG}-700`]);
+    });
+    await expectIndexExact(ts.store);
+    expect(await search(ts.store.db, ORG, 'reborn@')).toEqual([`${ORG}-700`]);
+  });
+
+  it('are indexed by the store itself, a moment after they are written', async () => {
+    await seed(
+      ts.store,
+      ORG,
+      Array.from({ length: 50 }, (_, i) => `later${i}@tail.example`),
+      800,
+    );
+    const pending = () =>
+      sql<{ n: number }>`select count(*) as n from contacts
+        where search_key > (select indexed_to from contacts_search_state)`
+        .execute(ts.store.db)
+        .then((r) => r.rows[0]!.n);
+    const deadline = Date.now() + 5_000;
+    while ((await pending()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(await pending()).toBe(0);
+    await expectIndexedToWatermark(ts.store.db);
+  });
+});
+
+describe('migration 0006 on a database indexed by migration 0003 alone', () => {
+  let dir: string;
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('takes every contact already indexed as indexed, and indexes new ones after them', async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-0006-'));
+    const old = await olderDatabase(
+      dir,
+      '0005_counts_per_statement',
+      'org-5',
+      Array.from({ length: 120 }, (_, i) => `five${i}@before.example`),
+    );
+    await old.destroy();
+
+    const store = createStore({ dataDir: dir });
+    try {
+      expect(await store.migrate()).toEqual(['0006_deferred_contact_search']);
+      const w = await sql<{ w: number; top: number }>`select indexed_to as w,
+        (select max(search_key) from contacts) as top from contacts_search_state`.execute(store.db);
+      expect(w.rows[0]!.w).toBe(w.rows[0]!.top);
+      await expectIndexedToWatermark(store.db);
+      expect(await search(store.db, 'org-5', 'five17@')).toEqual(['org-5-17']);
+      await seed(store, 'org-5', ['six@after.example'], 120);
+      expect(await search(store.db, 'org-5', 'six@after')).toEqual(['org-5-120']);
+      await expectIndexExact(store);
+    } finally {
+      await store.close();
+    }
   });
 });
 
@@ -203,16 +393,9 @@ describe('migration 0003 on a database written before it', () => {
 
   it('indexes the contacts already there, and new contacts after them', async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'mailroom-0003-'));
-    const old = new Kysely<Database>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
-    });
-    await migrateTo(old as Kysely<unknown>, 'sqlite', '0002_contact_counts');
-    await old
-      .insertInto('organizations')
-      .values({ id: 'org-old', name: 'old', created_at: new Date(BASE).toISOString() })
-      .execute();
-    await seed(
-      old,
+    const old = await olderDatabase(
+      dir,
+      '0002_contact_counts',
       'org-old',
       Array.from({ length: 250 }, (_, i) => `legacy${i}@before.example`),
     );
@@ -225,8 +408,9 @@ describe('migration 0003 on a database written before it', () => {
         '0003_contact_search',
         '0004_email_counts',
         '0005_counts_per_statement',
+        '0006_deferred_contact_search',
       ]);
-      await expectIndexExact(store.db);
+      await expectIndexExact(store);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);
       expect(await search(store.db, 'org-old', 'legacy7@')).toEqual([]);
       const fresh = Array.from({ length: 10 }, (_, i) => `fresh${i}@after.example`);
@@ -237,7 +421,7 @@ describe('migration 0003 on a database written before it', () => {
       );
       const oldMax = Math.max(...keys.rows.filter((r) => !/-25\d$/.test(r.id)).map((r) => r.k));
       expect(keys.rows.find((r) => r.id === 'org-old-250')!.k).toBeGreaterThan(oldMax);
-      await expectIndexExact(store.db);
+      await expectIndexExact(store);
     } finally {
       await store.close();
     }

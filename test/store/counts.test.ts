@@ -178,7 +178,11 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
       await old.db.destroy();
 
       store = old.open();
-      expect(await store.migrate()).toEqual(['0004_email_counts', '0005_counts_per_statement']);
+      expect(await store.migrate()).toEqual([
+        '0004_email_counts',
+        '0005_counts_per_statement',
+        '0006_deferred_contact_search',
+      ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,
         'tag:a': 19,
