@@ -1,9 +1,10 @@
 // Email substring search on SQLite through migration 0003's trigram index (contacts_search, keyed by
-// contacts.search_key), with the contacts not yet in it (above migration 0006's watermark: written in the
-// last moments) read from contacts directly, so the answer is exact whether or not they are. The index finds every match fast, but a match then costs a row lookup and a
-// place in the sort; when most contacts match, walking the organisation's created_at index (the
-// caller's plain LIKE path) finds a page after a few rows instead. So: count the matches up to a cap
-// first, and take the index only when it is the cheaper way. undefined means "use the plain path".
+// contacts.search_key), with the contacts not in it yet (above migration 0006's watermark: written in the
+// last moments) read from contacts directly, so the answer is exact either way. The index finds every
+// match fast, but a match then costs a row lookup and a place in the sort; when most contacts match,
+// walking the organisation's created_at index (the caller's plain LIKE path) finds a page after a few rows
+// instead. So: count the matches up to a cap first, and take the index only when it is the cheaper way.
+// undefined means "use the plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
@@ -31,9 +32,8 @@ function indexedTerm(dialect: DialectName | undefined, filter: ContactFilter): s
  * the index, and from the few contacts above its watermark, which it does not hold yet.
  */
 function matchingKeys(term: string, limit: number): RawBuilder<{ k: number }> {
-  return sql<{
-    k: number;
-  }>`select rowid as k from contacts_search where contacts_search match ${ftsPhrase(term)}
+  const phrase = ftsPhrase(term);
+  return sql<{ k: number }>`select rowid as k from contacts_search where contacts_search match ${phrase}
     union all
     select search_key from contacts
     where search_key > (select indexed_to from contacts_search_state) and instr(email_lower, ${term}) > 0

@@ -1,7 +1,7 @@
 // Fills migration 0003's trigram index (SQLite) with the contacts above its watermark (migration 0006), in
-// bulk: the SQLite store runs this shortly after contacts are written, and when it closes. Until then a
-// search reads the contacts above the watermark directly (contact-search.repository.ts), so what it
-// finds never depends on whether this has run.
+// bulk: the SQLite store runs this every SEARCH_INDEX_EVERY_MS while contacts wait. Until then a search
+// reads the contacts above the watermark directly (contact-search.repository.ts), so what it finds never
+// depends on whether this has run.
 import { sql } from 'kysely';
 import { rowCount } from './prepared.js';
 import type { Executor } from './store.js';
@@ -12,12 +12,11 @@ export const INDEX_BATCH = 1000;
 /** Indexes up to `limit` contacts above the watermark, in key order, and moves it; returns how many. */
 export async function indexPendingContacts(trx: Executor, limit = INDEX_BATCH): Promise<number> {
   const { rows } = await sql<{ from_key: number; to_key: number | null; n: number }>`
-    select s.indexed_to as from_key, max(p.search_key) as to_key, count(p.search_key) as n
-    from contacts_search_state s left join (
-      select search_key from contacts
+    select (select indexed_to from contacts_search_state) as from_key, max(search_key) as to_key,
+      count(*) as n
+    from (select search_key from contacts
       where search_key > (select indexed_to from contacts_search_state)
-      order by search_key limit ${rowCount(limit)}) p on true
-    group by s.indexed_to`.execute(trx);
+      order by search_key limit ${rowCount(limit)})`.execute(trx);
   const batch = rows[0];
   if (!batch || batch.to_key === null || batch.n === 0) return 0;
   await sql`insert into contacts_search (rowid, email_lower)
