@@ -2,6 +2,7 @@
 // indexes every contact's email_lower; triggers keep it exact inside the writing transaction, so no
 // write path can forget it. Its rowid is contacts.search_key, an integer this migration owns: contacts'
 // own rowids may be renumbered by VACUUM (the table has a TEXT primary key), search_key never is.
+// Since migration 0006 new contacts are indexed in bulk, a moment later, instead (migrations-0006.ts).
 // PostgreSQL needs nothing here: its trigram GIN index is created by the store's migrate.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';

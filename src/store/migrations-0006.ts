@@ -17,6 +17,10 @@ const STATEMENTS = [
      id INTEGER PRIMARY KEY CHECK (id = 1),
      indexed_to INTEGER NOT NULL)`,
   `INSERT INTO contacts_search_state (id, indexed_to) SELECT 1, coalesce(max(search_key), 0) FROM contacts`,
+  // Without its one row every new key would be NULL, and the index would never learn of the contact.
+  `CREATE TRIGGER contacts_search_state_kept BEFORE DELETE ON contacts_search_state BEGIN
+     SELECT RAISE(ABORT, 'contacts_search_state keeps its row');
+   END`,
   `DROP TRIGGER contacts_search_ins`,
   `CREATE TRIGGER contacts_search_ins AFTER INSERT ON contacts BEGIN
      UPDATE contacts SET search_key = 1 + max((SELECT coalesce(max(search_key), 0) FROM contacts), ${WATERMARK})

@@ -103,19 +103,21 @@ function createSqliteStore(options: StoreOptions): Store {
   // New contacts go into the search index together, a moment after they are written (search-index.ts).
   let indexing: Promise<void> | undefined;
   let closing = false;
+  const indexPending = async (): Promise<void> => {
+    try {
+      if (!(await hasPendingContacts(store.db))) return;
+      let indexed: number;
+      do indexed = await group.run((trx) => indexPendingContacts(trx));
+      while (indexed === INDEX_BATCH && !closing);
+    } catch {
+      // Not migrated yet, or the store is failing: the next round tries again; searches stay exact.
+    }
+  };
+  // Cleared in a callback, so always after it was set, even when a run fails before its first await.
   const indexSearch = (): Promise<void> =>
-    (indexing ??= (async () => {
-      try {
-        if (!(await hasPendingContacts(store.db))) return;
-        let indexed: number;
-        do indexed = await group.run((trx) => indexPendingContacts(trx));
-        while (indexed === INDEX_BATCH && !closing);
-      } catch {
-        // Not migrated yet, or the store is failing: the next round tries again; searches stay exact.
-      } finally {
-        indexing = undefined;
-      }
-    })());
+    (indexing ??= indexPending().finally(() => {
+      indexing = undefined;
+    }));
   const indexer = setInterval(() => void indexSearch(), SEARCH_INDEX_EVERY_MS);
   indexer.unref();
   const store: Store = {
