@@ -57,11 +57,14 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
  * Opens the store and brings its schema up to date. Faults at this point are the operator's setting, so
  * they become one line naming the variable (DATABASE_URL or DATA_DIR), not a stack trace.
  */
-export async function openMigratedStore(config: Config): Promise<{ store: Store; applied: string[] }> {
+export async function openMigratedStore(
+  config: Config,
+  logger?: Logger,
+): Promise<{ store: Store; applied: string[] }> {
   const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
   let store: Store | undefined;
   try {
-    store = openStore(config);
+    store = openStore(config, logger);
     return { store, applied: await store.migrate() };
   } catch (err) {
     await store?.close().catch(() => undefined);
@@ -83,12 +86,13 @@ export function listenError(err: unknown, config: Config): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-export function openStore(config: Config): Store {
+export function openStore(config: Config, logger?: Logger): Store {
   return createStore({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     poolSize: config.databasePoolSize,
     sqliteSynchronous: config.sqliteSynchronous,
+    onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
   });
 }
 

@@ -43,6 +43,8 @@ export interface StoreOptions {
   dataDir: string;
   poolSize?: number;
   sqliteSynchronous?: 'FULL' | 'NORMAL';
+  /** Told when work the store does on its own (SQLite's search indexing) starts failing. */
+  onBackgroundError?: (err: unknown, what: string) => void;
 }
 
 export function createStore(options: StoreOptions): Store {
@@ -103,14 +105,23 @@ function createSqliteStore(options: StoreOptions): Store {
   // New contacts go into the search index together, a moment after they are written (search-index.ts).
   let indexing: Promise<void> | undefined;
   let closing = false;
+  // Told once per run of failures, and only once the schema is there: before migrate(), failing is normal.
+  let schemaSeen = false;
+  let failing = false;
   const indexPending = async (): Promise<void> => {
     try {
-      if (!(await hasPendingContacts(store.db))) return;
-      let indexed: number;
-      do indexed = await group.run((trx) => indexPendingContacts(trx));
-      while (indexed === INDEX_BATCH && !closing);
-    } catch {
-      // Not migrated yet, or the store is failing: the next round tries again; searches stay exact.
+      const pending = await hasPendingContacts(store.db);
+      schemaSeen = true;
+      if (pending) {
+        let indexed: number;
+        do indexed = await group.run((trx) => indexPendingContacts(trx));
+        while (indexed === INDEX_BATCH && !closing);
+      }
+      failing = false;
+    } catch (err) {
+      // The next round tries again; searches stay exact meanwhile, only slower as the tail grows.
+      if (schemaSeen && !failing) options.onBackgroundError?.(err, 'indexing new contacts for search');
+      failing = true;
     }
   };
   // Cleared in a callback, so always after it was set, even when a run fails before its first await.

@@ -364,6 +364,51 @@ describe('contacts not yet in the index (above its watermark)', () => {
   });
 });
 
+describe('the store indexing new contacts on its own', () => {
+  let dir: string;
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('says once when it starts failing, and again only after it has recovered', async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-indexer-'));
+    const told: string[] = [];
+    const store = createStore({
+      dataDir: dir,
+      onBackgroundError: (err, what) => told.push(`${what}: ${(err as Error).message}`),
+    });
+    const settle = () => new Promise((r) => setTimeout(r, 300));
+    try {
+      await store.migrate();
+      await store.write((trx) =>
+        trx.insertInto('organizations').values({ id: 'o', name: 'o', created_at: 'x' }).execute(),
+      );
+      await settle();
+      expect(told).toEqual([]);
+      // The index's table gone: every round fails the same way, for several rounds.
+      await store.write((trx) =>
+        sql`alter table contacts_search rename to contacts_search_away`.execute(trx),
+      );
+      await seed(store, 'o', ['one@fail.example']);
+      await settle();
+      expect(told).toHaveLength(1);
+      expect(told[0]).toMatch(/^indexing new contacts for search: .*contacts_search/);
+      // Searches stay exact meanwhile: the contact is read from the table.
+      await store.write((trx) =>
+        sql`alter table contacts_search_away rename to contacts_search`.execute(trx),
+      );
+      await settle();
+      expect(await search(store.db, 'o', 'one@fail')).toEqual(['o-0']);
+      await store.write((trx) =>
+        sql`alter table contacts_search rename to contacts_search_away`.execute(trx),
+      );
+      await seed(store, 'o', ['two@fail.example'], 1);
+      await settle();
+      expect(told).toHaveLength(2);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('migration 0006 on a database indexed by migration 0003 alone', () => {
   let dir: string;
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
