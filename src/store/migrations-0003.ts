@@ -6,7 +6,7 @@
 // PostgreSQL needs nothing here: its trigram GIN index is created by the store's migrate.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
-import { sqliteStatements } from './sqlite-migration.js';
+import { sqliteStatements } from './statement-migrations.js';
 
 const STATEMENTS = [
   `ALTER TABLE contacts ADD COLUMN search_key INTEGER`,

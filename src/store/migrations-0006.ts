@@ -8,7 +8,7 @@
 // PostgreSQL needs nothing here.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
-import { sqliteStatements } from './sqlite-migration.js';
+import { sqliteStatements } from './statement-migrations.js';
 
 const WATERMARK = `(SELECT indexed_to FROM contacts_search_state)`;
 
