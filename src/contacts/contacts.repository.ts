@@ -81,7 +81,9 @@ export function findContactByEmail(
 function rowConditions(filter: ContactFilter): RawBuilder<SqlBool>[] {
   const conditions: RawBuilder<SqlBool>[] = [];
   if (filter.unsubscribed !== undefined) {
-    conditions.push(sql<SqlBool>`contacts.unsubscribed = ${filter.unsubscribed ? 1 : 0}`);
+    // A literal: SQLite matches it to migration 0007's index of unsubscribed contacts without re-planning
+    // the statement on every run (it would for a bound value), and PostgreSQL's generic plans can use it.
+    conditions.push(sql<SqlBool>`contacts.unsubscribed = ${sql.lit(filter.unsubscribed ? 1 : 0)}`);
   }
   if (filter.email !== undefined && filter.email !== '') {
     // ESCAPE makes `%` and `_` in the filter literal; kysely has no LIKE … ESCAPE operator, hence raw SQL.

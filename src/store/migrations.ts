@@ -8,6 +8,7 @@ import { contactSearch } from './migrations-0003.js';
 import { emailCounts } from './migrations-0004.js';
 import { countsPerStatement } from './migrations-0005.js';
 import { deferredContactSearch } from './migrations-0006.js';
+import { unsubscribedOnlyIndex } from './migrations-0007.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -233,6 +234,7 @@ class StaticProvider implements MigrationProvider {
       '0004_email_counts': emailCounts(this.dialect),
       '0005_counts_per_statement': countsPerStatement(this.dialect),
       '0006_deferred_contact_search': deferredContactSearch(this.dialect),
+      '0007_unsubscribed_only_index': unsubscribedOnlyIndex(this.dialect),
     };
   }
 }

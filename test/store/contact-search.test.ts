@@ -425,7 +425,7 @@ describe('migration 0006 on a database indexed by migration 0003 alone', () => {
 
     const store = createStore({ dataDir: dir });
     try {
-      expect(await store.migrate()).toEqual(['0006_deferred_contact_search']);
+      expect(await store.migrate()).toEqual(['0006_deferred_contact_search', '0007_unsubscribed_only_index']);
       const w = await sql<{ w: number; top: number }>`select indexed_to as w,
         (select max(search_key) from contacts) as top from contacts_search_state`.execute(store.db);
       expect(w.rows[0]!.w).toBe(w.rows[0]!.top);
@@ -462,6 +462,7 @@ describe('migration 0003 on a database written before it', () => {
         '0004_email_counts',
         '0005_counts_per_statement',
         '0006_deferred_contact_search',
+        '0007_unsubscribed_only_index',
       ]);
       await expectIndexExact(store);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);

@@ -182,6 +182,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0004_email_counts',
         '0005_counts_per_statement',
         '0006_deferred_contact_search',
+        '0007_unsubscribed_only_index',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,

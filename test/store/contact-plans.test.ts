@@ -1,0 +1,47 @@
+// The SQLite query plans a filtered contacts page depends on: unsubscribed contacts through migration
+// 0007's index of them alone, subscribed ones by walking the organisation's created_at index; neither sorts.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { type CompiledQuery, Kysely, SqliteDialect } from 'kysely';
+import { afterAll, describe, expect, it } from 'vitest';
+import { pageContacts } from '../../src/contacts/contacts.repository.js';
+import type { Database } from '../../src/store/schema.js';
+import { createStore } from '../../src/store/store.js';
+
+describe('contact page plans on sqlite', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-plans-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('read unsubscribed contacts through their own index, subscribed ones in created_at order', async () => {
+    const store = createStore({ dataDir: dir });
+    await store.migrate();
+    await store.close();
+    const conn = new BetterSqlite3(path.join(dir, 'mailroom.sqlite'));
+    const ran: CompiledQuery[] = [];
+    const db = new Kysely<Database>({
+      dialect: new SqliteDialect({ database: conn }),
+      log: (event) => void ran.push(event.query),
+    });
+    try {
+      for (const [unsubscribed, index] of [
+        [true, 'contacts_org_unsubscribed'],
+        [false, 'contacts_org_created'],
+      ] as const) {
+        ran.length = 0;
+        await pageContacts(db, 'org', { unsubscribed }, { page: 1, limit: 20 }, 'sqlite');
+        const query = ran.at(-1)!;
+        const plan = (
+          conn.prepare(`explain query plan ${query.sql}`).all(...query.parameters) as { detail: string }[]
+        )
+          .map((r) => r.detail)
+          .join('\n');
+        expect(plan, `unsubscribed=${unsubscribed}`).toContain(`USING INDEX ${index}`);
+        expect(plan).not.toContain('TEMP B-TREE');
+      }
+    } finally {
+      await db.destroy();
+    }
+  });
+});
