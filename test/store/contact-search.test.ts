@@ -90,23 +90,36 @@ async function expectIndexExact(store: Store): Promise<void> {
   await expectIndexedToWatermark(store.db);
 }
 
-/** A database as an older release left it: migrated up to `migration`, `org` holding these contacts. */
-async function olderDatabase(
-  dir: string,
-  migration: string,
-  org: string,
-  emails: string[],
-): Promise<Kysely<Database>> {
-  const old = new Kysely<Database>({
-    dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
-  });
-  await migrateTo(old as Kysely<unknown>, 'sqlite', migration);
-  await old
-    .insertInto('organizations')
-    .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
-    .execute();
-  await seed(old, org, emails);
-  return old;
+/**
+ * Runs `check` on a store opened over a database as an older release left it: migrated up to `migration`,
+ * `org` holding these contacts, then changed by `adjust`. The database is removed after.
+ */
+async function onUpgradedStore(
+  older: { migration: string; org: string; emails: string[]; adjust?: (old: Kysely<Database>) => unknown },
+  check: (store: Store) => Promise<void>,
+): Promise<void> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-upgrade-'));
+  try {
+    const old = new Kysely<Database>({
+      dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
+    });
+    await migrateTo(old as Kysely<unknown>, 'sqlite', older.migration);
+    await old
+      .insertInto('organizations')
+      .values({ id: older.org, name: older.org, created_at: new Date(BASE).toISOString() })
+      .execute();
+    await seed(old, older.org, older.emails);
+    await older.adjust?.(old);
+    await old.destroy();
+    const store = createStore({ dataDir: dir });
+    try {
+      await check(store);
+    } finally {
+      await store.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 const search = (db: Kysely<Database>, org: string, email: string) =>
@@ -410,21 +423,9 @@ describe('the store indexing new contacts on its own', () => {
 });
 
 describe('migration 0006 on a database indexed by migration 0003 alone', () => {
-  let dir: string;
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
   it('takes every contact already indexed as indexed, and indexes new ones after them', async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-0006-'));
-    const old = await olderDatabase(
-      dir,
-      '0005_counts_per_statement',
-      'org-5',
-      Array.from({ length: 120 }, (_, i) => `five${i}@before.example`),
-    );
-    await old.destroy();
-
-    const store = createStore({ dataDir: dir });
-    try {
+    const emails = Array.from({ length: 120 }, (_, i) => `five${i}@before.example`);
+    await onUpgradedStore({ migration: '0005_counts_per_statement', org: 'org-5', emails }, async (store) => {
       expect(await store.migrate()).toEqual(['0006_deferred_contact_search', '0007_unsubscribed_only_index']);
       const w = await sql<{ w: number; top: number }>`select indexed_to as w,
         (select max(search_key) from contacts) as top from contacts_search_state`.execute(store.db);
@@ -434,29 +435,19 @@ describe('migration 0006 on a database indexed by migration 0003 alone', () => {
       await seed(store, 'org-5', ['six@after.example'], 120);
       expect(await search(store.db, 'org-5', 'six@after')).toEqual(['org-5-120']);
       await expectIndexExact(store);
-    } finally {
-      await store.close();
-    }
+    });
   });
 });
 
 describe('migration 0003 on a database written before it', () => {
-  let dir: string;
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
   it('indexes the contacts already there, and new contacts after them', async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-0003-'));
-    const old = await olderDatabase(
-      dir,
-      '0002_contact_counts',
-      'org-old',
-      Array.from({ length: 250 }, (_, i) => `legacy${i}@before.example`),
-    );
-    await old.deleteFrom('contacts').where('id', '=', 'org-old-7').execute();
-    await old.destroy();
-
-    const store = createStore({ dataDir: dir });
-    try {
+    const older = {
+      migration: '0002_contact_counts',
+      org: 'org-old',
+      emails: Array.from({ length: 250 }, (_, i) => `legacy${i}@before.example`),
+      adjust: (old: Kysely<Database>) => old.deleteFrom('contacts').where('id', '=', 'org-old-7').execute(),
+    };
+    await onUpgradedStore(older, async (store) => {
       expect(await store.migrate()).toEqual([
         '0003_contact_search',
         '0004_email_counts',
@@ -476,8 +467,6 @@ describe('migration 0003 on a database written before it', () => {
       const oldMax = Math.max(...keys.rows.filter((r) => !/-25\d$/.test(r.id)).map((r) => r.k));
       expect(keys.rows.find((r) => r.id === 'org-old-250')!.k).toBeGreaterThan(oldMax);
       await expectIndexExact(store);
-    } finally {
-      await store.close();
-    }
+    });
   });
 });
