@@ -78,7 +78,8 @@ export async function pageByEmailIndex(
       from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
       cross join contacts c on c.search_key = m.value
       where ${contactConditions(organizationId, filter)}
-      order by c.created_at desc, c.id desc limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p
+      order by c.created_at desc, c.id desc
+      limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p
     cross join contacts c on c.rowid = p.r
     order by c.created_at desc, c.id desc`.execute(db);
   const total = rows[0]?.match_total;

@@ -8,7 +8,8 @@ export function contactsEndpoints(contacts: ContactsService) {
       const { contacts: page, pagination } = await contacts.page(orgOf(req), req.query);
       // The store rendered each contact as the schema's Contact (contactJson); the rest of the body is
       // written here, in the schema's key order.
-      const body = `{"success":true,"contacts":[${page.join(',')}],"pagination":${JSON.stringify(pagination)}}`;
+      const items = page.join(',');
+      const body = `{"success":true,"contacts":[${items}],"pagination":${JSON.stringify(pagination)}}`;
       return sendJsonText(reply, body);
     }),
 

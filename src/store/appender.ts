@@ -133,7 +133,8 @@ const insertTexts = new Map<string, string>();
 
 /**
  * A multi-row INSERT of rows that all have exactly `columns`, none undefined, as kysely would write it;
- * undefined when they do not. Building it through kysely's query tree cost more per accepted email than the insert.
+ * undefined when they do not. Building it through kysely's query tree cost more per accepted email than
+ * the insert.
  */
 function plainInsert(
   dialect: DialectName,

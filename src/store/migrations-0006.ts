@@ -23,7 +23,8 @@ const STATEMENTS = [
    END`,
   `DROP TRIGGER contacts_search_ins`,
   `CREATE TRIGGER contacts_search_ins AFTER INSERT ON contacts BEGIN
-     UPDATE contacts SET search_key = 1 + max((SELECT coalesce(max(search_key), 0) FROM contacts), ${WATERMARK})
+     UPDATE contacts
+       SET search_key = 1 + max((SELECT coalesce(max(search_key), 0) FROM contacts), ${WATERMARK})
        WHERE rowid = NEW.rowid;
    END`,
   `DROP TRIGGER contacts_search_upd`,

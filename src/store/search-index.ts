@@ -28,9 +28,7 @@ export async function indexPendingContacts(trx: Executor, limit = INDEX_BATCH): 
 
 /** Whether any contact waits to be indexed; a read, for deciding whether to take the write lock at all. */
 export async function hasPendingContacts(db: Executor): Promise<boolean> {
-  const { rows } = await sql<{ pending: number }>`select exists (
-      select 1 from contacts where search_key > (select indexed_to from contacts_search_state)) as pending`.execute(
-    db,
-  );
+  const { rows } = await sql<{ pending: number }>`select exists (select 1 from contacts
+      where search_key > (select indexed_to from contacts_search_state)) as pending`.execute(db);
   return Number(rows[0]?.pending ?? 0) === 1;
 }

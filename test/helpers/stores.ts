@@ -81,7 +81,7 @@ export async function createTestStore(kind: StoreKind): Promise<TestStore> {
   };
 }
 
-/** Opens a store on `kind` for the enclosing describe and hands it to `set` (which may fill it); drops it after. */
+/** A store on `kind` for the enclosing describe, handed to `set` (which may fill it); dropped after. */
 export function useStore(kind: StoreKind, set: (ts: TestStore) => unknown): void {
   let ts: TestStore | undefined;
   beforeAll(async () => {
