@@ -3,6 +3,8 @@
 import { parseArgs } from 'node:util';
 import { type Store } from '../src/store/store.js';
 import { insertContacts } from '../src/contacts/contacts.repository.js';
+import { renderContact } from '../src/contacts/contact-fields.js';
+import type { ContactRow } from '../src/store/schema.js';
 import { uuidIds } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
@@ -22,22 +24,23 @@ export async function seedContacts(
     const rows = Array.from({ length: Math.min(BATCH, count - done) }, (_, j) => {
       const i = done + j;
       const at = new Date(base + i).toISOString();
-      return {
-        row: {
-          id: uuidIds.next(),
-          organization_id: organizationId,
-          email: `${label}${i}@example${i % 97}.test`,
-          email_lower: `${label}${i}@example${i % 97}.test`,
-          first_name: `First${i}`,
-          last_name: null,
-          unsubscribed: i % 20 === 0 ? 1 : 0,
-          custom_fields: '{}',
-          tags: i % 10 === 0 ? '["vip"]' : '[]',
-          created_at: at,
-          updated_at: at,
-        },
-        tags: i % 10 === 0 ? ['vip'] : [],
+      const row: ContactRow = {
+        id: uuidIds.next(),
+        organization_id: organizationId,
+        email: `${label}${i}@example${i % 97}.test`,
+        email_lower: `${label}${i}@example${i % 97}.test`,
+        first_name: `First${i}`,
+        last_name: null,
+        unsubscribed: i % 20 === 0 ? 1 : 0,
+        custom_fields: '{}',
+        tags: i % 10 === 0 ? '["vip"]' : '[]',
+        created_at: at,
+        updated_at: at,
+        json: null,
       };
+      // Stored as the API writes it, so pages read what they would after real creates.
+      row.json = renderContact(row);
+      return { row, tags: i % 10 === 0 ? ['vip'] : [] };
     });
     await store.write((trx) => insertContacts(trx, rows));
     const n = Math.min(done + BATCH, count);

@@ -1,6 +1,6 @@
 import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import type { Executor, Store } from '../store/store.js';
-import type { ContactRow, Database } from '../store/schema.js';
+import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsPattern, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../http/schemas.js';
@@ -15,7 +15,7 @@ export interface ContactFilter {
 }
 
 /** New contacts' rows, parents first: what one append (or one transaction) writes. */
-function contactRows(contacts: { row: ContactRow; tags: string[] }[]): AppendRows<Database>[] {
+function contactRows(contacts: { row: NewContact; tags: string[] }[]): AppendRows<Database>[] {
   return [
     { table: 'contacts', rows: contacts.map((c) => c.row) },
     { table: 'contact_tags', rows: contacts.flatMap(({ row, tags }) => tagRows(row, tags)) },
@@ -26,12 +26,12 @@ function contactRows(contacts: { row: ContactRow; tags: string[] }[]): AppendRow
  * A new contact, written durably through the store's batched appends: contacts created together share
  * multi-row INSERTs and one commit, and a taken email fails only its own caller.
  */
-export function insertContact(store: Store, row: ContactRow, tags: string[]): Promise<void> {
+export function insertContact(store: Store, row: NewContact, tags: string[]): Promise<void> {
   return store.append(contactRows([{ row, tags }]));
 }
 
 /** Many contacts in one transaction (seeding, imports), as few statements as the parameter limit allows. */
-export function insertContacts(db: Executor, contacts: { row: ContactRow; tags: string[] }[]): Promise<void> {
+export function insertContacts(db: Executor, contacts: { row: NewContact; tags: string[] }[]): Promise<void> {
   return insertRows(db, contactRows(contacts));
 }
 

@@ -14,8 +14,9 @@ export function contactsEndpoints(contacts: ContactsService) {
     }),
 
     create: endpoint(s.createContactSchema, async (req, reply) => {
-      const contact = await contacts.create(orgOf(req), req.body);
-      return reply.code(201).send({ success: true, contact });
+      // The contact's text as stored for pages (renderContact), in the schema's 201 body.
+      const contact = await contacts.createJson(orgOf(req), req.body);
+      return sendJsonText(reply.code(201), `{"success":true,"contact":${contact}}`);
     }),
 
     update: endpoint(s.updateContactSchema, async (req) => ({

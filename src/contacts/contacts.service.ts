@@ -12,7 +12,7 @@ import {
   updateRules,
 } from './contacts.rules.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
-import type { ContactFields } from './contact-fields.js';
+import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
 
 export interface Contact {
@@ -76,6 +76,15 @@ export class ContactsService {
   ) {}
 
   async create(orgId: string, input: CreateContactInput): Promise<Contact> {
+    return toContact(await this.insert(orgId, input));
+  }
+
+  /** The new contact as its API JSON text (renderContact): what POST answers, with no object between. */
+  async createJson(orgId: string, input: CreateContactInput): Promise<string> {
+    return (await this.insert(orgId, input)).json!;
+  }
+
+  private async insert(orgId: string, input: CreateContactInput): Promise<ContactRow> {
     throwIfAny(createRules({ ...input }));
     const email = input.email.trim();
     const customFields = mergeFields({}, input.customFields ?? {});
@@ -93,14 +102,16 @@ export class ContactsService {
       tags: JSON.stringify(tags),
       created_at: now,
       updated_at: now,
+      json: null,
     };
+    row.json = renderContact(row);
     try {
       await repo.insertContact(this.store, row, tags);
     } catch (err) {
       if (isUniqueViolation(err)) throw emailTaken(email);
       throw err;
     }
-    return toContact(row);
+    return row;
   }
 
   /** A page of contacts, each as its API JSON text (the store renders them: contactJson). */
@@ -148,8 +159,11 @@ export class ContactsService {
           changes.tags = JSON.stringify(tags);
           await repo.replaceTags(trx, row, tags);
         }
+        const updated = { ...row, ...changes };
+        // Its stored text follows it; one that did not would be cleared by migration 0008's trigger.
+        changes.json = renderContact(updated);
         await repo.updateContact(trx, row.id, changes);
-        return toContact({ ...row, ...changes });
+        return toContact(updated);
       });
     } catch (err) {
       if (isUniqueViolation(err)) throw emailTaken(newEmail ?? '');

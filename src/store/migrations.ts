@@ -9,6 +9,7 @@ import { emailCounts } from './migrations-0004.js';
 import { countsPerStatement } from './migrations-0005.js';
 import { deferredContactSearch } from './migrations-0006.js';
 import { unsubscribedOnlyIndex } from './migrations-0007.js';
+import { storedContactJson } from './migrations-0008.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -235,6 +236,7 @@ class StaticProvider implements MigrationProvider {
       '0005_counts_per_statement': countsPerStatement(this.dialect),
       '0006_deferred_contact_search': deferredContactSearch(this.dialect),
       '0007_unsubscribed_only_index': unsubscribedOnlyIndex(this.dialect),
+      '0008_stored_contact_json': storedContactJson(this.dialect),
     };
   }
 }

@@ -42,6 +42,8 @@ export interface ContactsTable {
   tags: string;
   created_at: string;
   updated_at: string;
+  /** The contact as the API shows it (renderContact), or null: rendered on read (contactJson). */
+  json: string | null;
 }
 
 export interface ContactTagsTable {
@@ -132,5 +134,7 @@ export interface Database {
 
 export type ListRow = Selectable<ListsTable>;
 export type ContactRow = Selectable<ContactsTable>;
+/** A contact to insert; without `json` (as on a database before 0008) it is rendered on read. */
+export type NewContact = Insertable<ContactsTable>;
 export type EmailRow = Selectable<EmailsTable>;
 export type NewEmail = Insertable<EmailsTable>;

@@ -257,7 +257,7 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
       expect(res.statusCode, res.body).toBe(201);
       // Built from what was sent, not from POST's answer: both come through the same mapping.
       const { id, email, createdAt } = res.json().contact as Record<string, string>;
-      created.push({
+      const contact = {
         id,
         email,
         firstName: spec.firstName ?? null,
@@ -266,7 +266,11 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
         customFields: spec.customFields ?? {},
         unsubscribed: spec.unsubscribed ?? false,
         createdAt,
-      });
+      };
+      // POST answers with the text stored for pages: the same bytes too.
+      expect(res.body).toBe(JSON.stringify({ success: true, contact }));
+      expect(res.headers['content-type']).toBe('application/json; charset=utf-8');
+      created.push(contact);
     }
     const newestFirst = [...created].reverse();
     const get = async (query: Record<string, string>) => {
@@ -301,5 +305,83 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
       expect(await get({ email, page: '2', limit: '1' })).toBe(body(marked.slice(1), 2, 1, 2));
     }
     expect(await get({ email: 'z.qx', unsubscribed: 'true' })).toBe(body(unsubscribed, 1, 20, 1));
+  });
+
+  // Pages read each contact's stored text (migration 0008) where it has one and render it otherwise: after
+  // updates through the API, after a write that bypasses the service, and for contacts stored before 0008.
+  it('GET answers each contact as it now is, however it was written', async () => {
+    const { auth, organizationId } = await t.newKey();
+    const db = t.ts.store.db;
+    const put = async (payload: Record<string, unknown>) => {
+      const res = await t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload });
+      expect(res.statusCode, res.body).toBe(200);
+      return res.json().contact as Record<string, unknown>;
+    };
+    const ids: string[] = [];
+    for (const i of [0, 1, 2]) {
+      const res = await t.call({
+        method: 'POST',
+        url: '/api/v1/contacts',
+        auth,
+        payload: { email: uniqueEmail(`u${i}`), tags: ['old'], customFields: { keep: i } },
+      });
+      expect(res.statusCode, res.body).toBe(201);
+      ids.push(res.json().contact.id as string);
+    }
+    const now = new Map<string, unknown>();
+    now.set(ids[0]!, await put({ id: ids[0], firstName: 'Ada "\u00e9" \n ✓', tags: ['new', 'ünï'] }));
+    now.set(
+      ids[1]!,
+      await put({ id: ids[1], unsubscribed: true, customFields: { plan: 'pro', keep: null } }),
+    );
+    now.set(ids[2]!, await put({ id: ids[2], email: uniqueEmail('MOVED'), lastName: null }));
+    const page = async () => {
+      const res = await t.call({ method: 'GET', url: '/api/v1/contacts', auth });
+      expect(res.statusCode, res.body).toBe(200);
+      return res.body;
+    };
+    const expected = () =>
+      JSON.stringify({
+        success: true,
+        contacts: [...ids].reverse().map((id) => now.get(id)),
+        pagination: { page: 1, limit: 20, total: 3, pages: 1 },
+      });
+    expect(await page()).toBe(expected());
+    const stored = await db.selectFrom('contacts').select(['id', 'json']).where('id', 'in', ids).execute();
+    for (const row of stored) expect(JSON.parse(row.json!)).toEqual(now.get(row.id));
+
+    // A writer that changes a shown column without writing the text: the stale text is cleared.
+    await t.ts.store.write((trx) =>
+      trx.updateTable('contacts').set({ first_name: 'Direct' }).where('id', '=', ids[1]!).execute(),
+    );
+    now.set(ids[1]!, { ...(now.get(ids[1]!) as object), firstName: 'Direct' });
+    const cleared = await db
+      .selectFrom('contacts')
+      .select('json')
+      .where('id', '=', ids[1]!)
+      .executeTakeFirst();
+    expect(cleared?.json).toBeNull();
+    expect(await page()).toBe(expected());
+    // A column no one sees changes: the text stays.
+    await t.ts.store.write((trx) =>
+      trx
+        .updateTable('contacts')
+        .set({ updated_at: new Date().toISOString() })
+        .where('id', '=', ids[0]!)
+        .execute(),
+    );
+    const kept = await db.selectFrom('contacts').select('json').where('id', '=', ids[0]!).executeTakeFirst();
+    expect(kept?.json).not.toBeNull();
+
+    // As stored before 0008: no text at all.
+    await t.ts.store.write((trx) =>
+      trx.updateTable('contacts').set({ json: null }).where('organization_id', '=', organizationId).execute(),
+    );
+    expect(await page()).toBe(expected());
+    // Updated again through the API, each gets its text back.
+    now.set(ids[2]!, await put({ id: ids[2], firstName: 'Back' }));
+    expect(await page()).toBe(expected());
+    const back = await db.selectFrom('contacts').select('json').where('id', '=', ids[2]!).executeTakeFirst();
+    expect(JSON.parse(back!.json!)).toEqual(now.get(ids[2]!));
   });
 });

@@ -12,14 +12,14 @@ import { countContacts, insertContacts, pageContacts } from '../../src/contacts/
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import { indexPendingContacts } from '../../src/store/search-index.js';
-import type { ContactRow, Database } from '../../src/store/schema.js';
+import type { NewContact, Database } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { type TestStore, createTestStore, useStore } from '../helpers/stores.js';
 
 const BASE = Date.parse('2031-01-01T00:00:00.000Z');
 
-function contact(org: string, i: number, email: string): { row: ContactRow; tags: string[] } {
+function contact(org: string, i: number, email: string): { row: NewContact; tags: string[] } {
   const at = new Date(BASE + ((i * 7919) % 1000) * 1000 + i).toISOString();
   return {
     row: {
@@ -426,7 +426,11 @@ describe('migration 0006 on a database indexed by migration 0003 alone', () => {
   it('takes every contact already indexed as indexed, and indexes new ones after them', async () => {
     const emails = Array.from({ length: 120 }, (_, i) => `five${i}@before.example`);
     await onUpgradedStore({ migration: '0005_counts_per_statement', org: 'org-5', emails }, async (store) => {
-      expect(await store.migrate()).toEqual(['0006_deferred_contact_search', '0007_unsubscribed_only_index']);
+      expect(await store.migrate()).toEqual([
+        '0006_deferred_contact_search',
+        '0007_unsubscribed_only_index',
+        '0008_stored_contact_json',
+      ]);
       const w = await sql<{ w: number; top: number }>`select indexed_to as w,
         (select max(search_key) from contacts) as top from contacts_search_state`.execute(store.db);
       expect(w.rows[0]!.w).toBe(w.rows[0]!.top);
@@ -454,6 +458,7 @@ describe('migration 0003 on a database written before it', () => {
         '0005_counts_per_statement',
         '0006_deferred_contact_search',
         '0007_unsubscribed_only_index',
+        '0008_stored_contact_json',
       ]);
       await expectIndexExact(store);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);

@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
 import { foldCountShards } from '../../src/store/counts.js';
 import { migrateTo } from '../../src/store/migrations.js';
-import type { ContactRow, Database, NewEmail } from '../../src/store/schema.js';
+import type { NewContact, Database, NewEmail } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
 import {
   TEST_DATABASE_URL,
@@ -26,7 +26,7 @@ const AT = '2031-01-01T00:00:00.000Z';
 const TAGS = [['a', 'b'], ['b', 'a'], ['c'], []];
 const STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'];
 
-function contact(org: string, i: number): { row: ContactRow; tags: string[] } {
+function contact(org: string, i: number): { row: NewContact; tags: string[] } {
   return {
     row: {
       id: `${org}-c${i}`,
@@ -183,6 +183,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0005_counts_per_statement',
         '0006_deferred_contact_search',
         '0007_unsubscribed_only_index',
+        '0008_stored_contact_json',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,

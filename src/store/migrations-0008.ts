@@ -1,0 +1,38 @@
+// 0008: each contact keeps its API JSON in `json`, written by the app when it writes the contact, so a
+// page reads one stored text per contact instead of rendering it from eight columns. Rendering was most
+// of a page's cost: on SQLite, 20 contacts rendered by the query took ~24 µs, their stored text ~12, of a
+// ~62 µs request. Contacts stored before 0008 have none and are rendered as before (contactJson's
+// coalesce); nothing is backfilled, so the migration is instant on any size.
+// The trigger makes a stale text impossible: an update that changes a rendered column without writing a new
+// `json` (a writer other than the contacts service, or one that rendered the same text) clears it, and
+// the contact is rendered on read from then on.
+import type { Migration } from 'kysely';
+import type { DialectName } from './dialect.js';
+import { statements } from './statement-migrations.js';
+
+const RENDERED = 'id, email, first_name, last_name, tags, custom_fields, unsubscribed, created_at';
+
+const SQLITE = [
+  `ALTER TABLE contacts ADD COLUMN json TEXT`,
+  `CREATE TRIGGER contacts_json_stale AFTER UPDATE OF ${RENDERED} ON contacts
+     WHEN NEW.json IS OLD.json BEGIN
+     UPDATE contacts SET json = NULL WHERE rowid = NEW.rowid;
+   END`,
+];
+
+// Adding a nullable column without a default only changes the catalogue: the lock it takes on contacts
+// lasts as long as the migration's transaction, a few milliseconds.
+const POSTGRES = [
+  `ALTER TABLE contacts ADD COLUMN json text`,
+  `CREATE FUNCTION contacts_json_stale() RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     NEW.json := NULL;
+     RETURN NEW;
+   END $$`,
+  `CREATE TRIGGER contacts_json_stale BEFORE UPDATE OF ${RENDERED} ON contacts
+     FOR EACH ROW WHEN (NEW.json IS NOT DISTINCT FROM OLD.json) EXECUTE FUNCTION contacts_json_stale()`,
+];
+
+export function storedContactJson(dialect: DialectName): Migration {
+  return statements(dialect, dialect === 'sqlite' ? SQLITE : POSTGRES);
+}
