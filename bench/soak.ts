@@ -12,9 +12,13 @@ import { writeSection } from './report.js';
 import { ROOT, benchEnv, freePort, freshBodies, rssMiB, startServerWithKey } from './lib.js';
 import { startSink } from './sink.js';
 
-const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
-const BURST_SECONDS = 5;
 const WINDOW_SECONDS = 10;
+const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
+// The report has one row per whole window; a shorter soak would have none to sample into.
+if (!Number.isInteger(SOAK_SECONDS / WINDOW_SECONDS) || SOAK_SECONDS < WINDOW_SECONDS) {
+  throw new Error(`SOAK_SECONDS must be a multiple of ${WINDOW_SECONDS}, got ${process.env.SOAK_SECONDS}`);
+}
+const BURST_SECONDS = 5;
 const CONNECTIONS = 20;
 const LOAD = 0.8;
 const SEED_CONTACTS = 200;
