@@ -3,19 +3,31 @@
 // of a page's cost: on SQLite, 20 contacts rendered by the query took ~24 µs, their stored text ~12, of a
 // ~62 µs request. Contacts stored before 0008 have none and are rendered as before (contactJson's
 // coalesce); nothing is backfilled, so the migration is instant on any size.
-// The trigger makes a stale text impossible: an update that changes a rendered column without writing a new
-// `json` (a writer other than the contacts service, or one that rendered the same text) clears it, and
-// the contact is rendered on read from then on.
+// The trigger makes a stale text impossible: an update that changes a rendered column's value without
+// writing a new `json` (a writer other than the contacts service) clears it, and the contact is rendered
+// on read from then on. An update that writes the same values (a sync resending a contact as it is) keeps
+// the text.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statements } from './statement-migrations.js';
 
-const RENDERED = 'id, email, first_name, last_name, tags, custom_fields, unsubscribed, created_at';
+const COLUMNS = [
+  'id',
+  'email',
+  'first_name',
+  'last_name',
+  'tags',
+  'custom_fields',
+  'unsubscribed',
+  'created_at',
+];
+const RENDERED = COLUMNS.join(', ');
+const row = (prefix: string) => COLUMNS.map((c) => `${prefix}.${c}`).join(', ');
 
 const SQLITE = [
   `ALTER TABLE contacts ADD COLUMN json TEXT`,
   `CREATE TRIGGER contacts_json_stale AFTER UPDATE OF ${RENDERED} ON contacts
-     WHEN NEW.json IS OLD.json BEGIN
+     WHEN NEW.json IS OLD.json AND (${row('NEW')}) IS NOT (${row('OLD')}) BEGIN
      UPDATE contacts SET json = NULL WHERE rowid = NEW.rowid;
    END`,
 ];
@@ -30,7 +42,9 @@ const POSTGRES = [
      RETURN NEW;
    END $$`,
   `CREATE TRIGGER contacts_json_stale BEFORE UPDATE OF ${RENDERED} ON contacts
-     FOR EACH ROW WHEN (NEW.json IS NOT DISTINCT FROM OLD.json) EXECUTE FUNCTION contacts_json_stale()`,
+     FOR EACH ROW WHEN (NEW.json IS NOT DISTINCT FROM OLD.json
+       AND (${row('NEW')}) IS DISTINCT FROM (${row('OLD')}))
+     EXECUTE FUNCTION contacts_json_stale()`,
 ];
 
 export function storedContactJson(dialect: DialectName): Migration {

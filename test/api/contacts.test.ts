@@ -372,6 +372,16 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
     );
     const kept = await db.selectFrom('contacts').select('json').where('id', '=', ids[0]!).executeTakeFirst();
     expect(kept?.json).not.toBeNull();
+    // A PUT of the values it already has (a sync resending it) keeps the text too.
+    const same = now.get(ids[0]!) as { firstName: string; tags: string[] };
+    expect(await put({ id: ids[0], firstName: same.firstName, tags: same.tags })).toEqual(now.get(ids[0]!));
+    const resent = await db
+      .selectFrom('contacts')
+      .select('json')
+      .where('id', '=', ids[0]!)
+      .executeTakeFirst();
+    expect(resent?.json).toBe(kept?.json);
+    expect(await page()).toBe(expected());
 
     // As stored before 0008: no text at all.
     await t.ts.store.write((trx) =>
