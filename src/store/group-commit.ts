@@ -2,6 +2,9 @@
 // transaction, each inside its own savepoint, so many writes share one commit (one fsync) while a failing
 // write rolls back only itself. A caller's promise settles only after its commit is durable. Every write
 // goes through it on SQLite; on PostgreSQL, writes that tolerate company (the worker's results) do.
+// A write marked `small` changes few existing rows (an append, a batch of delivery results); a batch of
+// only such writes lets SQLite keep the page copies it takes to undo a statement or savepoint in memory
+// (sqliteImmediateTransaction).
 import { type Kysely, sql } from 'kysely';
 import { BatchQueue } from './batch-queue.js';
 import { isRetryableConflict } from './dialect.js';
@@ -12,7 +15,19 @@ interface Job<DB> {
   reject: (err: unknown) => void;
   /** Times it lost a deadlock (PostgreSQL) and went back in the queue. */
   conflicts: number;
+  small: boolean;
 }
+
+export interface WriteOptions {
+  /**
+   * The write changes few existing rows, however many it adds: what it could have to undo is bounded.
+   * Unmarked writes may change any number (deleting a list deletes all its memberships).
+   */
+  small?: boolean;
+}
+
+/** Runs fn in one transaction and commits it (or rolls back if it throws); `small` if every write is. */
+export type Transaction<DB> = <T>(fn: (trx: Kysely<DB>) => Promise<T>, small: boolean) => Promise<T>;
 
 const MAX_BATCH = 256;
 const MAX_CONFLICTS = 5;
@@ -22,12 +37,12 @@ export class GroupCommit<DB> {
   /** Transactions committed so far; each may carry many writes. */
   commits = 0;
 
-  /** `transaction` runs its callback in one transaction and commits it (or rolls back if it throws). */
-  constructor(private readonly transaction: <T>(fn: (trx: Kysely<DB>) => Promise<T>) => Promise<T>) {}
+  constructor(private readonly transaction: Transaction<DB>) {}
 
-  run<T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> {
+  run<T>(fn: (trx: Kysely<DB>) => Promise<T>, options: WriteOptions = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject, conflicts: 0 });
+      const small = options.small === true;
+      this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject, conflicts: 0, small });
     });
   }
 
@@ -39,20 +54,23 @@ export class GroupCommit<DB> {
   private async runBatch(batch: Job<DB>[]): Promise<void> {
     const outcomes: { ok: boolean; value: unknown }[] = [];
     try {
-      await this.transaction(async (conn) => {
-        for (const job of batch) {
-          await sql`savepoint w`.execute(conn);
-          try {
-            const value = await job.fn(conn);
-            await sql`release savepoint w`.execute(conn);
-            outcomes.push({ ok: true, value });
-          } catch (err) {
-            await sql`rollback to savepoint w`.execute(conn);
-            await sql`release savepoint w`.execute(conn);
-            outcomes.push({ ok: false, value: err });
+      await this.transaction(
+        async (conn) => {
+          for (const job of batch) {
+            await sql`savepoint w`.execute(conn);
+            try {
+              const value = await job.fn(conn);
+              await sql`release savepoint w`.execute(conn);
+              outcomes.push({ ok: true, value });
+            } catch (err) {
+              await sql`rollback to savepoint w`.execute(conn);
+              await sql`release savepoint w`.execute(conn);
+              outcomes.push({ ok: false, value: err });
+            }
           }
-        }
-      });
+        },
+        batch.every((job) => job.small),
+      );
       this.commits++;
     } catch (err) {
       for (const job of batch) this.fail(job, err);
@@ -79,11 +97,23 @@ export class GroupCommit<DB> {
   }
 }
 
-/** The SQLite transaction for a batch: IMMEDIATE takes the write lock up front, so another process's
- * writer makes us wait (busy_timeout) instead of failing on a stale read snapshot. */
-export function sqliteImmediateTransaction<DB>(db: Kysely<DB>) {
-  return <T>(fn: (trx: Kysely<DB>) => Promise<T>): Promise<T> =>
+/**
+ * The SQLite transaction for a batch: IMMEDIATE takes the write lock up front, so another process's
+ * writer makes us wait (busy_timeout) instead of failing on a stale read snapshot.
+ * Every statement and savepoint keeps a copy of each existing page it changes, to undo it; past 64 KiB
+ * SQLite spills those copies to a temporary file (an open, an unlink and a write per page: ~40 % of
+ * inserting a batch of contacts). A batch of small writes keeps them in memory instead, since they are
+ * bounded; any other batch keeps the file, so deleting a list of a million members cannot fill the heap.
+ */
+export function sqliteImmediateTransaction<DB>(db: Kysely<DB>): Transaction<DB> {
+  // The connection's setting, changed only between transactions (SQLite refuses it inside one).
+  let inMemory = false;
+  return <T>(fn: (trx: Kysely<DB>) => Promise<T>, small: boolean): Promise<T> =>
     db.connection().execute(async (conn) => {
+      if (small !== inMemory) {
+        await (small ? sql`pragma temp_store = memory` : sql`pragma temp_store = default`).execute(conn);
+        inMemory = small;
+      }
       await sql`begin immediate`.execute(conn);
       try {
         const value = await fn(conn);

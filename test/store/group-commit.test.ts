@@ -212,6 +212,43 @@ describe('group commit', () => {
     await db.destroy();
   });
 
+  it('keeps undo copies in memory only for a batch of small writes', async () => {
+    const db = new Kysely<{ t: { n: number } }>({
+      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+    });
+    await db.schema.createTable('t').addColumn('n', 'integer').execute();
+    const group = new GroupCommit(sqliteImmediateTransaction(db));
+    // 0 is the build's default (a file), 2 memory: what SQLite uses for the transaction the write is in.
+    const tempStore = async (trx: Kysely<{ t: { n: number } }>) => {
+      await trx.insertInto('t').values({ n: 1 }).execute();
+      const { rows } = await sql<{ temp_store: number }>`pragma temp_store`.execute(trx);
+      return rows[0]!.temp_store;
+    };
+    expect(await group.run(tempStore, { small: true })).toBe(2);
+    expect(await group.run(tempStore)).toBe(0);
+    // Together in one transaction: one write that may be large puts the whole batch back on the file.
+    expect(await Promise.all([group.run(tempStore, { small: true }), group.run(tempStore)])).toEqual([0, 0]);
+    expect(
+      await Promise.all([group.run(tempStore, { small: true }), group.run(tempStore, { small: true })]),
+    ).toEqual([2, 2]);
+    // A small write that fails still rolls back only itself.
+    const [failed, kept] = await Promise.allSettled([
+      group.run(
+        async (trx) => {
+          await trx.insertInto('t').values({ n: 2 }).execute();
+          throw new Error('refused');
+        },
+        { small: true },
+      ),
+      group.run((trx) => trx.insertInto('t').values({ n: 3 }).execute(), { small: true }),
+    ]);
+    expect(failed.status).toBe('rejected');
+    expect(kept.status).toBe('fulfilled');
+    const rows = await db.selectFrom('t').select('n').where('n', '>', 1).execute();
+    expect(rows.map((r) => r.n)).toEqual([3]);
+    await db.destroy();
+  });
+
   it('runs a write that lost a deadlock again in a later transaction, up to five times', async () => {
     const db = new Kysely<{ t: { n: number } }>({
       dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
