@@ -60,11 +60,12 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
 export async function openMigratedStore(
   config: Config,
   logger?: Logger,
+  use: StoreUse = 'long-running',
 ): Promise<{ store: Store; applied: string[] }> {
   const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
   let store: Store | undefined;
   try {
-    store = openStore(config, logger);
+    store = openStore(config, logger, use);
     return { store, applied: await store.migrate() };
   } catch (err) {
     await store?.close().catch(() => undefined);
@@ -86,13 +87,17 @@ export function listenError(err: unknown, config: Config): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-export function openStore(config: Config, logger?: Logger): Store {
+/** A one-shot CLI command closes the store again at once: it needs no background work of its own. */
+export type StoreUse = 'long-running' | 'one-shot';
+
+export function openStore(config: Config, logger?: Logger, use: StoreUse = 'long-running'): Store {
   return createStore({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     poolSize: config.databasePoolSize,
     sqliteSynchronous: config.sqliteSynchronous,
     onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
+    backgroundCheckpoints: use === 'long-running',
   });
 }
 

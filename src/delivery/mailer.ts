@@ -1,15 +1,14 @@
 // The messenger side of delivery: SMTP through nodemailer's pooled transport, or a file outbox when no relay
 // is configured. Both build the MIME with nodemailer; Mailroom never writes MIME or SMTP itself.
 import { createPrivateKey } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { mkdir, open, rename } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
 import type Mail from 'nodemailer/lib/mailer/index.js';
 import { ConfigError } from '../config.js';
+import { startThread } from '../threads.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -153,7 +152,7 @@ class SmtpThread {
   private readonly exited: Promise<void>;
 
   constructor(options: SmtpMailerOptions) {
-    this.worker = startThread(options);
+    this.worker = startThread(import.meta.url, 'smtp-thread', options);
     // Idle, the thread keeps nothing alive; a send in progress does (see send).
     this.worker.unref();
     this.worker.on('message', (reply: ThreadReply) => {
@@ -218,20 +217,6 @@ export interface ThreadReply {
   id: number;
   result?: DeliveryResult;
   error?: { message: string; permanent: boolean };
-}
-
-/**
- * Starts the SMTP thread from the compiled module, or, when running from the TypeScript sources (tests,
- * `npm run dev`), from the source through tsx, which a thread does not inherit from its parent.
- */
-function startThread(options: SmtpMailerOptions): Worker {
-  const compiled = new URL('./smtp-thread.js', import.meta.url);
-  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { workerData: options });
-  const source = JSON.stringify(new URL('./smtp-thread.ts', import.meta.url).href);
-  return new Worker(`import('tsx/esm/api').then((tsx) => tsx.tsImport(${source}, ${source}))`, {
-    eval: true,
-    workerData: options,
-  });
 }
 
 function relayName(url: URL): string {

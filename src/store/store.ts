@@ -13,6 +13,7 @@ import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { gatherReads } from './sqlite-reads.js';
+import { startCheckpointer } from './checkpointer.js';
 import { INDEX_BATCH, hasPendingContacts, indexPendingContacts } from './search-index.js';
 
 export type Executor = Kysely<Database>;
@@ -26,6 +27,7 @@ export interface Store {
   /**
    * Like write, but fn may share its transaction (in its own savepoint) with other batched writes that
    * arrive meanwhile: fewer commits for many small writes that need not run alone (delivery results).
+   * fn changes few existing rows (WriteOptions.small): a bulk update or delete belongs in write.
    */
   batch<T>(fn: (trx: Executor) => Promise<T>): Promise<T>;
   /**
@@ -45,6 +47,11 @@ export interface StoreOptions {
   sqliteSynchronous?: 'FULL' | 'NORMAL';
   /** Told when work the store does on its own (SQLite's search indexing) starts failing. */
   onBackgroundError?: (err: unknown, what: string) => void;
+  /**
+   * SQLite: WAL checkpoints on a thread of their own (checkpointer.ts), for processes that keep the store
+   * open. Default true; a one-shot CLI command does without.
+   */
+  backgroundCheckpoints?: boolean;
 }
 
 export function createStore(options: StoreOptions): Store {
@@ -90,13 +97,19 @@ function createSqliteStore(options: StoreOptions): Store {
   const file = path.join(options.dataDir, 'mailroom.sqlite');
   closeSync(openSync(file, 'a', 0o600));
   const synchronous = options.sqliteSynchronous ?? 'FULL';
-  const writer = new Kysely<Database>({
-    dialect: new SqliteDialect({ database: openSqlite(file, synchronous, false) }),
-  });
+  const writerConn = openSqlite(file, synchronous, false);
+  const writer = new Kysely<Database>({ dialect: new SqliteDialect({ database: writerConn }) });
+  const checkpointer =
+    options.backgroundCheckpoints === false
+      ? undefined
+      : startCheckpointer(writerConn, {
+          synchronous,
+          onStop: (err) => options.onBackgroundError?.(err, 'checkpointing the WAL in the background'),
+        });
   let reader: Kysely<Database> | undefined;
   const group = new GroupCommit(sqliteImmediateTransaction(writer));
   // Appends ride in the group commit too: SQLite has one writer, and its commit is shared anyway.
-  const appender = new Appender<Database>((fn) => group.run(fn));
+  const appender = new Appender<Database>((fn) => group.run(fn, { small: true }));
   // The query planner needs table statistics to prefer a primary-key probe over walking an
   // organisation's index; `optimize` refreshes them where tables grew, cheaply (analysis_limit).
   const optimize = () => group.run((trx) => sql`pragma optimize`.execute(trx)).catch(() => undefined);
@@ -143,7 +156,8 @@ function createSqliteStore(options: StoreOptions): Store {
       return reader;
     },
     write: (fn) => group.run(fn),
-    batch: (fn) => group.run(fn),
+    // The worker's claims, leases and results: as many rows as it has emails in hand.
+    batch: (fn) => group.run(fn, { small: true }),
     append: (rows) => appender.append(rows),
     async migrate() {
       const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
@@ -161,6 +175,7 @@ function createSqliteStore(options: StoreOptions): Store {
       await indexing;
       await appender.idle();
       await group.idle();
+      await checkpointer?.close();
       await reader?.destroy();
       await writer.destroy();
     },
