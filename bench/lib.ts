@@ -52,13 +52,18 @@ export function cpuMicros(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
 }
 
+/**
+ * A server for the bench. Its stderr is passed on through a pipe of ours, not inherited: a child left
+ * behind by a killed bench would otherwise hold the caller's stderr open (and a `| grep` would never end).
+ */
 export function startChild(args: string[], env: Record<string, string>): ChildProcess {
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout?.resume();
+  child.stderr?.pipe(process.stderr, { end: false });
   return child;
 }
 
@@ -110,4 +115,10 @@ export async function startServerWithKey(
     headers: { authorization: `Bearer ${key as string}`, 'content-type': 'application/json' },
     coldStartMs,
   };
+}
+
+/** The median of a few runs of a noisy measure, and their range. */
+export function spread(values: number[]): { median: number; min: number; max: number } {
+  const sorted = [...values].sort((a, b) => a - b);
+  return { median: sorted[Math.floor(sorted.length / 2)]!, min: sorted[0]!, max: sorted.at(-1)! };
 }

@@ -1,7 +1,6 @@
 // A local SMTP sink that accepts everything and counts what arrives, for delivery figures.
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { SMTPServer } from 'smtp-server';
 
 export interface Sink {
   port: number;
@@ -11,28 +10,28 @@ export interface Sink {
   close(): Promise<void>;
 }
 
+/** Starts the sink in a process of its own (sink-process.ts); counts arrive here as they happen. */
 export async function startSink(): Promise<Sink> {
   let count = 0;
   // Settled by the message that reaches their count, not by polling: delivery figures are timed by them.
   const waiters = new Set<{ n: number; done: () => void }>();
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
-    size: 50 * 1024 * 1024,
-    onData(stream, _session, callback) {
-      stream.on('data', () => undefined);
-      stream.on('end', () => {
-        count++;
-        for (const w of waiters) if (count >= w.n) w.done();
-        callback();
-      });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(import.meta.dirname, 'sink-process.ts')],
+    {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     },
+  );
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('exit', () => reject(new Error('the SMTP sink did not start')));
+    child.on('message', (m: { port?: number; count?: number }) => {
+      if (m.port !== undefined) resolve(m.port);
+      if (m.count !== undefined) {
+        count = m.count;
+        for (const w of waiters) if (count >= w.n) w.done();
+      }
+    });
   });
-  // A client killed mid-session resets its connection; that is no reason to stop the sink.
-  server.on('error', () => undefined);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.server.address() as { port: number }).port;
   return {
     port,
     received: () => count,
@@ -51,7 +50,12 @@ export async function startSink(): Promise<Sink> {
         waiters.add(waiter);
       });
     },
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
   };
 }
 
@@ -86,20 +90,10 @@ export async function rawDeliveryRate(
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-  // Every message was accepted by the sink before the client's last send resolved.
-  if (code !== 0 || sink.received() < before + RAW_WARMUP + count)
+  // Every message was accepted by the sink before the client's last send resolved; its count may still be
+  // on its way here.
+  if (code !== 0 || (await sink.waitFor(before + RAW_WARMUP + count, 5_000)) < before + RAW_WARMUP + count)
     throw new Error('the raw nodemailer run did not finish');
   const { ms } = JSON.parse(out.trim().split('\n').pop()!) as { ms: number };
   return Math.round((count / ms) * 1000);
-}
-
-/** The median of a few runs of a noisy measure, and their range. */
-export async function medianOf(
-  runs: number,
-  measure: () => Promise<number>,
-): Promise<{ median: number; min: number; max: number }> {
-  const values: number[] = [];
-  for (let i = 0; i < runs; i++) values.push(await measure());
-  values.sort((a, b) => a - b);
-  return { median: values[Math.floor(values.length / 2)]!, min: values[0]!, max: values.at(-1)! };
 }
