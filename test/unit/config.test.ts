@@ -1,0 +1,75 @@
+// The environment is read once; a bad value stops start-up with one line that names the variable.
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.js';
+
+const refusal = (env: Record<string, string>) => {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as Error).message;
+  }
+  throw new Error(`accepted ${JSON.stringify(env)}`);
+};
+
+describe('configuration from the environment', () => {
+  it('starts with nothing set: the embedded store under ./data, port 3000, no relay', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      port: 3000,
+      host: '0.0.0.0',
+      databaseUrl: undefined,
+      smtpUrl: undefined,
+      rateLimitPerMinute: 600,
+      sqliteSynchronous: 'FULL',
+      logLevel: 'info',
+      dkim: undefined,
+    });
+    expect(config.dataDir).toMatch(/[/\\]data$/);
+    expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it('reads what is set, trimmed', () => {
+    const config = loadConfig({
+      PORT: ' 8080 ',
+      DATABASE_URL: 'postgres://u@db/mailroom',
+      SMTP_URL: 'smtp://relay:2525',
+      MAIL_FROM: 'Acme <noreply@acme.test>',
+      SQLITE_SYNCHRONOUS: 'normal',
+      DELIVERY_CONCURRENCY: '5',
+    });
+    expect(config).toMatchObject({
+      port: 8080,
+      databaseUrl: 'postgres://u@db/mailroom',
+      smtpUrl: 'smtp://relay:2525',
+      mailFrom: 'Acme <noreply@acme.test>',
+      sqliteSynchronous: 'NORMAL',
+      deliveryConcurrency: 5,
+    });
+  });
+
+  it.each([
+    [{ PORT: 'eighty' }, 'PORT must be a whole number, got "eighty"'],
+    [{ PORT: '70000' }, 'PORT must be between 0 and 65535, got 70000'],
+    [{ PORT: '-1' }, 'PORT must be a whole number'],
+    [{ RATE_LIMIT_PER_MINUTE: '0' }, 'RATE_LIMIT_PER_MINUTE must be between 1 and'],
+    [{ DELIVERY_LEASE_MS: '10' }, 'DELIVERY_LEASE_MS must be between 1000 and'],
+    [{ DATABASE_URL: 'mysql://db/x' }, 'DATABASE_URL must start with postgres:// or postgresql://'],
+    [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL is not a valid URL'],
+    [{ REDIS_URL: 'http://cache' }, 'REDIS_URL must start with redis:// or rediss://'],
+    [{ SMTP_URL: 'smtp://relay:25' }, 'MAIL_FROM is required when SMTP_URL is set'],
+    [{ MAIL_FROM: 'nobody' }, 'MAIL_FROM must be an address'],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL must be one of'],
+    [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
+    [{ DKIM_DOMAIN: 'acme.test' }, 'DKIM_SELECTOR, DKIM_PRIVATE_KEY must be set too'],
+    [
+      { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: '/no/such/key.pem' },
+      'DKIM_PRIVATE_KEY must be a PEM private key or the path to a PEM file',
+    ],
+  ])('refuses %j, naming the variable', (env, message) => {
+    const text = refusal(env);
+    expect(text).toContain(message);
+    // One line, for the operator's log.
+    expect(text).not.toContain('\n');
+  });
+});
