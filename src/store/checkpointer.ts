@@ -1,8 +1,11 @@
 // WAL checkpoints off the event loop. SQLite's writer copies its WAL into the database file itself, inside
 // the commit that takes the WAL past wal_autocheckpoint frames (1,000 by default): under a steady write
 // load about one commit in twenty then blocks the server for 5-40 ms. A thread with its own connection
-// does it instead; the writer's own checkpoint stays as a backstop, far enough out never to be reached
-// while the thread keeps up, and back at SQLite's default if the thread stops.
+// does it instead. The writer's own checkpoint stays as a backstop at a few thousand frames: when it
+// fires it copies only what the thread has not copied yet (a few commits' worth), and it bounds the WAL
+// when commits land back to back and never leave the thread a moment with every frame copied. It is back
+// at SQLite's default if the thread stops, until a new thread takes over.
+import type { Worker } from 'node:worker_threads';
 import type BetterSqlite3 from 'better-sqlite3';
 import { startThread } from '../threads.js';
 
@@ -12,10 +15,17 @@ export interface CheckpointThreadData {
   everyMs: number;
 }
 
+/** What the thread tells the store: a checkpoint that failed (it goes on trying). */
+export interface CheckpointThreadReport {
+  error: string;
+}
+
 /** How often the thread checkpoints: a few MB of WAL at the highest write rates measured here. */
 const EVERY_MS = 50;
-/** The writer's backstop while the thread runs (frames of 4 KiB: 40 MiB of WAL). */
-const BACKSTOP_FRAMES = 10_000;
+/** The writer's backstop while the thread runs (frames of 4 KiB: 12 MiB of WAL). */
+const BACKSTOP_FRAMES = 3_000;
+/** How long after a thread stopped a new one is started. */
+const RESTART_MS = 10_000;
 /** SQLite's own default, for the writer again once the thread has stopped. */
 const DEFAULT_FRAMES = 1_000;
 
@@ -23,37 +33,52 @@ export interface Checkpointer {
   close(): Promise<void>;
 }
 
-/** `onStop` hears of a thread that stopped on its own (it should not); the writer then checkpoints again. */
+/**
+ * `onError` hears of a checkpoint that failed, or of a thread that stopped (it should do neither); a
+ * stopped thread is replaced after RESTART_MS, and the writer checkpoints by itself meanwhile.
+ */
 export function startCheckpointer(
   writer: BetterSqlite3.Database,
-  options: { synchronous: string; onStop?: (err: unknown) => void; everyMs?: number },
+  options: { synchronous: string; onError?: (err: unknown) => void; everyMs?: number },
 ): Checkpointer {
   const data: CheckpointThreadData = {
     file: writer.name,
     synchronous: options.synchronous,
     everyMs: options.everyMs ?? EVERY_MS,
   };
-  writer.pragma(`wal_autocheckpoint = ${BACKSTOP_FRAMES}`);
-  const thread = startThread(import.meta.url, 'checkpoint-thread', data);
-  thread.unref();
   let closing = false;
-  let failure: unknown = new Error('the checkpoint thread stopped');
-  thread.on('error', (err) => (failure = err));
-  const exited = new Promise<void>((resolve) => {
-    thread.once('exit', () => {
-      if (!closing) {
+  let thread: Worker | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  let restart: NodeJS.Timeout | undefined;
+  const start = (): void => {
+    writer.pragma(`wal_autocheckpoint = ${BACKSTOP_FRAMES}`);
+    const current = startThread(import.meta.url, 'checkpoint-thread', data);
+    thread = current;
+    current.unref();
+    let failure: unknown = new Error('the checkpoint thread stopped');
+    current.on('message', (report: CheckpointThreadReport) => options.onError?.(new Error(report.error)));
+    current.on('error', (err) => (failure = err));
+    exited = new Promise<void>((resolve) => {
+      current.once('exit', () => {
+        resolve();
+        if (closing) return;
         if (writer.open) writer.pragma(`wal_autocheckpoint = ${DEFAULT_FRAMES}`);
-        options.onStop?.(failure);
-      }
-      resolve();
+        options.onError?.(failure);
+        restart = setTimeout(() => {
+          if (writer.open && !closing) start();
+        }, RESTART_MS);
+        restart.unref();
+      });
     });
-  });
+  };
+  start();
   return {
     async close() {
       closing = true;
+      clearTimeout(restart);
       // Held open until the thread is gone: an unref'd thread alone would let the process exit mid-close.
-      thread.ref();
-      thread.postMessage({ close: true });
+      thread?.ref();
+      thread?.postMessage({ close: true });
       await exited;
       if (writer.open) writer.pragma(`wal_autocheckpoint = ${DEFAULT_FRAMES}`);
     },

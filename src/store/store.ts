@@ -104,7 +104,7 @@ function createSqliteStore(options: StoreOptions): Store {
       ? undefined
       : startCheckpointer(writerConn, {
           synchronous,
-          onStop: (err) => options.onBackgroundError?.(err, 'checkpointing the WAL in the background'),
+          onError: (err) => options.onBackgroundError?.(err, 'checkpointing the WAL in the background'),
         });
   let reader: Kysely<Database> | undefined;
   const group = new GroupCommit(sqliteImmediateTransaction(writer));
