@@ -166,7 +166,7 @@ async function main(): Promise<void> {
     await drained();
 
     console.log(
-      `end to end: ${MESSAGES} emails accepted over HTTP and delivered, ${DELIVERY_RUNS} runs, each after a raw nodemailer run…`,
+      `end to end: ${MESSAGES} emails accepted over HTTP and delivered, ${DELIVERY_RUNS} runs, each after a raw one…`,
     );
     let lost = 0;
     const raws: number[] = [];
