@@ -39,12 +39,12 @@ export interface Checkpointer {
  */
 export function startCheckpointer(
   writer: BetterSqlite3.Database,
-  options: { synchronous: string; onError?: (err: unknown) => void; everyMs?: number },
+  options: { synchronous: string; onError?: (err: unknown) => void },
 ): Checkpointer {
   const data: CheckpointThreadData = {
     file: writer.name,
     synchronous: options.synchronous,
-    everyMs: options.everyMs ?? EVERY_MS,
+    everyMs: EVERY_MS,
   };
   let closing = false;
   let thread: Worker | undefined;

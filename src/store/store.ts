@@ -45,7 +45,7 @@ export interface StoreOptions {
   dataDir: string;
   poolSize?: number;
   sqliteSynchronous?: 'FULL' | 'NORMAL';
-  /** Told when work the store does on its own (SQLite's search indexing) starts failing. */
+  /** Told when work the store does on its own (SQLite's search indexing, WAL checkpoints) starts failing. */
   onBackgroundError?: (err: unknown, what: string) => void;
   /**
    * SQLite: WAL checkpoints on a thread of their own (checkpointer.ts), for processes that keep the store

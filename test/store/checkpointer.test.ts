@@ -3,16 +3,27 @@ import { mkdtempSync, rmSync, statSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { startCheckpointer } from '../../src/store/checkpointer.js';
-import { createStore } from '../../src/store/store.js';
+import { type Store, createStore } from '../../src/store/store.js';
+
+/** Commits one organisation row whose name is `name`: a write of that many bytes. */
+const writeRow = (store: Store, i: number, name: string) =>
+  store.write((trx) =>
+    trx
+      .insertInto('organizations')
+      .values({ id: `o${i}`, name, created_at: '2026-01-01T00:00:00.000Z' })
+      .execute(),
+  );
 
 describe('background WAL checkpoints (SQLite)', () => {
   let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-ckpt-'));
+  });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   it('copy the WAL into the database file while the writer leaves it to them', async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-ckpt-'));
     const failures: unknown[] = [];
     const store = createStore({ dataDir: dir, onBackgroundError: (err) => failures.push(err) });
     await store.migrate();
@@ -22,12 +33,7 @@ describe('background WAL checkpoints (SQLite)', () => {
     // 8 MB in 20 commits: under the writer's own backstop (3,000 frames, 12 MiB), so only the thread
     // copies any of it into the database file before the store closes.
     for (let i = 0; i < 20; i++) {
-      await store.write((trx) =>
-        trx
-          .insertInto('organizations')
-          .values({ id: `o${i}`, name, created_at: '2026-01-01T00:00:00.000Z' })
-          .execute(),
-      );
+      await writeRow(store, i, name);
       await new Promise((r) => setTimeout(r, 20));
     }
     // The thread starts within a second (from the TypeScript sources, in tests) and copies every 50 ms.
@@ -40,7 +46,6 @@ describe('background WAL checkpoints (SQLite)', () => {
   });
 
   it('bound the WAL when commits land back to back', async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-ckpt-'));
     const store = createStore({ dataDir: dir });
     await store.migrate();
     const wal = path.join(dir, 'mailroom.sqlite-wal');
@@ -49,12 +54,7 @@ describe('background WAL checkpoints (SQLite)', () => {
     // 40 MB in 2,000 commits with no pause between them: the thread rarely finds every frame copied, and
     // the writer's backstop then copies the rest, so the WAL starts over well before 40 MB.
     for (let i = 0; i < 2000; i++) {
-      await store.write((trx) =>
-        trx
-          .insertInto('organizations')
-          .values({ id: `o${i}`, name, created_at: '2026-01-01T00:00:00.000Z' })
-          .execute(),
-      );
+      await writeRow(store, i, name);
       if (i % 50 === 0) largest = Math.max(largest, statSync(wal).size);
     }
     expect(largest).toBeLessThan(16 * 2 ** 20);
@@ -62,7 +62,6 @@ describe('background WAL checkpoints (SQLite)', () => {
   });
 
   it('hand checkpoints back to the writer if the thread stops, and say so', async () => {
-    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-ckpt-'));
     const file = path.join(dir, 'db.sqlite');
     const writer = new BetterSqlite3(file);
     writer.pragma('journal_mode = WAL');
