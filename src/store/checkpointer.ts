@@ -5,9 +5,8 @@
 // fires it copies only what the thread has not copied yet (a few commits' worth), and it bounds the WAL
 // when commits land back to back and never leave the thread a moment with every frame copied. It is back
 // at SQLite's default if the thread stops, until a new thread takes over.
-import type { Worker } from 'node:worker_threads';
 import type BetterSqlite3 from 'better-sqlite3';
-import { startThread } from '../threads.js';
+import { startBackgroundThread } from './background-thread.js';
 
 export interface CheckpointThreadData {
   file: string;
@@ -24,8 +23,6 @@ export interface CheckpointThreadReport {
 const EVERY_MS = 50;
 /** The writer's backstop while the thread runs (frames of 4 KiB: 12 MiB of WAL). */
 const BACKSTOP_FRAMES = 3_000;
-/** How long after a thread stopped a new one is started. */
-const RESTART_MS = 10_000;
 /** SQLite's own default, for the writer again once the thread has stopped. */
 const DEFAULT_FRAMES = 1_000;
 
@@ -35,7 +32,8 @@ export interface Checkpointer {
 
 /**
  * `onError` hears of a checkpoint that failed, or of a thread that stopped (it should do neither); a
- * stopped thread is replaced after RESTART_MS, and the writer checkpoints by itself meanwhile.
+ * stopped thread is replaced a while later (background-thread.ts), and the writer checkpoints by itself
+ * meanwhile.
  */
 export function startCheckpointer(
   writer: BetterSqlite3.Database,
@@ -46,40 +44,20 @@ export function startCheckpointer(
     synchronous: options.synchronous,
     everyMs: EVERY_MS,
   };
-  let closing = false;
-  let thread: Worker | undefined;
-  let exited: Promise<void> = Promise.resolve();
-  let restart: NodeJS.Timeout | undefined;
-  const start = (): void => {
-    writer.pragma(`wal_autocheckpoint = ${BACKSTOP_FRAMES}`);
-    const current = startThread(import.meta.url, 'checkpoint-thread', data);
-    thread = current;
-    current.unref();
-    let failure: unknown = new Error('the checkpoint thread stopped');
-    current.on('message', (report: CheckpointThreadReport) => options.onError?.(new Error(report.error)));
-    current.on('error', (err) => (failure = err));
-    exited = new Promise<void>((resolve) => {
-      current.once('exit', () => {
-        resolve();
-        if (closing) return;
-        if (writer.open) writer.pragma(`wal_autocheckpoint = ${DEFAULT_FRAMES}`);
-        options.onError?.(failure);
-        restart = setTimeout(() => {
-          if (writer.open && !closing) start();
-        }, RESTART_MS);
-        restart.unref();
-      });
-    });
-  };
-  start();
+  const thread = startBackgroundThread<CheckpointThreadReport>({
+    module: 'checkpoint-thread',
+    data,
+    onStart: () => writer.pragma(`wal_autocheckpoint = ${BACKSTOP_FRAMES}`),
+    onReport: (report) => options.onError?.(new Error(report.error)),
+    onStop: (err) => {
+      if (writer.open) writer.pragma(`wal_autocheckpoint = ${DEFAULT_FRAMES}`);
+      options.onError?.(err);
+    },
+    alive: () => writer.open,
+  });
   return {
     async close() {
-      closing = true;
-      clearTimeout(restart);
-      // Held open until the thread is gone: an unref'd thread alone would let the process exit mid-close.
-      thread?.ref();
-      thread?.postMessage({ close: true });
-      await exited;
+      await thread.close();
       if (writer.open) writer.pragma(`wal_autocheckpoint = ${DEFAULT_FRAMES}`);
     },
   };
