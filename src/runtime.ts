@@ -98,6 +98,7 @@ export function openStore(config: Config, logger?: Logger, use: StoreUse = 'long
     sqliteSynchronous: config.sqliteSynchronous,
     onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
     backgroundCheckpoints: use === 'long-running',
+    backgroundSearchIndex: use === 'long-running',
   });
 }
 

@@ -1,10 +1,12 @@
-// Email substring search on SQLite through migration 0003's trigram index (contacts_search, keyed by
-// contacts.search_key), with the contacts not in it yet (above migration 0006's watermark: written in the
-// last moments) read from contacts directly, so the answer is exact either way. The index finds every
-// match fast, but a match then costs a row lookup and a place in the sort; when most contacts match,
-// walking the organisation's created_at index (the caller's plain LIKE path) finds a page after a few rows
-// instead. So: count the matches up to a cap first, and take the index only when it is the cheaper way.
-// undefined means "use the plain path".
+// Email substring search on SQLite through the trigram index in its own file (store/search-index.ts,
+// attached to the store's reader as `search`, keyed by contacts.search_key), with the contacts not in it yet
+// (above its watermark: written or readdressed in the last moments) read from contacts directly, so the
+// answer is exact either way. The index may still hold keys no contact has any more (deleted or
+// readdressed since); the join to contacts drops them. The index finds every match fast, but a match then
+// costs a row lookup and a place in the sort; when most contacts match, walking the organisation's
+// created_at index (the caller's plain LIKE path) finds a page after a few rows instead. So: count the
+// matches up to a cap first, and take the index only when it is the cheaper way. undefined means "use the
+// plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
@@ -29,14 +31,16 @@ function indexedTerm(dialect: DialectName | undefined, filter: ContactFilter): s
 
 /**
  * Keys of every contact (all organisations) whose address holds the term, at most `limit` of them: from
- * the index, and from the few contacts above its watermark, which it does not hold yet.
+ * the index, and from the few contacts above its watermark, which it does not hold yet. Some may be keys
+ * no contact holds any more; a join to contacts drops them.
  */
 function matchingKeys(term: string, limit: number): RawBuilder<{ k: number }> {
   const phrase = ftsPhrase(term);
-  return sql<{ k: number }>`select rowid as k from contacts_search where contacts_search match ${phrase}
+  return sql<{ k: number }>`select rowid as k from search.contacts_search
+    where contacts_search match ${phrase}
     union all
     select search_key from contacts
-    where search_key > (select indexed_to from contacts_search_state) and instr(email_lower, ${term}) > 0
+    where search_key > (select indexed_to from search.search_state) and instr(email_lower, ${term}) > 0
     limit ${rowCount(limit)}`;
 }
 

@@ -10,6 +10,7 @@ import { countsPerStatement } from './migrations-0005.js';
 import { deferredContactSearch } from './migrations-0006.js';
 import { unsubscribedOnlyIndex } from './migrations-0007.js';
 import { storedContactJson } from './migrations-0008.js';
+import { searchIndexFile } from './migrations-0009.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -237,6 +238,7 @@ class StaticProvider implements MigrationProvider {
       '0006_deferred_contact_search': deferredContactSearch(this.dialect),
       '0007_unsubscribed_only_index': unsubscribedOnlyIndex(this.dialect),
       '0008_stored_contact_json': storedContactJson(this.dialect),
+      '0009_search_index_file': searchIndexFile(this.dialect),
     };
   }
 }

@@ -14,7 +14,8 @@ import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
-import { INDEX_BATCH, hasPendingContacts, indexPendingContacts } from './search-index.js';
+import { SEARCH_FILE, attachSearchFile, openSearchFile } from './search-index.js';
+import { startSearchIndexer } from './search-indexer.js';
 
 export type Executor = Kysely<Database>;
 
@@ -45,13 +46,18 @@ export interface StoreOptions {
   dataDir: string;
   poolSize?: number;
   sqliteSynchronous?: 'FULL' | 'NORMAL';
-  /** Told when work the store does on its own (SQLite's search indexing, WAL checkpoints) starts failing. */
+  /** Told when work the store does on its own (SQLite's search index, WAL checkpoints) starts failing. */
   onBackgroundError?: (err: unknown, what: string) => void;
   /**
    * SQLite: WAL checkpoints on a thread of their own (checkpointer.ts), for processes that keep the store
    * open. Default true; a one-shot CLI command does without.
    */
   backgroundCheckpoints?: boolean;
+  /**
+   * SQLite: the search index kept up to date by a thread of its own (search-index.ts), for processes that
+   * keep the store open. Default true; a one-shot CLI command leaves it to the next server.
+   */
+  backgroundSearchIndex?: boolean;
 }
 
 export function createStore(options: StoreOptions): Store {
@@ -87,9 +93,6 @@ function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Databas
   return conn;
 }
 
-/** How often the SQLite store looks for new contacts to put in the search index. */
-const SEARCH_INDEX_EVERY_MS = 50;
-
 function createSqliteStore(options: StoreOptions): Store {
   // Contacts and email bodies are for this user only: a new DATA_DIR is 0700 and a new database file
   // 0600 (SQLite gives its -wal and -shm files the database file's mode). Existing ones are left as set.
@@ -115,41 +118,26 @@ function createSqliteStore(options: StoreOptions): Store {
   const optimize = () => group.run((trx) => sql`pragma optimize`.execute(trx)).catch(() => undefined);
   const optimizer = setInterval(() => void optimize(), 30 * 60_000);
   optimizer.unref();
-  // New contacts go into the search index together, a moment after they are written (search-index.ts).
-  let indexing: Promise<void> | undefined;
-  let closing = false;
-  // Told once per run of failures, and only once the schema is there: before migrate(), failing is normal.
-  let schemaSeen = false;
-  let failing = false;
-  const indexPending = async (): Promise<void> => {
-    try {
-      const pending = await hasPendingContacts(store.db);
-      schemaSeen = true;
-      if (pending) {
-        let indexed: number;
-        do indexed = await group.run((trx) => indexPendingContacts(trx));
-        while (indexed === INDEX_BATCH && !closing);
-      }
-      failing = false;
-    } catch (err) {
-      // The next round tries again; searches stay exact meanwhile, only slower as the tail grows.
-      if (schemaSeen && !failing) options.onBackgroundError?.(err, 'indexing new contacts for search');
-      failing = true;
-    }
-  };
-  // Cleared in a callback, so always after it was set, even when a run fails before its first await.
-  const indexSearch = (): Promise<void> =>
-    (indexing ??= indexPending().finally(() => {
-      indexing = undefined;
-    }));
-  const indexer = setInterval(() => void indexSearch(), SEARCH_INDEX_EVERY_MS);
-  indexer.unref();
+  // Email substring search reads an index file of its own, which a thread keeps (search-index.ts).
+  const searchFile = path.join(options.dataDir, SEARCH_FILE);
+  openSearchFile(searchFile).close();
+  const searchIndexer =
+    options.backgroundSearchIndex === false
+      ? undefined
+      : startSearchIndexer({
+          databaseFile: file,
+          indexFile: searchFile,
+          prune: (fn) => group.run(fn, { small: true }),
+          onError: (err, what) => options.onBackgroundError?.(err, what),
+          alive: () => writerConn.open,
+        });
   const store: Store = {
     dialect: 'sqlite',
     get db() {
       // Opened lazily: the reader must not create the file before the writer has set WAL mode.
       if (!reader) {
         const conn = openSqlite(file, synchronous, true);
+        attachSearchFile(conn, searchFile);
         reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: conn }) });
         gatherReads(reader, conn);
       }
@@ -170,9 +158,7 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     async close() {
       clearInterval(optimizer);
-      clearInterval(indexer);
-      closing = true;
-      await indexing;
+      await searchIndexer?.close();
       await appender.idle();
       await group.idle();
       await checkpointer?.close();

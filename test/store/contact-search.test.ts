@@ -1,8 +1,9 @@
-// Migrations 0003 and 0006 on SQLite: the trigram index of contacts' emails stays exact under inserts,
-// address changes, deletes (one by one and by an organisation's cascade), VACUUM, and an upgrade of a
-// database written before it existed; its answers equal the plain LIKE path's, whether the contacts
-// asked about are in the index yet (below its watermark) or not.
-import { mkdtempSync, rmSync } from 'node:fs';
+// The trigram index of contacts' emails on SQLite (its own file since migration 0009, kept by a thread):
+// it stays exact under inserts, address changes, deletes (one by one and by an organisation's cascade),
+// VACUUM, two indexers on one DATA_DIR, an index file of another database or of a later state of this one
+// (a restore), a broken or missing file, and upgrades of databases written before it; its answers equal
+// the plain LIKE path's, whether the contacts asked about are in the index yet (below its watermark) or not.
+import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
@@ -11,11 +12,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
 import { migrateTo } from '../../src/store/migrations.js';
-import { indexPendingContacts } from '../../src/store/search-index.js';
+import { SEARCH_FILE, SearchIndexer } from '../../src/store/search-index.js';
+import { ftsPhrase } from '../../src/store/dialect.js';
 import type { NewContact, Database } from '../../src/store/schema.js';
-import { type Executor, type Store, createStore } from '../../src/store/store.js';
+import { type Store, createStore } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
-import { type TestStore, createTestStore, useStore } from '../helpers/stores.js';
+import { createTestStore } from '../helpers/stores.js';
 
 const BASE = Date.parse('2031-01-01T00:00:00.000Z');
 
@@ -53,41 +55,70 @@ async function seed(
   }
 }
 
-/** Whether the index holds exactly the contacts at or below its watermark, each under its address. */
-async function expectIndexedToWatermark(db: Kysely<Database>): Promise<void> {
-  // One read transaction: the store's own indexer may move the watermark meanwhile.
-  await db.transaction().execute(async (trx) => {
-    const [{ w }] = (await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(trx))
-      .rows as [{ w: number }];
-    const indexed = await sql<{ k: number }>`select rowid as k from contacts_search order by 1`.execute(trx);
-    const keys = await sql<{ k: number }>`select search_key as k from contacts
-      where search_key <= ${w} order by 1`.execute(trx);
-    expect(indexed.rows).toEqual(keys.rows);
-    const { rows } = await sql<{ email_lower: string; search_key: number }>`
-      select email_lower, search_key from contacts where search_key <= ${w}`.execute(trx);
-    for (const r of rows) {
-      const hits = await sql<{ k: number }>`select rowid as k from contacts_search
-        where contacts_search match ${`"${r.email_lower.replaceAll('"', '""')}"`}`.execute(trx);
-      expect(hits.rows.map((h) => h.k)).toContain(r.search_key);
-    }
-  });
+const databaseFile = (dir: string) => path.join(dir, 'mailroom.sqlite');
+const indexFile = (dir: string) => path.join(dir, SEARCH_FILE);
+
+/** Runs fn with an indexer of its own over the store under `dir` (beside the store's thread, if any). */
+function withIndexer<T>(dir: string, fn: (ix: SearchIndexer) => T): T {
+  const ix = new SearchIndexer(databaseFile(dir), indexFile(dir));
+  try {
+    return fn(ix);
+  } finally {
+    ix.close();
+  }
 }
 
-/** Indexes every contact above the watermark; returns how many there were. */
-async function indexAll(store: Store): Promise<number> {
-  let total = 0;
-  for (let n = -1; n !== 0; total += n) n = await store.write((trx) => indexPendingContacts(trx));
-  return total;
+/** Indexes every contact above the watermark, and takes every retired key out. */
+const indexAll = (dir: string) => withIndexer(dir, (ix) => ix.catchUp());
+
+interface IndexView {
+  watermark: number;
+  /** The keys in the index, ascending. */
+  keys: number[];
+  /** The keys the database's contacts hold at or below the watermark, ascending. */
+  held: number[];
 }
 
-/** The index is exact up to its watermark, and once the rest is indexed it holds every contact. */
-async function expectIndexExact(store: Store): Promise<void> {
-  await expectIndexedToWatermark(store.db);
-  await indexAll(store);
-  const pending = await sql<{ n: number }>`select count(*) as n from contacts
-    where search_key > (select indexed_to from contacts_search_state)`.execute(store.db);
-  expect(pending.rows[0]!.n).toBe(0);
-  await expectIndexedToWatermark(store.db);
+/** What the index file holds, beside what the database holds, each as of one moment. */
+function viewIndex(dir: string): IndexView {
+  const index = new BetterSqlite3(indexFile(dir), { readonly: true });
+  const db = new BetterSqlite3(databaseFile(dir), { readonly: true });
+  try {
+    index.exec('begin');
+    const { w } = index.prepare('select indexed_to as w from search_state').get() as { w: number };
+    const keys = index.prepare('select rowid as k from contacts_search order by 1').pluck().all() as number[];
+    index.exec('commit');
+    const held = db
+      .prepare('select search_key from contacts where search_key <= ? order by 1')
+      .pluck()
+      .all(w) as number[];
+    return { watermark: w, keys, held };
+  } finally {
+    index.close();
+    db.close();
+  }
+}
+
+/** The index holds every contact at or below its watermark under its current address, and no other key. */
+function expectIndexExact(dir: string): void {
+  indexAll(dir);
+  const { keys, held, watermark } = viewIndex(dir);
+  expect(keys).toEqual(held);
+  const db = new BetterSqlite3(databaseFile(dir), { readonly: true });
+  const index = new BetterSqlite3(indexFile(dir), { readonly: true });
+  try {
+    const top = db.prepare('select coalesce(max(search_key), 0) from contacts').pluck().get() as number;
+    expect(watermark).toBeGreaterThanOrEqual(top);
+    const rows = db.prepare('select email_lower, search_key from contacts').all() as {
+      email_lower: string;
+      search_key: number;
+    }[];
+    const match = index.prepare('select rowid from contacts_search where contacts_search match ?').pluck();
+    for (const r of rows) expect(match.all(ftsPhrase(r.email_lower))).toContain(r.search_key);
+  } finally {
+    db.close();
+    index.close();
+  }
 }
 
 /**
@@ -96,7 +127,7 @@ async function expectIndexExact(store: Store): Promise<void> {
  */
 async function onUpgradedStore(
   older: { migration: string; org: string; emails: string[]; adjust?: (old: Kysely<Database>) => unknown },
-  check: (store: Store) => Promise<void>,
+  check: (store: Store, dir: string) => Promise<void>,
 ): Promise<void> {
   const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-upgrade-'));
   try {
@@ -113,7 +144,7 @@ async function onUpgradedStore(
     await old.destroy();
     const store = createStore({ dataDir: dir });
     try {
-      await check(store);
+      await check(store, dir);
     } finally {
       await store.close();
     }
@@ -141,6 +172,8 @@ describe('contact email index on sqlite', () => {
     emails[5] = 'we"ird%_x@quote.example';
     await seed(t.ts.store, org, emails);
     await seed(t.ts.store, other, emails.slice(0, 50));
+    // Half of them in the index, half above its watermark: both ways are exercised at once.
+    withIndexer(t.ts.dataDir, (ix) => ix.step());
     const db = t.ts.store.db;
     let indexedPages = 0;
     let indexedCounts = 0;
@@ -186,25 +219,33 @@ describe('contact email index on sqlite', () => {
     const c = t.services.contacts;
     const a = await c.create(org, { email: 'alpha.one@trig.example' });
     const b = await c.create(org, { email: 'beta.two@trig.example' });
+    indexAll(t.ts.dataDir);
     const db = t.ts.store.db;
     expect(await search(db, org, 'alpha.one')).toEqual([a.id]);
 
     await c.update(org, { id: a.id, email: 'gamma.three@trig.example' });
     await c.update(org, { id: b.id, firstName: 'Same address' });
+    // The index still holds alpha.one under a key no contact holds any more.
     expect(await search(db, org, 'alpha.one')).toEqual([]);
     expect(await search(db, org, 'gamma.three')).toEqual([a.id]);
     expect(await search(db, org, 'beta.two')).toEqual([b.id]);
 
     await c.delete(org, { id: b.id });
     expect(await search(db, org, 'beta.two')).toEqual([]);
-    await expectIndexExact(t.ts.store);
+    expectIndexExact(t.ts.dataDir);
+    expect(await search(db, org, 'gamma.three')).toEqual([a.id]);
 
     // Many at once, as an organisation's cascade deletes them.
     await t.ts.store.write((trx) => trx.deleteFrom('contacts').where('organization_id', '=', org).execute());
-    const left = await sql<{ n: number }>`select count(*) as n from contacts_search
-      where contacts_search match '"trig.example"'`.execute(db);
-    expect(left.rows[0]!.n).toBe(0);
-    await expectIndexExact(t.ts.store);
+    expect(await search(db, org, 'trig.example')).toEqual([]);
+    expectIndexExact(t.ts.dataDir);
+    const index = new BetterSqlite3(indexFile(t.ts.dataDir), { readonly: true });
+    const left = index
+      .prepare(`select count(*) from contacts_search where contacts_search match '"trig.example"'`)
+      .pluck()
+      .get();
+    index.close();
+    expect(left).toBe(0);
   });
 
   it('drops the contacts of a deleted organisation from the index', async () => {
@@ -218,12 +259,14 @@ describe('contact email index on sqlite', () => {
           .execute(),
       );
       await seed(ts.store, org, ['one@cascade.example', 'two@cascade.example']);
+      indexAll(ts.dataDir);
       // Migration 0002's count trigger re-adds a count row for the organisation being deleted, which its
       // foreign key refuses (a bug of its own); without it, the cascade itself is what is tested here.
       await ts.store.write((trx) => sql`drop trigger contacts_count_del`.execute(trx));
       await ts.store.write((trx) => trx.deleteFrom('organizations').where('id', '=', org).execute());
       expect(await search(ts.store.db, org, 'cascade.example')).toEqual([]);
-      await expectIndexExact(ts.store);
+      expectIndexExact(ts.dataDir);
+      expect(viewIndex(ts.dataDir).keys).toEqual([]);
     } finally {
       await ts.destroy();
     }
@@ -240,205 +283,416 @@ describe('contact email index on sqlite', () => {
     await t.ts.store.write((trx) =>
       trx.deleteFrom('contacts').where('organization_id', '=', org).where('id', 'like', '%1').execute(),
     );
-    const vacuum = new BetterSqlite3(path.join(t.ts.dataDir, 'mailroom.sqlite'));
+    indexAll(t.ts.dataDir);
+    const vacuum = new BetterSqlite3(databaseFile(t.ts.dataDir));
     vacuum.exec('VACUUM');
     vacuum.close();
 
     const db = t.ts.store.db;
-    await expectIndexExact(t.ts.store);
+    expectIndexExact(t.ts.dataDir);
     expect(await search(db, org, 'vac250@')).toEqual([`${org}-250`]);
     expect(await search(db, org, 'vac251@')).toEqual([]);
     const made = await t.services.contacts.create(org, { email: 'after.vacuum@vacuum.example' });
     expect(await search(db, org, 'after.vac')).toEqual([made.id]);
-    await expectIndexExact(t.ts.store);
+    expectIndexExact(t.ts.dataDir);
   });
 });
 
+/** A store over a new directory whose index only moves when a test says so (no search thread). */
+async function storeWithoutThread(): Promise<{ store: Store; dir: string; destroy: () => Promise<void> }> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-search-'));
+  const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+  await store.migrate();
+  return {
+    store,
+    dir,
+    async destroy() {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function addOrganization(store: Store, id: string): Promise<void> {
+  await store.write((trx) =>
+    trx
+      .insertInto('organizations')
+      .values({ id, name: id, created_at: new Date(BASE).toISOString() })
+      .execute(),
+  );
+}
+
 describe('contacts not yet in the index (above its watermark)', () => {
-  let ts: TestStore;
-  useStore('sqlite', (opened) => (ts = opened));
+  let s: Awaited<ReturnType<typeof storeWithoutThread>>;
+  beforeAll(async () => {
+    s = await storeWithoutThread();
+    await addOrganization(s.store, ORG);
+  });
+  afterAll(() => s.destroy());
   const ORG = 'org-tail';
-  const keysOf = (db: Executor) =>
-    sql<{ id: string; k: number }>`select id, search_key as k from contacts order by 2`
-      .execute(db)
-      .then((r) => r.rows);
-  // Inside one write transaction the store's own indexer cannot run: what a search finds there is
-  // found above the watermark.
-  const searchIn = (trx: Executor, email: string) =>
-    pageByEmailIndex(trx, 'sqlite', ORG, { email }, { page: 1, limit: 20 }).then((p) =>
+  const keyOf = (id: string) =>
+    sql<{ k: number }>`select search_key as k from contacts where id = ${id}`
+      .execute(s.store.db)
+      .then((r) => r.rows[0]!.k);
+  const searchTail = (email: string) =>
+    pageByEmailIndex(s.store.db, 'sqlite', ORG, { email }, { page: 1, limit: 20 }).then((p) =>
       p?.contacts.map((c) => (JSON.parse(c) as { id: string }).id),
     );
-  const countIn = (trx: Executor, email: string) => countByEmailIndex(trx, 'sqlite', ORG, { email });
+  const countTail = (email: string) => countByEmailIndex(s.store.db, 'sqlite', ORG, { email });
+  const answers = async () => ({
+    one: await searchTail('NEW.ONE@'),
+    both: (await searchTail('new.'))!.sort(),
+    count: await countTail('new.'),
+    old: await searchTail('old17@'),
+  });
 
   it('are found at once, then through the index, with the same answers', async () => {
-    await ts.store.write((trx) =>
-      trx
-        .insertInto('organizations')
-        .values({ id: ORG, name: 't', created_at: new Date(BASE).toISOString() })
-        .execute(),
-    );
     await seed(
-      ts.store,
+      s.store,
       ORG,
       Array.from({ length: 200 }, (_, i) => `old${i}@tail.example`),
     );
-    await indexAll(ts.store);
-    const answers = await ts.store.write(async (trx) => {
-      await insertContacts(trx, [
+    indexAll(s.dir);
+    await s.store.write((trx) =>
+      insertContacts(trx, [
         contact(ORG, 500, 'new.one@tail.example'),
         contact(ORG, 501, 'new.two@tail.example'),
-      ]);
-      const w = await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(trx);
-      const keys = await keysOf(trx);
-      // Both new contacts sit above the watermark: not in the index, yet found.
-      for (const id of [`${ORG}-500`, `${ORG}-501`])
-        expect(keys.find((r) => r.id === id)!.k).toBeGreaterThan(w.rows[0]!.w);
-      return {
-        one: await searchIn(trx, 'NEW.ONE@'),
-        both: (await searchIn(trx, 'new.'))!.sort(),
-        count: await countIn(trx, 'new.'),
-        old: await searchIn(trx, 'old17@'),
-      };
-    });
-    expect(answers).toEqual({
+      ]),
+    );
+    // Both new contacts sit above the watermark: not in the index, yet found.
+    const { watermark } = viewIndex(s.dir);
+    for (const id of [`${ORG}-500`, `${ORG}-501`]) expect(await keyOf(id)).toBeGreaterThan(watermark);
+    const before = await answers();
+    expect(before).toEqual({
       one: [`${ORG}-500`],
       both: [`${ORG}-501`, `${ORG}-500`].sort(),
       count: 2,
       old: [`${ORG}-17`],
     });
-    await indexAll(ts.store);
-    await ts.store.write(async (trx) => {
-      expect(await searchIn(trx, 'NEW.ONE@')).toEqual(answers.one);
-      expect((await searchIn(trx, 'new.'))!.sort()).toEqual(answers.both);
-      expect(await countIn(trx, 'new.')).toBe(2);
-    });
-    await expectIndexExact(ts.store);
+    indexAll(s.dir);
+    expect(viewIndex(s.dir).keys).toContain(await keyOf(`${ORG}-500`));
+    expect(await answers()).toEqual(before);
+    expectIndexExact(s.dir);
   });
 
-  it('follow address changes and deletes made before they are indexed', async () => {
-    await ts.store.write(async (trx) => {
-      await insertContacts(trx, [
+  it('follow address changes and deletes, before and after they are indexed', async () => {
+    await s.store.write((trx) =>
+      insertContacts(trx, [
         contact(ORG, 600, 'moving@tail.example'),
         contact(ORG, 601, 'leaving@tail.example'),
-      ]);
-      await trx
+        contact(ORG, 602, 'indexed.mover@tail.example'),
+        contact(ORG, 603, 'indexed.leaver@tail.example'),
+      ]),
+    );
+    const readdress = (id: string, email: string) =>
+      s.store.write((trx) =>
+        trx.updateTable('contacts').set({ email, email_lower: email }).where('id', '=', id).execute(),
+      );
+    const remove = (id: string) =>
+      s.store.write((trx) => trx.deleteFrom('contacts').where('id', '=', id).execute());
+    await readdress(`${ORG}-600`, 'moved@tail.example');
+    await remove(`${ORG}-601`);
+    expect(await searchTail('moving@')).toEqual([]);
+    expect(await searchTail('moved@')).toEqual([`${ORG}-600`]);
+    expect(await searchTail('leaving@')).toEqual([]);
+
+    indexAll(s.dir);
+    const oldKey = await keyOf(`${ORG}-602`);
+    expect(viewIndex(s.dir).keys).toContain(oldKey);
+    await readdress(`${ORG}-602`, 'indexed.moved@tail.example');
+    await remove(`${ORG}-603`);
+    // A new address is a new key, above the watermark; the old key's entry is left over until the
+    // indexer takes it out, and no contact answers to it meanwhile.
+    expect(await keyOf(`${ORG}-602`)).toBeGreaterThan(viewIndex(s.dir).watermark);
+    expect(viewIndex(s.dir).keys).toContain(oldKey);
+    expect(await searchTail('indexed.mover@')).toEqual([]);
+    expect(await searchTail('indexed.moved@')).toEqual([`${ORG}-602`]);
+    expect(await searchTail('indexed.leaver@')).toEqual([]);
+    expect(await countContacts(s.store.db, ORG, { email: 'indexed.' }, 'sqlite')).toBe(1);
+    expectIndexExact(s.dir);
+    expect(viewIndex(s.dir).keys).not.toContain(oldKey);
+    expect(await searchTail('indexed.')).toEqual([`${ORG}-602`]);
+  });
+
+  it('never take a key that was ever issued, so none is taken for indexed too soon', async () => {
+    indexAll(s.dir);
+    const top = (
+      await sql<{ id: string; k: number }>`select id, search_key as k from contacts
+      order by search_key desc limit 1`.execute(s.store.db)
+    ).rows[0]!;
+    await s.store.write((trx) => trx.deleteFrom('contacts').where('id', '=', top.id).execute());
+    await s.store.write((trx) => insertContacts(trx, [contact(ORG, 700, 'reborn@tail.example')]));
+    const reborn = await keyOf(`${ORG}-700`);
+    expect(reborn).toBeGreaterThan(top.k);
+    expect(await searchTail('reborn@')).toEqual([`${ORG}-700`]);
+    // The same when the top contact changes its address and then goes.
+    await s.store.write((trx) =>
+      trx
         .updateTable('contacts')
-        .set({ email: 'moved@tail.example', email_lower: 'moved@tail.example' })
-        .where('id', '=', `${ORG}-600`)
-        .execute();
-      await trx.deleteFrom('contacts').where('id', '=', `${ORG}-601`).execute();
-      expect(await searchIn(trx, 'moving@')).toEqual([]);
-      expect(await searchIn(trx, 'moved@')).toEqual([`${ORG}-600`]);
-      expect(await searchIn(trx, 'leaving@')).toEqual([]);
-    });
-    await expectIndexExact(ts.store);
-    expect(await search(ts.store.db, ORG, 'moved@')).toEqual([`${ORG}-600`]);
-    expect(await search(ts.store.db, ORG, 'moving@')).toEqual([]);
+        .set({ email: 'x@y.example', email_lower: 'x@y.example' })
+        .where('id', '=', `${ORG}-700`)
+        .execute(),
+    );
+    const moved = await keyOf(`${ORG}-700`);
+    expect(moved).toBeGreaterThan(reborn);
+    await s.store.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${ORG}-700`).execute());
+    await s.store.write((trx) => insertContacts(trx, [contact(ORG, 701, 'reborn.again@tail.example')]));
+    expect(await keyOf(`${ORG}-701`)).toBeGreaterThan(moved);
+    expectIndexExact(s.dir);
+    expect(await search(s.store.db, ORG, 'reborn')).toEqual([`${ORG}-701`]);
   });
 
-  it('never take the key of a deleted indexed contact, so none is taken for indexed too soon', async () => {
-    await indexAll(ts.store);
-    const top = (await keysOf(ts.store.db)).at(-1)!;
-    await ts.store.write((trx) => trx.deleteFrom('contacts').where('id', '=', top.id).execute());
-    await ts.store.write(async (trx) => {
-      await insertContacts(trx, [contact(ORG, 700, 'reborn@tail.example')]);
-      const made = (await keysOf(trx)).find((r) => r.id === `${ORG}-700`)!;
-      expect(made.k).toBeGreaterThan(top.k);
-      expect(await searchIn(trx, 'reborn@')).toEqual([`${ORG}-700`]);
-    });
-    await expectIndexExact(ts.store);
-    expect(await search(ts.store.db, ORG, 'reborn@')).toEqual([`${ORG}-700`]);
-  });
-
-  it('keep a watermark whose row cannot be deleted (every new key would be NULL without it)', async () => {
-    await expect(
-      ts.store.write((trx) => sql`delete from contacts_search_state`.execute(trx)),
-    ).rejects.toThrow(/keeps its row/);
-    const w = await sql<{ n: number }>`select count(*) as n from contacts_search_state`.execute(ts.store.db);
+  it('keep a key state whose row cannot be deleted (every new key would be NULL without it)', async () => {
+    await expect(s.store.write((trx) => sql`delete from contacts_search_state`.execute(trx))).rejects.toThrow(
+      /keeps its row/,
+    );
+    const w = await sql<{ n: number }>`select count(*) as n from contacts_search_state`.execute(s.store.db);
     expect(w.rows[0]!.n).toBe(1);
   });
 
-  it('are indexed by the store itself, a moment after they are written', async () => {
-    await seed(
-      ts.store,
-      ORG,
-      Array.from({ length: 50 }, (_, i) => `later${i}@tail.example`),
-      800,
+  it('are indexed the same by two indexers taking turns (two processes on one DATA_DIR)', async () => {
+    const one = new SearchIndexer(databaseFile(s.dir), indexFile(s.dir));
+    const two = new SearchIndexer(databaseFile(s.dir), indexFile(s.dir));
+    try {
+      for (let round = 0; round < 4; round++) {
+        await seed(
+          s.store,
+          ORG,
+          [`turn${round}a@tail.example`, `turn${round}b@tail.example`],
+          900 + round * 2,
+        );
+        await s.store.write((trx) =>
+          trx
+            .deleteFrom('contacts')
+            .where('id', '=', `${ORG}-${900 + round * 2}`)
+            .execute(),
+        );
+        (round % 2 ? one : two).step();
+      }
+      one.catchUp();
+      two.catchUp();
+    } finally {
+      one.close();
+      two.close();
+    }
+    expectIndexExact(s.dir);
+    expect((await search(s.store.db, ORG, 'turn')).sort()).toEqual(
+      [901, 903, 905, 907].map((i) => `${ORG}-${i}`),
     );
-    const pending = () =>
-      sql<{ n: number }>`select count(*) as n from contacts
-        where search_key > (select indexed_to from contacts_search_state)`
-        .execute(ts.store.db)
-        .then((r) => r.rows[0]!.n);
-    const deadline = Date.now() + 5_000;
-    while ((await pending()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    expect(await pending()).toBe(0);
-    await expectIndexedToWatermark(ts.store.db);
   });
 });
 
-describe('the store indexing new contacts on its own', () => {
+describe('the store keeping its search index', () => {
   let dir: string;
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('says once when it starts failing, and again only after it has recovered', async () => {
+  it('indexes new contacts a moment after they are written, and prunes the keys it took out', async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'mailroom-indexer-'));
-    const told: string[] = [];
-    const store = createStore({
-      dataDir: dir,
-      onBackgroundError: (err, what) => told.push(`${what}: ${(err as Error).message}`),
-    });
-    const settle = () => new Promise((r) => setTimeout(r, 300));
+    const store = createStore({ dataDir: dir });
+    const until = async (done: () => Promise<boolean> | boolean) => {
+      const deadline = Date.now() + 5_000;
+      while (!(await done()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(await done()).toBe(true);
+    };
     try {
       await store.migrate();
-      await store.write((trx) =>
-        trx.insertInto('organizations').values({ id: 'o', name: 'o', created_at: 'x' }).execute(),
+      await addOrganization(store, 'o');
+      await seed(
+        store,
+        'o',
+        Array.from({ length: 50 }, (_, i) => `later${i}@own.example`),
       );
-      await settle();
-      expect(told).toEqual([]);
-      // The index's table gone: every round fails the same way, for several rounds.
-      await store.write((trx) =>
-        sql`alter table contacts_search rename to contacts_search_away`.execute(trx),
-      );
-      await seed(store, 'o', ['one@fail.example']);
-      await settle();
-      expect(told).toHaveLength(1);
-      expect(told[0]).toMatch(/^indexing new contacts for search: .*contacts_search/);
-      // Searches stay exact meanwhile: the contact is read from the table.
-      await store.write((trx) =>
-        sql`alter table contacts_search_away rename to contacts_search`.execute(trx),
-      );
-      await settle();
-      expect(await search(store.db, 'o', 'one@fail')).toEqual(['o-0']);
-      await store.write((trx) =>
-        sql`alter table contacts_search rename to contacts_search_away`.execute(trx),
-      );
-      await seed(store, 'o', ['two@fail.example'], 1);
-      await settle();
-      expect(told).toHaveLength(2);
+      const top = async () =>
+        (await sql<{ k: number }>`select max(search_key) as k from contacts`.execute(store.db)).rows[0]!.k;
+      await until(async () => viewIndex(dir).watermark === (await top()));
+      await store.write((trx) => trx.deleteFrom('contacts').where('id', 'like', 'o-1%').execute());
+      const retired = () =>
+        sql<{ n: number }>`select count(*) as n from contacts_search_retired`
+          .execute(store.db)
+          .then((r) => r.rows[0]!.n);
+      // Taken out of the index by the thread, then out of the log by the store.
+      await until(async () => (await retired()) === 0);
+      const { keys, held } = viewIndex(dir);
+      expect(keys).toEqual(held);
+      expect(await search(store.db, 'o', 'later1')).toEqual([]);
+      expect(await search(store.db, 'o', 'later22@')).toEqual(['o-22']);
     } finally {
       await store.close();
     }
   });
+
+  it('says once when it starts failing, and again only after it has recovered', async () => {
+    const failDir = mkdtempSync(path.join(tmpdir(), 'mailroom-indexer-'));
+    const told: string[] = [];
+    const store = createStore({
+      dataDir: failDir,
+      onBackgroundError: (err, what) => told.push(`${what}: ${(err as Error).message}`),
+    });
+    const settle = () => new Promise((r) => setTimeout(r, 300));
+    const away = (from: string, to: string) =>
+      store.write((trx) => sql.raw(`alter table ${from} rename to ${to}`).execute(trx));
+    try {
+      await store.migrate();
+      await addOrganization(store, 'o');
+      await settle();
+      expect(told).toEqual([]);
+      // The log of retired keys gone: every round fails the same way, for several rounds.
+      await away('contacts_search_retired', 'retired_away');
+      await seed(store, 'o', ['one@fail.example']);
+      await settle();
+      expect(told).toHaveLength(1);
+      expect(told[0]).toMatch(/^keeping the search index: .*contacts_search_retired/);
+      // Searches stay exact meanwhile: the contact is read from the table.
+      expect(await search(store.db, 'o', 'one@fail')).toEqual(['o-0']);
+      await away('retired_away', 'contacts_search_retired');
+      await settle();
+      expect(viewIndex(failDir).keys).toHaveLength(1);
+      await away('contacts_search_retired', 'retired_away');
+      await seed(store, 'o', ['two@fail.example'], 1);
+      await settle();
+      expect(told).toHaveLength(2);
+      await away('retired_away', 'contacts_search_retired');
+    } finally {
+      await store.close();
+      rmSync(failDir, { recursive: true, force: true });
+    }
+  });
 });
 
-describe('migration 0006 on a database indexed by migration 0003 alone', () => {
-  it('takes every contact already indexed as indexed, and indexes new ones after them', async () => {
+describe('the index file', () => {
+  const ORG = 'org-file';
+  const dirs: string[] = [];
+  afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  const freshDir = () => {
+    const d = mkdtempSync(path.join(tmpdir(), 'mailroom-file-'));
+    dirs.push(d);
+    return d;
+  };
+  /** A store over `dir` with contacts one@, two@ … indexed; closed again. */
+  async function indexedDatabase(dir: string, emails: string[]): Promise<void> {
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    try {
+      await store.migrate();
+      await addOrganization(store, ORG);
+      await seed(store, ORG, emails);
+      indexAll(dir);
+    } finally {
+      await store.close();
+    }
+  }
+  const searchIn = async (dir: string, email: string) => {
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    try {
+      return await search(store.db, ORG, email);
+    } finally {
+      await store.close();
+    }
+  };
+  const copyDatabase = (from: string, to: string) => {
+    for (const suffix of ['', '-wal', '-shm']) {
+      rmSync(databaseFile(to) + suffix, { force: true });
+      if (existsSync(databaseFile(from) + suffix))
+        copyFileSync(databaseFile(from) + suffix, databaseFile(to) + suffix);
+    }
+  };
+
+  it('is built again when it belongs to another database', async () => {
+    const a = freshDir();
+    const b = freshDir();
+    await indexedDatabase(a, ['alpha@a.example', 'beta@a.example']);
+    await indexedDatabase(b, ['gamma@b.example', 'delta@b.example', 'eps@b.example']);
+    copyFileSync(indexFile(a), indexFile(b));
+    rmSync(indexFile(b) + '-wal', { force: true });
+    expect(withIndexer(b, (ix) => ix.catchUp())!.rebuilt).toBe(true);
+    expectIndexExact(b);
+    expect(await searchIn(b, 'alpha@')).toEqual([]);
+    expect(await searchIn(b, 'delta@')).toEqual([`${ORG}-1`]);
+  });
+
+  it('is built again when the database goes back to an earlier copy (a restore from backup)', async () => {
+    const dir = freshDir();
+    const backup = freshDir();
+    await indexedDatabase(dir, ['kept@r.example', 'gone@r.example', 'last@r.example']);
+    copyDatabase(dir, backup);
+    // Later: a contact deleted and its key taken out of the index; nothing new issued.
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await store.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${ORG}-1`).execute());
+    await store.close();
+    indexAll(dir);
+    expect(await searchIn(dir, 'gone@')).toEqual([]);
+    // The database restored, the index file not: the contact is back, and the index must know it.
+    copyDatabase(backup, dir);
+    expect(withIndexer(dir, (ix) => ix.catchUp())!.rebuilt).toBe(true);
+    expect(await searchIn(dir, 'gone@')).toEqual([`${ORG}-1`]);
+    expectIndexExact(dir);
+    // Later still: contacts added and indexed, then the same backup restored.
+    const again = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await seed(again, ORG, ['new1@r.example', 'new2@r.example'], 3);
+    await again.close();
+    indexAll(dir);
+    copyDatabase(backup, dir);
+    expect(withIndexer(dir, (ix) => ix.catchUp())!.rebuilt).toBe(true);
+    expectIndexExact(dir);
+    expect(await searchIn(dir, 'new1@')).toEqual([]);
+  });
+
+  it('is made anew when it cannot be read, or is gone', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, ['one@broken.example', 'two@broken.example']);
+    writeFileSync(indexFile(dir), 'not a database '.repeat(500));
+    rmSync(indexFile(dir) + '-wal', { force: true });
+    expect(await searchIn(dir, 'two@broken')).toEqual([`${ORG}-1`]);
+    expectIndexExact(dir);
+    rmSync(indexFile(dir));
+    expect(await searchIn(dir, 'one@broken')).toEqual([`${ORG}-0`]);
+    expectIndexExact(dir);
+    expect(await searchIn(dir, 'one@broken')).toEqual([`${ORG}-0`]);
+  });
+
+  it('is not rebuilt when it is only behind', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, ['a1@behind.example']);
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await seed(store, ORG, ['a2@behind.example'], 1);
+    await store.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${ORG}-0`).execute());
+    await store.close();
+    expect(withIndexer(dir, (ix) => ix.catchUp())!.rebuilt).toBe(false);
+    expectIndexExact(dir);
+  });
+});
+
+describe('migration 0009 on a database indexed in itself (0003 and 0006)', () => {
+  it('moves the index to its own file, keeps every key, and never issues an old one again', async () => {
     const emails = Array.from({ length: 120 }, (_, i) => `five${i}@before.example`);
-    await onUpgradedStore({ migration: '0005_counts_per_statement', org: 'org-5', emails }, async (store) => {
-      expect(await store.migrate()).toEqual([
-        '0006_deferred_contact_search',
-        '0007_unsubscribed_only_index',
-        '0008_stored_contact_json',
-      ]);
-      const w = await sql<{ w: number; top: number }>`select indexed_to as w,
-        (select max(search_key) from contacts) as top from contacts_search_state`.execute(store.db);
-      expect(w.rows[0]!.w).toBe(w.rows[0]!.top);
-      await expectIndexedToWatermark(store.db);
+    const older = {
+      migration: '0008_stored_contact_json',
+      org: 'org-5',
+      emails,
+      // The top contact deleted before the upgrade: its key was indexed once, and stays retired.
+      adjust: (old: Kysely<Database>) => old.deleteFrom('contacts').where('id', '=', 'org-5-119').execute(),
+    };
+    await onUpgradedStore(older, async (store, dir) => {
+      const topBefore = (
+        await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(store.db)
+      ).rows[0]!.w;
+      expect(await store.migrate()).toEqual(['0009_search_index_file']);
+      const inside = await sql<{ n: number }>`select count(*) as n from sqlite_master
+        where name like 'contacts_search%' and name not in ('contacts_search_state', 'contacts_search_retired',
+          'contacts_search_key', 'contacts_search_state_kept', 'contacts_search_ins', 'contacts_search_upd',
+          'contacts_search_del')`.execute(store.db);
+      expect(inside.rows[0]!.n).toBe(0);
       expect(await search(store.db, 'org-5', 'five17@')).toEqual(['org-5-17']);
       await seed(store, 'org-5', ['six@after.example'], 120);
+      const six = (
+        await sql<{ k: number }>`select search_key as k from contacts where id = 'org-5-120'`.execute(
+          store.db,
+        )
+      ).rows[0]!.k;
+      expect(six).toBeGreaterThan(topBefore);
       expect(await search(store.db, 'org-5', 'six@after')).toEqual(['org-5-120']);
-      await expectIndexExact(store);
+      expectIndexExact(dir);
+      expect(await search(store.db, 'org-5', 'five17@')).toEqual(['org-5-17']);
+      expect(await search(store.db, 'org-5', 'five119@')).toEqual([]);
     });
   });
 });
@@ -451,7 +705,7 @@ describe('migration 0003 on a database written before it', () => {
       emails: Array.from({ length: 250 }, (_, i) => `legacy${i}@before.example`),
       adjust: (old: Kysely<Database>) => old.deleteFrom('contacts').where('id', '=', 'org-old-7').execute(),
     };
-    await onUpgradedStore(older, async (store) => {
+    await onUpgradedStore(older, async (store, dir) => {
       expect(await store.migrate()).toEqual([
         '0003_contact_search',
         '0004_email_counts',
@@ -459,8 +713,9 @@ describe('migration 0003 on a database written before it', () => {
         '0006_deferred_contact_search',
         '0007_unsubscribed_only_index',
         '0008_stored_contact_json',
+        '0009_search_index_file',
       ]);
-      await expectIndexExact(store);
+      expectIndexExact(dir);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);
       expect(await search(store.db, 'org-old', 'legacy7@')).toEqual([]);
       const fresh = Array.from({ length: 10 }, (_, i) => `fresh${i}@after.example`);
@@ -471,7 +726,7 @@ describe('migration 0003 on a database written before it', () => {
       );
       const oldMax = Math.max(...keys.rows.filter((r) => !/-25\d$/.test(r.id)).map((r) => r.k));
       expect(keys.rows.find((r) => r.id === 'org-old-250')!.k).toBeGreaterThan(oldMax);
-      await expectIndexExact(store);
+      expectIndexExact(dir);
     });
   });
 });

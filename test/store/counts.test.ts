@@ -184,6 +184,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0006_deferred_contact_search',
         '0007_unsubscribed_only_index',
         '0008_stored_contact_json',
+        '0009_search_index_file',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -142,7 +142,7 @@ describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
 });
 
 describe('sqlite settings', () => {
-  it('creates DATA_DIR for the owner only, and the database with its WAL files 0600', async () => {
+  it('creates DATA_DIR for the owner only, and the database and search index with their WAL files 0600', async () => {
     const parent = mkdtempSync(path.join(tmpdir(), 'mailroom-mode-'));
     const dataDir = path.join(parent, 'data');
     const store = createStore({ dataDir });
@@ -150,6 +150,12 @@ describe('sqlite settings', () => {
       await store.migrate();
       expect(statSync(dataDir).mode & 0o777).toBe(0o700);
       for (const name of ['mailroom.sqlite', 'mailroom.sqlite-wal', 'mailroom.sqlite-shm']) {
+        expect([name, statSync(path.join(dataDir, name)).mode & 0o777]).toEqual([name, 0o600]);
+      }
+      // The index file's WAL files exist while a connection has it open (its thread may not have yet).
+      const search = ['mailroom-search.sqlite', 'mailroom-search.sqlite-wal', 'mailroom-search.sqlite-shm'];
+      expect(existsSync(path.join(dataDir, search[0]!))).toBe(true);
+      for (const name of search.filter((n) => existsSync(path.join(dataDir, n)))) {
         expect([name, statSync(path.join(dataDir, name)).mode & 0o777]).toEqual([name, 0o600]);
       }
     } finally {

@@ -1,0 +1,49 @@
+// The search thread: keeps the index file of contacts' emails up to date with the database (search-index.ts),
+// on connections of its own, so that neither the server's event loop nor the database's write lock ever
+// waits for an index flush or merge.
+import { parentPort, workerData } from 'node:worker_threads';
+import { INDEX_BATCH, RETIRE_BATCH, SearchIndexer } from './search-index.js';
+
+export interface SearchThreadData {
+  databaseFile: string;
+  indexFile: string;
+  everyMs: number;
+}
+
+/** What the thread tells the store: a step that failed (it goes on trying), or retired keys done with. */
+export type SearchThreadReport = { error: string } | { retiredSeen: number };
+
+const { databaseFile, indexFile, everyMs } = workerData as SearchThreadData;
+const port = parentPort!;
+const indexer = new SearchIndexer(databaseFile, indexFile);
+
+let timer: NodeJS.Timeout | undefined;
+let failing = false;
+let told = -1;
+const round = (): void => {
+  let more = false;
+  try {
+    const step = indexer.step();
+    failing = false;
+    if (step && step.retiredSeen > told) {
+      told = step.retiredSeen;
+      port.postMessage({ retiredSeen: told } satisfies SearchThreadReport);
+    }
+    // A full batch: more is waiting (a bulk import, an organisation deleted), so no pause. Otherwise the
+    // contacts of the next moments wait to be indexed together, which costs less per contact.
+    more = step !== undefined && (step.indexed === INDEX_BATCH || step.retired === RETIRE_BATCH);
+  } catch (err) {
+    // Told once per run of failures; the next round tries again.
+    if (!failing) port.postMessage({ error: String(err) } satisfies SearchThreadReport);
+    failing = true;
+  }
+  timer = setTimeout(round, more ? 0 : everyMs);
+};
+round();
+
+port.on('message', (request: { close?: boolean }) => {
+  if (!request.close) return;
+  clearTimeout(timer);
+  indexer.close();
+  port.close();
+});
