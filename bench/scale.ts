@@ -52,7 +52,7 @@ function buildSearchIndex(dataDir: string): number {
   } finally {
     indexer.close();
   }
-  return Math.round((performance.now() - started) / 100) / 10;
+  return Math.round((performance.now() - started) / 10) / 100;
 }
 
 async function main(): Promise<void> {
@@ -139,7 +139,7 @@ async function main(): Promise<void> {
         `| ${name} | ${results.map((r) => `${r.rows[i]!.p50} / ${r.rows[i]!.p99}${r.rows[i]!.errors ? ` (${r.rows[i]!.errors} errors)` : ''}`).join(' | ')} |`,
     ),
     `| server RSS after the run (MiB) | ${results.map((r) => r.rss).join(' | ')} |`,
-    `| search index built from zero, on its thread (s) | ${results.map((r) => r.indexSeconds).join(' | ')} |`,
+    `| search index built from zero (s) | ${results.map((r) => r.indexSeconds).join(' | ')} |`,
     '',
   ];
   writeSection('scale', lines.join('\n'));

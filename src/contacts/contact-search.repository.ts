@@ -67,27 +67,34 @@ export async function pageByEmailIndex(
   // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
   const reach = page.page * page.limit;
   const cap = Math.floor(Math.sqrt((reach * (await organizationSize(db, organizationId))) / MATCH_COST));
-  // Keys of every matching contact (all organisations), stopping early once there are too many.
-  const { rows: keys } = await matchingKeys(term, cap + 1).execute(db);
-  if (keys.length > cap) return undefined;
-  if (keys.length === 0) return { contacts: [], total: 0 };
-  // The keys go back as one JSON parameter, so the index is not searched a second time. The sort
-  // carries only rowids (whole rows are read again for the one page), and counts every match on the
-  // way, so the caller need not count them again; a page past the end learns no total.
+  // One statement, so one snapshot: an address change gives the contact a new key, and a second
+  // statement could find neither its old key (gone) nor its new one (not collected). The keys are
+  // collected once (materialized), and past the cap the join is never run: a WHERE term on no table of
+  // the query is tested before its loops. The sort carries only rowids (whole rows are read again for
+  // the one page), and counts every match on the way, so the caller need not count them again; a page
+  // past the end learns no total.
   const { rows } = await sql<{
-    json: string;
-    match_total: number;
-  }>`select p.match_total, ${contactJson('sqlite', 'c')} as json from (
-      select c.rowid as r, count(*) over () as match_total
-      from json_each(${JSON.stringify(keys.map((r) => r.k))}) m
-      cross join contacts c on c.search_key = m.value
-      where ${contactConditions(organizationId, filter)}
+    keys: number;
+    r: number | null;
+    match_total: number | null;
+    json: string | null;
+  }>`with m as materialized (${matchingKeys(term, cap + 1)}),
+      n as (select count(*) as keys from m)
+    select n.keys, p.r, p.match_total, ${contactJson('sqlite', 'c')} as json
+    from n left join (
+      select c.rowid as r, count(*) over () as match_total,
+        row_number() over (order by c.created_at desc, c.id desc) as ord
+      from m cross join contacts c on c.search_key = m.k
+      where (select keys from n) <= ${cap} and ${contactConditions(organizationId, filter)}
       order by c.created_at desc, c.id desc
-      limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p
-    cross join contacts c on c.rowid = p.r
-    order by c.created_at desc, c.id desc`.execute(db);
-  const total = rows[0]?.match_total;
-  return { contacts: rows.map((r) => r.json), total };
+      limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p on 1
+    left join contacts c on c.rowid = p.r
+    order by p.ord`.execute(db);
+  const keys = rows[0]?.keys ?? 0;
+  if (keys > cap) return undefined;
+  if (keys === 0) return { contacts: [], total: 0 };
+  const found = rows.filter((r) => r.r !== null);
+  return { contacts: found.map((r) => r.json!), total: found[0]?.match_total ?? undefined };
 }
 
 export async function countByEmailIndex(

@@ -27,8 +27,13 @@ const SCHEMA = `
     source text not null,
     indexed_to integer not null,
     -- the contacts_search_retired ids this index has taken out, up to here
-    retired_seen integer not null);
-  insert or ignore into search_state (id, source, indexed_to, retired_seen) values (1, '', 0, 0);
+    retired_seen integer not null,
+    -- the highest key and contacts_search_retired id the database had issued when last read: a database
+    -- that has issued less went back to an earlier copy (a restore), and this index is of a later state
+    issued_key integer not null,
+    issued_retired integer not null);
+  insert or ignore into search_state (id, source, indexed_to, retired_seen, issued_key, issued_retired)
+    values (1, '', 0, 0, 0, 0);
   -- case_sensitive 1: both sides are lowercased by the service already, so a match is exactly
   -- instr(email_lower, term) > 0; contentless_delete lets a key be taken out without its text.
   create virtual table if not exists contacts_search using fts5(email_lower,
@@ -39,11 +44,12 @@ function openIndexFile(file: string): BetterSqlite3.Database {
   closeSync(openSync(file, 'a', 0o600));
   const db = new BetterSqlite3(file);
   try {
-    db.pragma('journal_mode = WAL');
-    // Losing the last commits to a power cut costs only indexing them again: each commit moves the
-    // watermark with the entries it added.
-    db.pragma('synchronous = NORMAL');
     db.pragma('busy_timeout = 10000');
+    db.pragma('journal_mode = WAL');
+    // FULL, as the database: the store deletes retired keys from the database once a commit here says
+    // they are out of the index, so that commit must not be lost. Its fsyncs are the thread's, not the
+    // event loop's.
+    db.pragma('synchronous = FULL');
     db.exec(SCHEMA);
     return db;
   } catch (err) {
@@ -52,14 +58,19 @@ function openIndexFile(file: string): BetterSqlite3.Database {
   }
 }
 
+/** SQLite's word for a file that is not a database, or a damaged one. */
+const UNREADABLE = new Set(['SQLITE_NOTADB', 'SQLITE_CORRUPT']);
+
 /**
- * Opens the index file, creating it if need be, or anew if what is there cannot be read: nothing in it is
- * lost that the contacts do not hold.
+ * Opens the index file, creating it if need be, or anew if what is there is not a readable database:
+ * nothing in it is lost that the contacts do not hold. Any other failure (busy, disk full, permissions)
+ * is thrown, and the file left alone.
  */
 export function openSearchFile(file: string): BetterSqlite3.Database {
   try {
     return openIndexFile(file);
-  } catch {
+  } catch (err) {
+    if (!UNREADABLE.has((err as { code?: string }).code ?? '')) throw err;
     for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
     return openIndexFile(file);
   }
@@ -68,6 +79,13 @@ export function openSearchFile(file: string): BetterSqlite3.Database {
 /**
  * Makes the index readable on `conn` (the store's reader) as `search.contacts_search`. Never on the writer:
  * its BEGIN IMMEDIATE would take the index file's write lock too, and wait for the thread.
+ *
+ * A statement reading both files takes the database's snapshot first, then the index file's. An index
+ * newer than the database is safe but for one case: a key retired after the first and taken out of the
+ * index before the second. In one process that cannot happen (the statement runs synchronously, and
+ * the store's writer commits on the same thread); with another process writing contacts on the same
+ * DATA_DIR, its commit and the thread's read, delete and commit would all have to fall in the
+ * microseconds between the two.
  */
 export function attachSearchFile(conn: BetterSqlite3.Database, file: string): void {
   conn.prepare('attach database ? as search').run(file);
@@ -88,20 +106,31 @@ interface IndexState {
   source: string;
   indexed_to: number;
   retired_seen: number;
+  issued_key: number;
+  issued_retired: number;
 }
 
 interface SourceState {
   source: string;
   /** The highest key ever issued: every key in use, and every one retired, is at or below it. */
-  issued: number;
+  issued_key: number;
   /** The highest contacts_search_retired id ever issued. */
-  retired: number;
+  issued_retired: number;
+}
+
+export interface SearchIndexerOptions {
+  /** Contacts indexed per step (INDEX_BATCH). */
+  indexBatch?: number;
+  /** Retired keys read per step (RETIRE_BATCH). */
+  retireBatch?: number;
 }
 
 /** Brings the index file up to date with the database, a batch at a time; synchronous. */
 export class SearchIndexer {
   private readonly source: BetterSqlite3.Database;
   private readonly index: BetterSqlite3.Database;
+  private readonly indexBatch: number;
+  private readonly retireBatch: number;
   private reads?: {
     state: BetterSqlite3.Statement<[], SourceState>;
     retired: BetterSqlite3.Statement<[number, number], { id: number; search_key: number }>;
@@ -109,21 +138,26 @@ export class SearchIndexer {
   };
   private readonly writes: {
     state: BetterSqlite3.Statement<[], IndexState>;
-    setState: BetterSqlite3.Statement<[string, number, number]>;
+    setState: BetterSqlite3.Statement<[IndexState]>;
     clear: BetterSqlite3.Statement;
     add: BetterSqlite3.Statement<[number, string]>;
     remove: BetterSqlite3.Statement<[number]>;
   };
 
-  constructor(databaseFile: string, indexFile: string) {
+  constructor(databaseFile: string, indexFile: string, options: SearchIndexerOptions = {}) {
+    this.indexBatch = options.indexBatch ?? INDEX_BATCH;
+    this.retireBatch = options.retireBatch ?? RETIRE_BATCH;
     // Only reads here: the database's one writer is the store's.
     this.source = new BetterSqlite3(databaseFile, { fileMustExist: true });
     this.source.pragma('query_only = ON');
     this.source.pragma('busy_timeout = 10000');
     this.index = openSearchFile(indexFile);
     this.writes = {
-      state: this.index.prepare('select source, indexed_to, retired_seen from search_state'),
-      setState: this.index.prepare('update search_state set source = ?, indexed_to = ?, retired_seen = ?'),
+      state: this.index.prepare(
+        'select source, indexed_to, retired_seen, issued_key, issued_retired from search_state',
+      ),
+      setState: this.index.prepare(`update search_state set source = @source, indexed_to = @indexed_to,
+        retired_seen = @retired_seen, issued_key = @issued_key, issued_retired = @issued_retired`),
       clear: this.index.prepare(`insert into contacts_search (contacts_search) values ('delete-all')`),
       add: this.index.prepare('insert into contacts_search (rowid, email_lower) values (?, ?)'),
       remove: this.index.prepare('delete from contacts_search where rowid = ?'),
@@ -139,8 +173,9 @@ export class SearchIndexer {
     if (!migrated) return undefined;
     this.reads = {
       state: this.source.prepare(`select source,
-          max(retired_to, (select coalesce(max(search_key), 0) from contacts)) as issued,
-          coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0) as retired
+          max(retired_to, (select coalesce(max(search_key), 0) from contacts)) as issued_key,
+          coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0)
+            as issued_retired
         from contacts_search_state`),
       retired: this.source.prepare(
         'select id, search_key from contacts_search_retired where id > ? order by id limit ?',
@@ -158,6 +193,19 @@ export class SearchIndexer {
    * the same files (another process's): each step holds the index file's write lock throughout.
    */
   step(): IndexStep | undefined {
+    return this.sync(this.retireBatch, this.indexBatch);
+  }
+
+  /**
+   * Only checks that the index is of this database as it is now, and empties it if not; for the store to
+   * run at start, before its first write can make a database restored from a backup look like the one
+   * the index was built for (keys issued again past those the index saw).
+   */
+  verify(): IndexStep | undefined {
+    return this.sync(0, 0);
+  }
+
+  private sync(retireBatch: number, indexBatch: number): IndexStep | undefined {
     const reads = this.sourceReads();
     if (!reads) return undefined;
     this.index.exec('begin immediate');
@@ -165,36 +213,37 @@ export class SearchIndexer {
       const state = this.writes.state.get()!;
       // One read transaction: the retired keys and the new contacts as of the same commit.
       this.source.exec('begin');
-      let source: SourceState;
       let retired: { id: number; search_key: number }[];
       let fresh: { search_key: number; email_lower: string }[];
       let rebuilt = false;
       try {
-        source = reads.state.get()!;
-        // Built for another database, or for a later state of this one than the file now holds (the
-        // database was restored from a backup): what it holds cannot be trusted, so it starts over.
+        const source = reads.state.get()!;
+        // Built for another database, or for a later state of this one than the database now holds (it
+        // was restored from a backup): what it holds cannot be trusted, so it starts over.
         if (
           state.source !== source.source ||
-          state.indexed_to > source.issued ||
-          state.retired_seen > source.retired
+          state.issued_key > source.issued_key ||
+          state.issued_retired > source.issued_retired
         ) {
           this.writes.clear.run();
-          Object.assign(state, { source: source.source, indexed_to: 0, retired_seen: source.retired });
+          Object.assign(state, { source: source.source, indexed_to: 0, retired_seen: source.issued_retired });
           rebuilt = true;
         }
-        retired = reads.retired.all(state.retired_seen, RETIRE_BATCH);
-        fresh = reads.fresh.all(state.indexed_to, INDEX_BATCH);
+        state.issued_key = source.issued_key;
+        state.issued_retired = source.issued_retired;
+        retired = reads.retired.all(state.retired_seen, retireBatch);
+        fresh = reads.fresh.all(state.indexed_to, indexBatch);
       } finally {
         this.source.exec('commit');
       }
       // A key above the watermark was never indexed; one at or below it was, under that key.
       for (const r of retired) if (r.search_key <= state.indexed_to) this.writes.remove.run(r.search_key);
       for (const c of fresh) this.writes.add.run(c.search_key, c.email_lower);
-      const indexedTo = fresh.at(-1)?.search_key ?? state.indexed_to;
-      const retiredSeen = retired.at(-1)?.id ?? state.retired_seen;
-      this.writes.setState.run(state.source, indexedTo, retiredSeen);
+      state.indexed_to = fresh.at(-1)?.search_key ?? state.indexed_to;
+      state.retired_seen = retired.at(-1)?.id ?? state.retired_seen;
+      this.writes.setState.run(state);
       this.index.exec('commit');
-      return { indexed: fresh.length, retired: retired.length, retiredSeen, rebuilt };
+      return { indexed: fresh.length, retired: retired.length, retiredSeen: state.retired_seen, rebuilt };
     } catch (err) {
       if (this.index.inTransaction) this.index.exec('rollback');
       throw err;
@@ -208,7 +257,7 @@ export class SearchIndexer {
       const step = this.step();
       if (!step) return last;
       last = { ...step, rebuilt: step.rebuilt || (last?.rebuilt ?? false) };
-      if (step.indexed < INDEX_BATCH && step.retired < RETIRE_BATCH) return last;
+      if (step.indexed < this.indexBatch && step.retired < this.retireBatch) return last;
     }
   }
 

@@ -9,12 +9,16 @@ import type { SearchThreadData, SearchThreadReport } from './search-thread.js';
 
 /** How often the thread looks for new contacts and retired keys when it has caught up. */
 const EVERY_MS = 50;
+/** Retired keys deleted from the database per write. */
+const PRUNE_CHUNK = 5_000;
+/** How long after a failed delete of retired keys it is tried again. */
+const PRUNE_RETRY_MS = 1_000;
 
 export interface SearchIndexerOptions {
   databaseFile: string;
   indexFile: string;
   /** Runs a small write on the database (the store's group commit). */
-  prune: (fn: (trx: Kysely<Database>) => Promise<unknown>) => Promise<unknown>;
+  prune: <T>(fn: (trx: Kysely<Database>) => Promise<T>) => Promise<T>;
   onError?: (err: unknown, what: string) => void;
   alive?: () => boolean;
 }
@@ -33,28 +37,44 @@ export function startSearchIndexer(options: SearchIndexerOptions): SearchIndexer
   let pruneTo = 0;
   let pruned = 0;
   let pruning: Promise<void> | undefined;
+  let retry: NodeJS.Timeout | undefined;
+  let closing = false;
   let failing = false;
-  // One delete at a time, up to the latest id the thread reported; reports meanwhile only raise the aim.
+  // One delete at a time, up to the latest id the thread reported (reports meanwhile only raise the aim),
+  // in bounded chunks: an organisation's deletion can retire a million keys.
   const prune = async (): Promise<void> => {
-    while (pruned < pruneTo) {
+    while (pruned < pruneTo && !closing) {
       const to = pruneTo;
-      await options.prune((trx) => sql`delete from contacts_search_retired where id <= ${to}`.execute(trx));
-      pruned = to;
+      const deleted = await options.prune(async (trx) => {
+        const { numAffectedRows } = await sql`delete from contacts_search_retired where id in (
+            select id from contacts_search_retired where id <= ${to} order by id limit ${PRUNE_CHUNK})`.execute(
+          trx,
+        );
+        return Number(numAffectedRows ?? 0);
+      });
+      if (deleted < PRUNE_CHUNK) pruned = to;
     }
   };
   const startPruning = (): void => {
+    clearTimeout(retry);
     pruning ??= prune()
       .then(
         () => {
           failing = false;
         },
         (err: unknown) => {
-          // Tried again at the thread's next report; the rows left only wait.
           if (!failing) tell(err, 'deleting retired search keys');
           failing = true;
+          // The rows left only wait; tried again in a while, or at the thread's next report.
+          retry = setTimeout(startPruning, PRUNE_RETRY_MS);
+          retry.unref();
         },
       )
-      .finally(() => (pruning = undefined));
+      .finally(() => {
+        pruning = undefined;
+        // A report that came in as the last delete finished.
+        if (!failing && !closing && pruned < pruneTo) startPruning();
+      });
   };
   const thread = startBackgroundThread<SearchThreadReport>({
     module: 'search-thread',
@@ -69,6 +89,8 @@ export function startSearchIndexer(options: SearchIndexerOptions): SearchIndexer
   });
   return {
     async close() {
+      closing = true;
+      clearTimeout(retry);
       await thread.close();
       await pruning;
     },

@@ -14,7 +14,7 @@ import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
-import { SEARCH_FILE, attachSearchFile, openSearchFile } from './search-index.js';
+import { SEARCH_FILE, SearchIndexer, attachSearchFile, openSearchFile } from './search-index.js';
 import { startSearchIndexer } from './search-indexer.js';
 
 export type Executor = Kysely<Database>;
@@ -149,6 +149,14 @@ function createSqliteStore(options: StoreOptions): Store {
     append: (rows) => appender.append(rows),
     async migrate() {
       const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
+      // Before any write: once new keys were issued, a database restored from a backup could pass for
+      // the later state the index file was built for.
+      const verifier = new SearchIndexer(file, searchFile);
+      try {
+        verifier.verify();
+      } finally {
+        verifier.close();
+      }
       await sql`pragma analysis_limit = 1000`.execute(writer);
       await group.run((trx) => sql`pragma optimize = 0x10002`.execute(trx));
       return applied;

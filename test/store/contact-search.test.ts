@@ -442,6 +442,66 @@ describe('contacts not yet in the index (above its watermark)', () => {
     expect(await search(s.store.db, ORG, 'reborn')).toEqual([`${ORG}-701`]);
   });
 
+  it('are found by a search during which they change address (one snapshot per search)', async () => {
+    await s.store.write((trx) => insertContacts(trx, [contact(ORG, 650, 'flip.one@tail.example')]));
+    // Enough other contacts that the index is the cheaper way for a term this rare.
+    await seed(
+      s.store,
+      ORG,
+      Array.from({ length: 300 }, (_, i) => `filler${i}@tail.example`),
+      2000,
+    );
+    indexAll(s.dir);
+    // Another connection changes the address after every statement the search runs: each change gives
+    // a new key, so a search reading keys and contacts in two snapshots would find neither.
+    const other = new BetterSqlite3(databaseFile(s.dir));
+    let flips = 0;
+    const flip = () => {
+      const email = flips++ % 2 ? 'flip.one@tail.example' : 'flip.two@tail.example';
+      other
+        .prepare('update contacts set email = ?, email_lower = ? where id = ?')
+        .run(email, email, `${ORG}-650`);
+    };
+    const db = s.store.db;
+    const executor = db.getExecutor();
+    const hooked = new Proxy(executor, {
+      get(target, name) {
+        if (name !== 'executeQuery') {
+          const value = Reflect.get(target, name) as unknown;
+          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        }
+        return async (...args: Parameters<typeof executor.executeQuery>) => {
+          const result = await target.executeQuery(...args);
+          flip();
+          return result;
+        };
+      },
+    });
+    const flipping = new Proxy(db, {
+      get(target, name) {
+        if (name === 'getExecutor') return () => hooked;
+        const value = Reflect.get(target, name) as unknown;
+        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    try {
+      for (let round = 0; round < 4; round++) {
+        const page = await pageByEmailIndex(
+          flipping,
+          'sqlite',
+          ORG,
+          { email: 'flip.' },
+          { page: 1, limit: 20 },
+        );
+        expect(page?.contacts.map((c) => (JSON.parse(c) as { id: string }).id)).toEqual([`${ORG}-650`]);
+      }
+      expect(flips).toBeGreaterThanOrEqual(4);
+    } finally {
+      other.close();
+    }
+    await s.store.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${ORG}-650`).execute());
+  });
+
   it('keep a key state whose row cannot be deleted (every new key would be NULL without it)', async () => {
     await expect(s.store.write((trx) => sql`delete from contacts_search_state`.execute(trx))).rejects.toThrow(
       /keeps its row/,
@@ -482,6 +542,13 @@ describe('contacts not yet in the index (above its watermark)', () => {
   });
 });
 
+/** Waits, polling, until `done` holds (the search thread works on its own time); fails after 10 s. */
+async function until(done: () => Promise<boolean> | boolean): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await done()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  expect(await done()).toBe(true);
+}
+
 describe('the store keeping its search index', () => {
   let dir: string;
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -489,11 +556,6 @@ describe('the store keeping its search index', () => {
   it('indexes new contacts a moment after they are written, and prunes the keys it took out', async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'mailroom-indexer-'));
     const store = createStore({ dataDir: dir });
-    const until = async (done: () => Promise<boolean> | boolean) => {
-      const deadline = Date.now() + 5_000;
-      while (!(await done()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      expect(await done()).toBe(true);
-    };
     try {
       await store.migrate();
       await addOrganization(store, 'o');
@@ -528,28 +590,30 @@ describe('the store keeping its search index', () => {
       dataDir: failDir,
       onBackgroundError: (err, what) => told.push(`${what}: ${(err as Error).message}`),
     });
-    const settle = () => new Promise((r) => setTimeout(r, 300));
     const away = (from: string, to: string) =>
       store.write((trx) => sql.raw(`alter table ${from} rename to ${to}`).execute(trx));
+    const indexed = () => viewIndex(failDir).keys.length;
     try {
       await store.migrate();
       await addOrganization(store, 'o');
-      await settle();
+      // The thread at work first (it starts through tsx here, which takes a while).
+      await seed(store, 'o', ['zero@fail.example']);
+      await until(() => indexed() === 1);
       expect(told).toEqual([]);
       // The log of retired keys gone: every round fails the same way, for several rounds.
       await away('contacts_search_retired', 'retired_away');
-      await seed(store, 'o', ['one@fail.example']);
-      await settle();
+      await seed(store, 'o', ['one@fail.example'], 1);
+      await until(() => told.length > 0);
+      await new Promise((r) => setTimeout(r, 300));
       expect(told).toHaveLength(1);
       expect(told[0]).toMatch(/^keeping the search index: .*contacts_search_retired/);
       // Searches stay exact meanwhile: the contact is read from the table.
-      expect(await search(store.db, 'o', 'one@fail')).toEqual(['o-0']);
+      expect(await search(store.db, 'o', 'one@fail')).toEqual(['o-1']);
       await away('retired_away', 'contacts_search_retired');
-      await settle();
-      expect(viewIndex(failDir).keys).toHaveLength(1);
+      await until(() => indexed() === 2);
       await away('contacts_search_retired', 'retired_away');
-      await seed(store, 'o', ['two@fail.example'], 1);
-      await settle();
+      await seed(store, 'o', ['two@fail.example'], 2);
+      await until(() => told.length > 1);
       expect(told).toHaveLength(2);
       await away('retired_away', 'contacts_search_retired');
     } finally {
@@ -583,6 +647,7 @@ describe('the index file', () => {
   const searchIn = async (dir: string, email: string) => {
     const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
     try {
+      await store.migrate();
       return await search(store.db, ORG, email);
     } finally {
       await store.close();
@@ -647,6 +712,65 @@ describe('the index file', () => {
     expect(await searchIn(dir, 'one@broken')).toEqual([`${ORG}-0`]);
     expectIndexExact(dir);
     expect(await searchIn(dir, 'one@broken')).toEqual([`${ORG}-0`]);
+  });
+
+  it('is built again after a restore when it had only read, not yet applied, what came after the backup', async () => {
+    const dir = freshDir();
+    const backup = freshDir();
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await store.migrate();
+    await addOrganization(store, ORG);
+    await seed(store, ORG, ['a1@seen.example', 'a2@seen.example']);
+    indexAll(dir);
+    // Two retirements waiting, and three contacts not indexed yet, at the time of the backup.
+    await store.write((trx) =>
+      trx
+        .deleteFrom('contacts')
+        .where('id', 'in', [`${ORG}-0`, `${ORG}-1`])
+        .execute(),
+    );
+    await seed(store, ORG, ['c1@seen.example', 'c2@seen.example', 'c3@seen.example'], 2);
+    await store.close();
+    copyDatabase(dir, backup);
+    const later = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await later.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${ORG}-3`).execute());
+    await later.close();
+    // One step that reads three retirements but applies one, and indexes c1 and c3 (c2 is gone).
+    const small = new SearchIndexer(databaseFile(dir), indexFile(dir), { retireBatch: 1 });
+    try {
+      expect(small.step()).toMatchObject({ indexed: 2, retired: 1, rebuilt: false });
+    } finally {
+      small.close();
+    }
+    copyDatabase(backup, dir);
+    // c2 is back, under a key below the watermark, and in no index: only a rebuild finds it.
+    expect(await searchIn(dir, 'c2@seen')).toEqual([`${ORG}-3`]);
+    expectIndexExact(dir);
+  });
+
+  it('is checked at start, before a restored database issues keys past those the index saw', async () => {
+    const dir = freshDir();
+    const backup = freshDir();
+    await indexedDatabase(dir, ['one@start.example', 'two@start.example', 'three@start.example']);
+    copyDatabase(dir, backup);
+    const later = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await seed(later, ORG, ['later3@start.example', 'later4@start.example'], 3);
+    await later.close();
+    indexAll(dir);
+    copyDatabase(backup, dir);
+    // The server starts on the restored database and writes at once: the keys the index saw for the
+    // later contacts are issued again, to other addresses.
+    const restarted = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    try {
+      await restarted.migrate();
+      await seed(restarted, ORG, ['fresh3@start.example', 'fresh4@start.example', 'fresh5@start.example'], 3);
+      indexAll(dir);
+      expect(await search(restarted.db, ORG, 'later3@')).toEqual([]);
+      expect(await search(restarted.db, ORG, 'fresh3@')).toEqual([`${ORG}-3`]);
+      expectIndexExact(dir);
+    } finally {
+      await restarted.close();
+    }
   });
 
   it('is not rebuilt when it is only behind', async () => {
