@@ -14,6 +14,7 @@ import type { Page } from '../http/schemas.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
+import { isUnreadable } from '../store/search-index.js';
 import type { ContactFilter } from './contacts.repository.js';
 
 /**
@@ -42,6 +43,19 @@ function matchingKeys(term: string, limit: number): RawBuilder<{ k: number }> {
     select search_key from contacts
     where search_key > (select indexed_to from search.search_state) and instr(email_lower, ${term}) > 0
     limit ${rowCount(limit)}`;
+}
+
+/**
+ * The index's rows, or undefined (the plain path) when its file is damaged: searches go on, scanning,
+ * while the search thread lays it out anew (search-thread.ts).
+ */
+async function unlessDamaged<T>(read: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await read();
+  } catch (err) {
+    if (isUnreadable(err)) return undefined;
+    throw err;
+  }
 }
 
 async function organizationSize(db: Executor, organizationId: string): Promise<number> {
@@ -73,7 +87,7 @@ export async function pageByEmailIndex(
   // the query is tested before its loops. The sort carries only rowids (whole rows are read again for
   // the one page), and counts every match on the way, so the caller need not count them again; a page
   // past the end learns no total.
-  const { rows } = await sql<{
+  const query = sql<{
     keys: number;
     r: number | null;
     match_total: number | null;
@@ -89,7 +103,9 @@ export async function pageByEmailIndex(
       order by c.created_at desc, c.id desc
       limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p on 1
     left join contacts c on c.rowid = p.r
-    order by p.ord`.execute(db);
+    order by p.ord`;
+  const rows = await unlessDamaged(() => query.execute(db).then((r) => r.rows));
+  if (rows === undefined) return undefined;
   const keys = rows[0]?.keys ?? 0;
   if (keys > cap) return undefined;
   if (keys === 0) return { contacts: [], total: 0 };
@@ -111,10 +127,12 @@ export async function countByEmailIndex(
   // adds little (~3 %). One statement: the index is searched once, and the join runs only under the
   // cap (CASE evaluates lazily).
   const cap = Math.floor((await organizationSize(db, organizationId)) / 100);
-  const { rows } = await sql<{ n: number | null }>`with m as materialized (${matchingKeys(term, cap + 1)})
+  const query = sql<{ n: number | null }>`with m as materialized (${matchingKeys(term, cap + 1)})
     select case when (select count(*) from m) > ${cap} then null else (
       select count(*) from m cross join contacts c on c.search_key = m.k
-      where ${contactConditions(organizationId, filter)}) end as n`.execute(db);
+      where ${contactConditions(organizationId, filter)}) end as n`;
+  const rows = await unlessDamaged(() => query.execute(db).then((r) => r.rows));
+  if (rows === undefined) return undefined;
   const n = rows[0]?.n;
   return n === null || n === undefined ? undefined : Number(n);
 }

@@ -20,8 +20,13 @@ export const INDEX_BATCH = 1000;
 /** How many retired keys one step takes out of the index. */
 export const RETIRE_BATCH = 5000;
 
+/** The index file's layout; a file of another one (an earlier build's) is emptied and laid out anew. */
+const SCHEMA_VERSION = 1;
+
 const SCHEMA = `
-  create table if not exists search_state (
+  drop table if exists search_state;
+  drop table if exists contacts_search;
+  create table search_state (
     id integer primary key check (id = 1),
     -- contacts_search_state.source of the database this index is of; '' for none yet
     source text not null,
@@ -32,11 +37,11 @@ const SCHEMA = `
     -- that has issued less went back to an earlier copy (a restore), and this index is of a later state
     issued_key integer not null,
     issued_retired integer not null);
-  insert or ignore into search_state (id, source, indexed_to, retired_seen, issued_key, issued_retired)
+  insert into search_state (id, source, indexed_to, retired_seen, issued_key, issued_retired)
     values (1, '', 0, 0, 0, 0);
   -- case_sensitive 1: both sides are lowercased by the service already, so a match is exactly
   -- instr(email_lower, term) > 0; contentless_delete lets a key be taken out without its text.
-  create virtual table if not exists contacts_search using fts5(email_lower,
+  create virtual table contacts_search using fts5(email_lower,
     tokenize = 'trigram case_sensitive 1', content = '', contentless_delete = 1);`;
 
 function openIndexFile(file: string): BetterSqlite3.Database {
@@ -50,7 +55,14 @@ function openIndexFile(file: string): BetterSqlite3.Database {
     // they are out of the index, so that commit must not be lost. Its fsyncs are the thread's, not the
     // event loop's.
     db.pragma('synchronous = FULL');
-    db.exec(SCHEMA);
+    // Written only when the layout is missing or old: opening a current file takes no lock.
+    if (db.pragma('user_version', { simple: true }) !== SCHEMA_VERSION) {
+      db.transaction(() => {
+        if (db.pragma('user_version', { simple: true }) === SCHEMA_VERSION) return;
+        db.exec(SCHEMA);
+        db.pragma(`user_version = ${SCHEMA_VERSION}`);
+      }).immediate();
+    }
     return db;
   } catch (err) {
     db.close();
@@ -58,8 +70,11 @@ function openIndexFile(file: string): BetterSqlite3.Database {
   }
 }
 
-/** SQLite's word for a file that is not a database, or a damaged one. */
-const UNREADABLE = new Set(['SQLITE_NOTADB', 'SQLITE_CORRUPT']);
+/** Whether SQLite says the file is not a database, or a damaged one (SQLITE_CORRUPT_VTAB and the like). */
+export function isUnreadable(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' && (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT'));
+}
 
 /**
  * Opens the index file, creating it if need be, or anew if what is there is not a readable database:
@@ -70,7 +85,7 @@ export function openSearchFile(file: string): BetterSqlite3.Database {
   try {
     return openIndexFile(file);
   } catch (err) {
-    if (!UNREADABLE.has((err as { code?: string }).code ?? '')) throw err;
+    if (!isUnreadable(err)) throw err;
     for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
     return openIndexFile(file);
   }
@@ -116,6 +131,18 @@ interface SourceState {
   issued_key: number;
   /** The highest contacts_search_retired id ever issued. */
   issued_retired: number;
+}
+
+/**
+ * Whether the index was built for another database, or for a later state of this one than the database
+ * now holds (it was restored from a backup): what it holds cannot be trusted then.
+ */
+function isStale(state: IndexState, source: SourceState): boolean {
+  return (
+    state.source !== source.source ||
+    state.issued_key > source.issued_key ||
+    state.issued_retired > source.issued_retired
+  );
 }
 
 export interface SearchIndexerOptions {
@@ -202,6 +229,15 @@ export class SearchIndexer {
    * the index was built for (keys issued again past those the index saw).
    */
   verify(): IndexStep | undefined {
+    const reads = this.sourceReads();
+    if (!reads) return undefined;
+    // Read first, without a lock: at start the index is nearly always this database's, and then
+    // there is nothing to write (nor to fsync on the event loop).
+    const state = this.writes.state.get()!;
+    const source = reads.state.get()!;
+    if (!isStale(state, source)) {
+      return { indexed: 0, retired: 0, retiredSeen: state.retired_seen, rebuilt: false };
+    }
     return this.sync(0, 0);
   }
 
@@ -220,11 +256,7 @@ export class SearchIndexer {
         const source = reads.state.get()!;
         // Built for another database, or for a later state of this one than the database now holds (it
         // was restored from a backup): what it holds cannot be trusted, so it starts over.
-        if (
-          state.source !== source.source ||
-          state.issued_key > source.issued_key ||
-          state.issued_retired > source.issued_retired
-        ) {
+        if (isStale(state, source)) {
           this.writes.clear.run();
           Object.assign(state, { source: source.source, indexed_to: 0, retired_seen: source.issued_retired });
           rebuilt = true;
@@ -248,6 +280,19 @@ export class SearchIndexer {
       if (this.index.inTransaction) this.index.exec('rollback');
       throw err;
     }
+  }
+
+  /** Whether the index file's pages pass SQLite's quick check (structure, not contents). */
+  intact(): boolean {
+    return this.index.pragma('quick_check', { simple: true }) === 'ok';
+  }
+
+  /**
+   * Lays the index out anew, empty, over damaged pages; the next steps build it again from the contacts.
+   * Throws if even that fails: then only deleting the file (and starting again) helps.
+   */
+  repair(): void {
+    this.index.transaction(() => this.index.exec(SCHEMA)).immediate();
   }
 
   /** Steps until nothing is left to do (tests and one-shot callers; the thread steps on a timer). */

@@ -14,7 +14,7 @@ const PRUNE_CHUNK = 5_000;
 /** How long after a failed delete of retired keys it is tried again. */
 const PRUNE_RETRY_MS = 1_000;
 
-export interface SearchIndexerOptions {
+export interface IndexingThreadOptions {
   databaseFile: string;
   indexFile: string;
   /** Runs a small write on the database (the store's group commit). */
@@ -23,11 +23,11 @@ export interface SearchIndexerOptions {
   alive?: () => boolean;
 }
 
-export interface SearchIndexer {
+export interface IndexingThread {
   close(): Promise<void>;
 }
 
-export function startSearchIndexer(options: SearchIndexerOptions): SearchIndexer {
+export function startSearchIndexer(options: IndexingThreadOptions): IndexingThread {
   const data: SearchThreadData = {
     databaseFile: options.databaseFile,
     indexFile: options.indexFile,
@@ -56,7 +56,8 @@ export function startSearchIndexer(options: SearchIndexerOptions): SearchIndexer
     }
   };
   const startPruning = (): void => {
-    clearTimeout(retry);
+    // After a failure, the retry's timer decides when, not each report meanwhile.
+    if (retry !== undefined || closing) return;
     pruning ??= prune()
       .then(
         () => {
@@ -65,8 +66,12 @@ export function startSearchIndexer(options: SearchIndexerOptions): SearchIndexer
         (err: unknown) => {
           if (!failing) tell(err, 'deleting retired search keys');
           failing = true;
-          // The rows left only wait; tried again in a while, or at the thread's next report.
-          retry = setTimeout(startPruning, PRUNE_RETRY_MS);
+          // The rows left only wait; tried again in a while.
+          if (closing) return;
+          retry = setTimeout(() => {
+            retry = undefined;
+            startPruning();
+          }, PRUNE_RETRY_MS);
           retry.unref();
         },
       )

@@ -2,7 +2,7 @@
 // on connections of its own, so that neither the server's event loop nor the database's write lock ever
 // waits for an index flush or merge.
 import { parentPort, workerData } from 'node:worker_threads';
-import { INDEX_BATCH, RETIRE_BATCH, SearchIndexer } from './search-index.js';
+import { INDEX_BATCH, RETIRE_BATCH, SearchIndexer, isUnreadable } from './search-index.js';
 
 export interface SearchThreadData {
   databaseFile: string;
@@ -16,6 +16,28 @@ export type SearchThreadReport = { error: string } | { retiredSeen: number };
 const { databaseFile, indexFile, everyMs } = workerData as SearchThreadData;
 const port = parentPort!;
 const indexer = new SearchIndexer(databaseFile, indexFile);
+
+/** Damaged index pages: laid out anew and built again, or said why not. */
+const repair = (cause: unknown): void => {
+  try {
+    indexer.repair();
+    port.postMessage({
+      error: `${String(cause)}; the index is being built again`,
+    } satisfies SearchThreadReport);
+  } catch (err) {
+    port.postMessage({
+      error: `${String(err)}; delete ${indexFile} and restart to build it again (searches scan meanwhile)`,
+    } satisfies SearchThreadReport);
+  }
+};
+const intact = (): boolean => {
+  try {
+    return indexer.intact();
+  } catch {
+    return false;
+  }
+};
+if (!intact()) repair(new Error('the search index file failed its quick check'));
 
 let timer: NodeJS.Timeout | undefined;
 let failing = false;
@@ -33,8 +55,12 @@ const round = (): void => {
     // contacts of the next moments wait to be indexed together, which costs less per contact.
     more = step !== undefined && (step.indexed === INDEX_BATCH || step.retired === RETIRE_BATCH);
   } catch (err) {
-    // Told once per run of failures; the next round tries again.
-    if (!failing) port.postMessage({ error: String(err) } satisfies SearchThreadReport);
+    // Told once per run of failures; the next round tries again. Damage is repaired only when it is
+    // the index file's (a damaged database is the operator's to see to, not a reason to drop the index).
+    if (!failing) {
+      if (isUnreadable(err) && !intact()) repair(err);
+      else port.postMessage({ error: String(err) } satisfies SearchThreadReport);
+    }
     failing = true;
   }
   timer = setTimeout(round, more ? 0 : everyMs);

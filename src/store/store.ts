@@ -15,7 +15,7 @@ import { foldCountShards } from './counts.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
 import { SEARCH_FILE, SearchIndexer, attachSearchFile, openSearchFile } from './search-index.js';
-import { startSearchIndexer } from './search-indexer.js';
+import { type IndexingThread, startSearchIndexer } from './search-indexer.js';
 
 export type Executor = Kysely<Database>;
 
@@ -121,16 +121,16 @@ function createSqliteStore(options: StoreOptions): Store {
   // Email substring search reads an index file of its own, which a thread keeps (search-index.ts).
   const searchFile = path.join(options.dataDir, SEARCH_FILE);
   openSearchFile(searchFile).close();
-  const searchIndexer =
-    options.backgroundSearchIndex === false
-      ? undefined
-      : startSearchIndexer({
-          databaseFile: file,
-          indexFile: searchFile,
-          prune: (fn) => group.run(fn, { small: true }),
-          onError: (err, what) => options.onBackgroundError?.(err, what),
-          alive: () => writerConn.open,
-        });
+  // Started by migrate(), once the index file is known to be this database's (SearchIndexer.verify).
+  let searchIndexer: IndexingThread | undefined;
+  const startIndexing = () =>
+    startSearchIndexer({
+      databaseFile: file,
+      indexFile: searchFile,
+      prune: (fn) => group.run(fn, { small: true }),
+      onError: (err, what) => options.onBackgroundError?.(err, what),
+      alive: () => writerConn.open,
+    });
   const store: Store = {
     dialect: 'sqlite',
     get db() {
@@ -157,6 +157,7 @@ function createSqliteStore(options: StoreOptions): Store {
       } finally {
         verifier.close();
       }
+      if (options.backgroundSearchIndex !== false) searchIndexer ??= startIndexing();
       await sql`pragma analysis_limit = 1000`.execute(writer);
       await group.run((trx) => sql`pragma optimize = 0x10002`.execute(trx));
       return applied;

@@ -3,7 +3,16 @@
 // VACUUM, two indexers on one DATA_DIR, an index file of another database or of a later state of this one
 // (a restore), a broken or missing file, and upgrades of databases written before it; its answers equal
 // the plain LIKE path's, whether the contacts asked about are in the index yet (below its watermark) or not.
-import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
@@ -771,6 +780,75 @@ describe('the index file', () => {
     } finally {
       await restarted.close();
     }
+  });
+
+  /** Overwrites `length` bytes at `offset` of every page of the index's FTS5 data (the store closed). */
+  const damageIndex = (dir: string, offset: number, length: number, byte = 0x41) => {
+    const index = new BetterSqlite3(indexFile(dir));
+    const pages = index
+      .prepare(`select pageno from dbstat where name = 'contacts_search_data' and pagetype = 'leaf'`)
+      .pluck()
+      .all() as number[];
+    const size = index.pragma('page_size', { simple: true }) as number;
+    index.close();
+    const fd = openSync(indexFile(dir), 'r+');
+    for (const page of pages)
+      writeSync(fd, Buffer.alloc(length, byte), 0, length, (page - 1) * size + offset);
+    closeSync(fd);
+    expect(pages.length).toBeGreaterThan(2);
+  };
+  const many = Array.from({ length: 3000 }, (_, i) => `dmg${i}@damage${i % 13}.example`);
+
+  it('is laid out anew and built again when its pages are damaged', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, many);
+    damageIndex(dir, 3000, 200);
+    withIndexer(dir, (ix) => {
+      expect(ix.intact()).toBe(false);
+      ix.repair();
+      expect(ix.intact()).toBe(true);
+    });
+    expectIndexExact(dir);
+    expect(await searchIn(dir, 'dmg1234@')).toEqual([`${ORG}-1234`]);
+  });
+
+  it('is read around while damaged: searches take the plain path', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, many);
+    // Page headers: SQLite then refuses the pages (SQLITE_CORRUPT) rather than reading them as empty.
+    damageIndex(dir, 0, 12, 0xff);
+    const index = new BetterSqlite3(indexFile(dir), { readonly: true });
+    expect(() =>
+      index.prepare(`select rowid from contacts_search where contacts_search match '"dmg123"'`).all(),
+    ).toThrow();
+    index.close();
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    try {
+      await store.migrate();
+      expect(
+        await pageByEmailIndex(store.db, 'sqlite', ORG, { email: 'dmg123' }, { page: 1, limit: 20 }),
+      ).toBe(undefined);
+      expect(await countByEmailIndex(store.db, 'sqlite', ORG, { email: 'dmg123' })).toBe(undefined);
+      const found = await search(store.db, ORG, 'dmg123');
+      expect(found.sort()).toEqual(
+        many.flatMap((e, i) => (e.startsWith('dmg123') ? [`${ORG}-${i}`] : [])).sort(),
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('of an earlier layout is laid out anew', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, ['old.layout@l.example']);
+    const index = new BetterSqlite3(indexFile(dir));
+    index.exec(`drop table search_state;
+      create table search_state (id integer primary key, source text, indexed_to integer, retired_seen integer);
+      insert into search_state values (1, 'x', 99, 0);
+      pragma user_version = 0;`);
+    index.close();
+    expect(await searchIn(dir, 'old.layout@')).toEqual([`${ORG}-0`]);
+    expectIndexExact(dir);
   });
 
   it('is not rebuilt when it is only behind', async () => {
