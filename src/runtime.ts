@@ -87,8 +87,12 @@ export function listenError(err: unknown, config: Config): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-/** A one-shot CLI command closes the store again at once: it needs no background work of its own. */
-export type StoreUse = 'long-running' | 'one-shot';
+/**
+ * What a process does with the store. A one-shot CLI command closes it again at once and needs no
+ * background work of its own; a delivery worker never searches contacts, so it leaves the search index
+ * (SQLite) to the API process beside it.
+ */
+export type StoreUse = 'long-running' | 'worker' | 'one-shot';
 
 export function openStore(config: Config, logger?: Logger, use: StoreUse = 'long-running'): Store {
   return createStore({
@@ -97,7 +101,7 @@ export function openStore(config: Config, logger?: Logger, use: StoreUse = 'long
     poolSize: config.databasePoolSize,
     sqliteSynchronous: config.sqliteSynchronous,
     onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
-    backgroundCheckpoints: use === 'long-running',
+    backgroundCheckpoints: use !== 'one-shot',
     backgroundSearchIndex: use === 'long-running',
   });
 }

@@ -54,7 +54,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
 
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
-  const { store } = await openMigratedStore(config, logger);
+  const { store } = await openMigratedStore(config, logger, 'worker');
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger);
   logger.info(`delivery worker started (${mailer.description})`);
