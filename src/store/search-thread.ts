@@ -37,7 +37,6 @@ const intact = (): boolean => {
     return false;
   }
 };
-if (!intact()) repair(new Error('the search index file failed its quick check'));
 
 let timer: NodeJS.Timeout | undefined;
 let failing = false;
