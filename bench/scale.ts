@@ -11,7 +11,7 @@ import autocannon from 'autocannon';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
-import { SEARCH_FILE, SearchIndexer } from '../src/store/search-index.js';
+import { SEARCH_FILE, SearchIndexer, removeSearchFile } from '../src/store/search-index.js';
 import { ROOT, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
@@ -44,7 +44,7 @@ async function measure(name: string, opts: Partial<Cannon> & { url: string }): P
 /** Removes the search index file and builds it again, as a server would after a restore; seconds taken. */
 function buildSearchIndex(dataDir: string): number {
   const file = path.join(dataDir, SEARCH_FILE);
-  for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
+  removeSearchFile(file);
   const started = performance.now();
   const indexer = new SearchIndexer(path.join(dataDir, 'mailroom.sqlite'), file);
   try {

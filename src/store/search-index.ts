@@ -86,9 +86,14 @@ export function openSearchFile(file: string): BetterSqlite3.Database {
     return openIndexFile(file);
   } catch (err) {
     if (!isUnreadable(err)) throw err;
-    for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
+    removeSearchFile(file);
     return openIndexFile(file);
   }
+}
+
+/** Deletes the index file with its WAL files; the next open lays it out anew, and it is built again. */
+export function removeSearchFile(file: string): void {
+  for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
 }
 
 /**
@@ -115,6 +120,8 @@ export interface IndexStep {
   retiredSeen: number;
   /** Whether the index was emptied first, as built for another database or a later state of this one. */
   rebuilt: boolean;
+  /** A batch came back full: more is waiting (a bulk import, an organisation deleted). */
+  more: boolean;
 }
 
 interface IndexState {
@@ -236,7 +243,7 @@ export class SearchIndexer {
     const state = this.writes.state.get()!;
     const source = reads.state.get()!;
     if (!isStale(state, source)) {
-      return { indexed: 0, retired: 0, retiredSeen: state.retired_seen, rebuilt: false };
+      return { indexed: 0, retired: 0, retiredSeen: state.retired_seen, rebuilt: false, more: false };
     }
     return this.sync(0, 0);
   }
@@ -275,14 +282,26 @@ export class SearchIndexer {
       state.retired_seen = retired.at(-1)?.id ?? state.retired_seen;
       this.writes.setState.run(state);
       this.index.exec('commit');
-      return { indexed: fresh.length, retired: retired.length, retiredSeen: state.retired_seen, rebuilt };
+      const more =
+        (indexBatch > 0 && fresh.length === indexBatch) ||
+        (retireBatch > 0 && retired.length === retireBatch);
+      return {
+        indexed: fresh.length,
+        retired: retired.length,
+        retiredSeen: state.retired_seen,
+        rebuilt,
+        more,
+      };
     } catch (err) {
       if (this.index.inTransaction) this.index.exec('rollback');
       throw err;
     }
   }
 
-  /** Whether the index file's pages pass SQLite's quick check (structure, not contents). */
+  /**
+   * Whether the index file passes SQLite's quick check: its pages, and (SQLite 3.44 and later) FTS5's own
+   * check of what the index holds. About 0.7 s at a million contacts.
+   */
   intact(): boolean {
     return this.index.pragma('quick_check', { simple: true }) === 'ok';
   }
@@ -302,7 +321,7 @@ export class SearchIndexer {
       const step = this.step();
       if (!step) return last;
       last = { ...step, rebuilt: step.rebuilt || (last?.rebuilt ?? false) };
-      if (step.indexed < this.indexBatch && step.retired < this.retireBatch) return last;
+      if (!step.more) return last;
     }
   }
 

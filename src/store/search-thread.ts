@@ -2,7 +2,7 @@
 // on connections of its own, so that neither the server's event loop nor the database's write lock ever
 // waits for an index flush or merge.
 import { parentPort, workerData } from 'node:worker_threads';
-import { INDEX_BATCH, RETIRE_BATCH, SearchIndexer, isUnreadable } from './search-index.js';
+import { SearchIndexer, isUnreadable } from './search-index.js';
 
 export interface SearchThreadData {
   databaseFile: string;
@@ -50,9 +50,9 @@ const round = (): void => {
       told = step.retiredSeen;
       port.postMessage({ retiredSeen: told } satisfies SearchThreadReport);
     }
-    // A full batch: more is waiting (a bulk import, an organisation deleted), so no pause. Otherwise the
-    // contacts of the next moments wait to be indexed together, which costs less per contact.
-    more = step !== undefined && (step.indexed === INDEX_BATCH || step.retired === RETIRE_BATCH);
+    // More waiting: no pause. Otherwise the contacts of the next moments wait to be indexed together,
+    // which costs less per contact.
+    more = step?.more ?? false;
   } catch (err) {
     // Told once per run of failures; the next round tries again. Damage is repaired only when it is
     // the index file's (a damaged database is the operator's to see to, not a reason to drop the index).
