@@ -59,13 +59,12 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
  */
 export async function openMigratedStore(
   config: Config,
-  logger?: Logger,
-  use: StoreUse = 'long-running',
+  options: StoreOpening = {},
 ): Promise<{ store: Store; applied: string[] }> {
   const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
   let store: Store | undefined;
   try {
-    store = openStore(config, logger, use);
+    store = openStore(config, options);
     return { store, applied: await store.migrate() };
   } catch (err) {
     await store?.close().catch(() => undefined);
@@ -94,7 +93,14 @@ export function listenError(err: unknown, config: Config): Error {
  */
 export type StoreUse = 'long-running' | 'worker' | 'one-shot';
 
-export function openStore(config: Config, logger?: Logger, use: StoreUse = 'long-running'): Store {
+export interface StoreOpening {
+  /** Hears of background work that failed (a checkpoint, an index step); none by default. */
+  logger?: Logger | undefined;
+  /** 'long-running' by default: the API server's. */
+  use?: StoreUse;
+}
+
+export function openStore(config: Config, { logger, use = 'long-running' }: StoreOpening = {}): Store {
   return createStore({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,

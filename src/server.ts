@@ -19,7 +19,7 @@ export interface ServeOptions {
 
 export async function serve(config: Config, options: ServeOptions): Promise<void> {
   const logger = createLogger(config, options.json);
-  const { store, applied } = await openMigratedStore(config, logger);
+  const { store, applied } = await openMigratedStore(config, { logger });
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   logger.info(
     { store: store.dialect === 'sqlite' ? `sqlite ${config.dataDir}` : 'postgresql' },
@@ -54,7 +54,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
 
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
-  const { store } = await openMigratedStore(config, logger, 'worker');
+  const { store } = await openMigratedStore(config, { logger, use: 'worker' });
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger);
   logger.info(`delivery worker started (${mailer.description})`);

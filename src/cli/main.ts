@@ -56,7 +56,7 @@ function required(value: string | undefined, flag: string): string {
 
 async function withServices<T>(fn: (s: ReturnType<typeof createServices>) => Promise<T>): Promise<T> {
   const config = loadConfig();
-  const { store } = await openMigratedStore(config, undefined, 'one-shot');
+  const { store } = await openMigratedStore(config, { use: 'one-shot' });
   try {
     return await fn(createServices({ config, store }));
   } finally {
@@ -86,7 +86,7 @@ async function run(argv: string[]): Promise<void> {
       if (json) console.log(JSON.stringify({ status: 'running' }));
       return;
     case 'migrate': {
-      const { store, applied } = await openMigratedStore(loadConfig(), undefined, 'one-shot');
+      const { store, applied } = await openMigratedStore(loadConfig(), { use: 'one-shot' });
       try {
         print(
           json,

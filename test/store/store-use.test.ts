@@ -17,7 +17,7 @@ async function storeFor(use: StoreUse): Promise<{ store: Store; watermark: () =>
   const dir = mkdtempSync(path.join(tmpdir(), `mailroom-use-${use}-`));
   dirs.push(dir);
   const config = loadConfig({ DATA_DIR: dir, LOG_LEVEL: 'silent' });
-  const { store } = await openMigratedStore(config, undefined, use);
+  const { store } = await openMigratedStore(config, { use });
   await store.write((trx) =>
     trx
       .insertInto('organizations')
