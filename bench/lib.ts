@@ -1,7 +1,8 @@
 // Process plumbing shared by the bench scripts.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 
 export const ROOT = path.resolve(import.meta.dirname, '..');
@@ -52,6 +53,50 @@ export function cpuMicros(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
 }
 
+const running = new Set<ChildProcess>();
+const dataDirs = new Set<string>();
+let stopping = false;
+
+/**
+ * What the bench started is stopped, and its data directories removed, when it ends, however it ends short
+ * of SIGKILL: finished, failed, interrupted (Ctrl-C reaches the whole process group anyway) or sent
+ * SIGTERM or SIGHUP alone, as a timeout or a closed terminal does. A server left running would hold its
+ * port and skew the next run's figures; a million-contact database left in the temp dir takes 1 GB.
+ */
+function stopAtEnd(): void {
+  if (stopping) return;
+  stopping = true;
+  process.once('exit', () => {
+    running.forEach((c) => c.kill('SIGTERM'));
+    dataDirs.forEach((dir) => rmSync(dir, { recursive: true, force: true }));
+  });
+  for (const [signal, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+    ['SIGHUP', 129],
+  ] as const) {
+    process.once(signal, () => {
+      console.error(`bench: ${signal}, stopping its servers`);
+      process.exit(code);
+    });
+  }
+}
+
+/** Stops the child when the bench ends (stopAtEnd). */
+export function stopWithBench(child: ChildProcess): void {
+  stopAtEnd();
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+}
+
+/** A new temporary DATA_DIR, removed when the bench ends (stopAtEnd). */
+export function benchDataDir(name: string): string {
+  stopAtEnd();
+  const dir = mkdtempSync(path.join(os.tmpdir(), `mailroom-${name}-`));
+  dataDirs.add(dir);
+  return dir;
+}
+
 /**
  * A server for the bench. Its stderr is passed on through a pipe of ours, not inherited: a child left
  * behind by a killed bench would otherwise hold the caller's stderr open (and a `| grep` would never end).
@@ -62,6 +107,7 @@ export function startChild(args: string[], env: Record<string, string>): ChildPr
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  stopWithBench(child);
   child.stdout?.resume();
   child.stderr?.pipe(process.stderr, { end: false });
   return child;

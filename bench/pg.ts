@@ -5,15 +5,14 @@
 // is created and dropped.
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
-import { ROOT, benchEnv, freePort, freshBodies, startChild, waitHealthy } from './lib.js';
+import { benchDataDir, benchEnv, freePort, freshBodies, ROOT, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
 import { type Sink, rawDeliveryRate, startSink } from './sink.js';
@@ -61,7 +60,7 @@ async function main(): Promise<void> {
   const url = new URL(ADMIN);
   url.pathname = `/${name}`;
   const sink = await startSink();
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-pgbench-'));
+  const dataDir = benchDataDir('pgbench');
   const env = benchEnv(dataDir, sink.port, { DATABASE_URL: url.toString() });
   const children: ChildProcess[] = [];
   const lines: string[] = [];

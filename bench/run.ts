@@ -3,7 +3,7 @@
 //   ceiling (HTTP):     a bare Fastify JSON route in its own process
 //   ceiling (delivery): raw pooled nodemailer, in its own process, into the same local SMTP sink
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
@@ -11,11 +11,12 @@ import { rawDeliveryRate, startSink } from './sink.js';
 import { renderChart } from './chart.js';
 import { writeSection } from './report.js';
 import {
-  ROOT,
+  benchDataDir,
   benchEnv,
   cpuMicros,
   freePort,
   freshBodies,
+  ROOT,
   rssMiB,
   spread,
   startChild,
@@ -77,7 +78,7 @@ async function main(): Promise<void> {
   console.log('building…');
   execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
   const sink = await startSink();
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-bench-'));
+  const dataDir = benchDataDir('bench');
   const port = await freePort();
   const env = benchEnv(dataDir, sink.port, {
     PORT: String(port),

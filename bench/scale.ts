@@ -4,7 +4,7 @@
 // the search index file is built again from zero, timed (what a restore or a lost index file costs), so
 // the substring rows always read a complete index.
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
@@ -12,7 +12,7 @@ import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
 import { SEARCH_FILE, SearchIndexer, removeSearchFile } from '../src/store/search-index.js';
-import { ROOT, freePort, rssMiB, startChild, waitHealthy } from './lib.js';
+import { benchDataDir, freePort, ROOT, rssMiB, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
 
@@ -57,7 +57,7 @@ function buildSearchIndex(dataDir: string): number {
 
 async function main(): Promise<void> {
   execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-scale-'));
+  const dataDir = benchDataDir('scale');
   const env = { DATA_DIR: dataDir, LOG_LEVEL: 'warn', HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '10000000' };
   const config = loadConfig({ ...process.env, ...env });
   const results: { size: number; rows: Measure[]; rss: number; indexSeconds: number }[] = [];

@@ -1,6 +1,7 @@
 // A local SMTP sink that accepts everything and counts what arrives, for delivery figures.
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import { stopWithBench } from './lib.js';
 
 export interface Sink {
   port: number;
@@ -22,6 +23,7 @@ export async function startSink(): Promise<Sink> {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     },
   );
+  stopWithBench(child);
   const port = await new Promise<number>((resolve, reject) => {
     child.once('exit', () => reject(new Error('the SMTP sink did not start')));
     child.on('message', (m: { port?: number; count?: number }) => {
@@ -87,6 +89,7 @@ export async function rawDeliveryRate(
       stdio: ['ignore', 'pipe', 'inherit'],
     },
   );
+  stopWithBench(child);
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));

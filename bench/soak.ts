@@ -4,12 +4,10 @@
 // descriptors at start and end, and writes them to BENCHMARKS.md (section `soak`). Figures are never
 // asserted: these machines are shared.
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+import { readdirSync, rmSync } from 'node:fs';
 import autocannon from 'autocannon';
 import { writeSection } from './report.js';
-import { ROOT, benchEnv, freePort, freshBodies, rssMiB, startServerWithKey } from './lib.js';
+import { benchDataDir, benchEnv, freePort, freshBodies, ROOT, rssMiB, startServerWithKey } from './lib.js';
 import { startSink } from './sink.js';
 
 const WINDOW_SECONDS = 10;
@@ -62,7 +60,7 @@ async function main(): Promise<void> {
   console.log('building…');
   execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
   const sink = await startSink();
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-soak-'));
+  const dataDir = benchDataDir('soak');
   const port = await freePort();
   const env = benchEnv(dataDir, sink.port, { PORT: String(port), MAIL_FROM: 'Soak <soak@mailroom.test>' });
   const base = `http://127.0.0.1:${port}`;
