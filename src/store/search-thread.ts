@@ -37,6 +37,10 @@ const intact = (): boolean => {
     return false;
   }
 };
+// Once per start, before the first step: garbage inside FTS5's blobs raises no error, a search just finds
+// nothing there, so no failed step would ever call for the check. It reads the whole file: about 0.7 s of
+// this thread at a million contacts, while searches scan the contacts not indexed yet as usual.
+if (!intact()) repair(new Error('the search index file failed its quick check at start'));
 
 let timer: NodeJS.Timeout | undefined;
 let failing = false;

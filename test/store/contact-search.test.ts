@@ -812,6 +812,28 @@ describe('the index file', () => {
     expect(await searchIn(dir, 'dmg1234@')).toEqual([`${ORG}-1234`]);
   });
 
+  it('is checked by the thread at start, so damage that raises no error is repaired too', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, many);
+    damageIndex(dir, 1000, 3000);
+    const wanted = [`${ORG}-1234`];
+    // Silent: the damaged index finds nothing, and says nothing.
+    expect(await searchIn(dir, 'dmg1234@')).not.toEqual(wanted);
+    const errors: string[] = [];
+    const store = createStore({ dataDir: dir, onBackgroundError: (err) => errors.push(String(err)) });
+    try {
+      await store.migrate();
+      await until(async () => {
+        const found = await search(store.db, ORG, 'dmg1234@');
+        return found.length === 1 && found[0] === wanted[0];
+      });
+      expect(errors.join('\n')).toMatch(/quick check at start; the index is being built again/);
+    } finally {
+      await store.close();
+    }
+    expectIndexExact(dir);
+  });
+
   it('is read around while damaged: searches take the plain path', async () => {
     const dir = freshDir();
     await indexedDatabase(dir, many);
