@@ -55,13 +55,17 @@ export function cpuMicros(pid: number): number {
 
 const running = new Set<ChildProcess>();
 const dataDirs = new Set<string>();
+const cleanups: (() => Promise<void>)[] = [];
 let stopping = false;
+/** How long a signal waits for the asynchronous clean-ups (atBenchEnd) before the bench exits. */
+const CLEANUP_MS = 5_000;
 
 /**
  * What the bench started is stopped, and its data directories removed, when it ends, however it ends short
  * of SIGKILL: finished, failed, interrupted (Ctrl-C reaches the whole process group anyway) or sent
  * SIGTERM or SIGHUP alone, as a timeout or a closed terminal does. A server left running would hold its
  * port and skew the next run's figures; a million-contact database left in the temp dir takes 1 GB.
+ * On a signal, the asynchronous clean-ups (atBenchEnd) run first.
  */
 function stopAtEnd(): void {
   if (stopping) return;
@@ -77,7 +81,10 @@ function stopAtEnd(): void {
   ] as const) {
     process.once(signal, () => {
       console.error(`bench: ${signal}, stopping its servers`);
-      process.exit(code);
+      running.forEach((c) => c.kill('SIGTERM'));
+      const timeout = new Promise((r) => setTimeout(r, CLEANUP_MS).unref());
+      const done = Promise.allSettled(cleanups.map((fn) => fn()));
+      void Promise.race([done, timeout]).then(() => process.exit(code));
     });
   }
 }
@@ -87,6 +94,15 @@ export function stopWithBench(child: ChildProcess): void {
   stopAtEnd();
   running.add(child);
   child.once('exit', () => running.delete(child));
+}
+
+/**
+ * Clean-up that needs more than a synchronous exit handler (dropping a PostgreSQL database): run when a
+ * signal ends the bench, for at most CLEANUP_MS. It must be safe to run after the bench's own clean-up.
+ */
+export function atBenchEnd(cleanup: () => Promise<void>): void {
+  stopAtEnd();
+  cleanups.push(cleanup);
 }
 
 /** A new temporary DATA_DIR, removed when the bench ends (stopAtEnd). */

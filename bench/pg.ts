@@ -12,7 +12,16 @@ import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
-import { benchDataDir, benchEnv, freePort, freshBodies, ROOT, startChild, waitHealthy } from './lib.js';
+import {
+  atBenchEnd,
+  benchDataDir,
+  benchEnv,
+  freePort,
+  freshBodies,
+  ROOT,
+  startChild,
+  waitHealthy,
+} from './lib.js';
 import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
 import { type Sink, rawDeliveryRate, startSink } from './sink.js';
@@ -57,6 +66,19 @@ async function main(): Promise<void> {
   const admin = new pg.Client({ connectionString: ADMIN });
   await admin.connect();
   await admin.query(`CREATE DATABASE ${name}`);
+  const dropDatabase = async (client: pg.Client) => {
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  };
+  // Killed mid-run, the bench still drops its database (bench/lib.ts), on a connection of its own.
+  atBenchEnd(async () => {
+    const client = new pg.Client({ connectionString: ADMIN });
+    await client.connect();
+    try {
+      await dropDatabase(client);
+    } finally {
+      await client.end();
+    }
+  });
   const url = new URL(ADMIN);
   url.pathname = `/${name}`;
   const sink = await startSink();
@@ -160,7 +182,7 @@ async function main(): Promise<void> {
     for (const c of children) c.kill('SIGKILL');
     await sink.close();
     await new Promise((r) => setTimeout(r, 500));
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await dropDatabase(admin);
     await admin.end();
     rmSync(dataDir, { recursive: true, force: true });
   }
