@@ -10,7 +10,8 @@
 // contacts_search_retired, and a search's join to contacts drops it meanwhile. Contacts above the
 // watermark are not in the index yet, and a search reads them from contacts (contact-search.repository.ts).
 import { closeSync, openSync, rmSync } from 'node:fs';
-import BetterSqlite3 from 'better-sqlite3';
+import type BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from './sqlite-driver.js';
 
 /** The index file's name, in DATA_DIR beside mailroom.sqlite. */
 export const SEARCH_FILE = 'mailroom-search.sqlite';
@@ -47,7 +48,7 @@ const SCHEMA = `
 function openIndexFile(file: string): BetterSqlite3.Database {
   // Contacts' addresses: for this user only, as the database is (store.ts).
   closeSync(openSync(file, 'a', 0o600));
-  const db = new BetterSqlite3(file);
+  const db = new Sqlite(file);
   try {
     db.pragma('busy_timeout = 10000');
     db.pragma('journal_mode = WAL');
@@ -182,7 +183,7 @@ export class SearchIndexer {
     this.indexBatch = options.indexBatch ?? INDEX_BATCH;
     this.retireBatch = options.retireBatch ?? RETIRE_BATCH;
     // Only reads here: the database's one writer is the store's.
-    this.source = new BetterSqlite3(databaseFile, { fileMustExist: true });
+    this.source = new Sqlite(databaseFile, { fileMustExist: true });
     this.source.pragma('query_only = ON');
     this.source.pragma('busy_timeout = 10000');
     this.index = openSearchFile(indexFile);

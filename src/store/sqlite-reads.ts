@@ -6,7 +6,8 @@
 // the same lookup costs right after another (SQLite's pages and structures have left the CPU caches), and
 // each statement outside a transaction takes and drops the WAL read locks. Every read still starts after
 // its request arrived, so it sees every write committed before that. Same SQL, values and row objects.
-import BetterSqlite3 from 'better-sqlite3';
+import type BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from './sqlite-driver.js';
 import type { Executor } from './store.js';
 
 /** Runs one read statement and resolves to its rows, as kysely would. */
@@ -30,7 +31,7 @@ interface Pending {
 export function gatherReads(db: Executor, conn: BetterSqlite3.Database): void {
   // Its statements are its own: raw mode must not reach the ones kysely runs on this connection.
   const prepare = (sql: string): BetterSqlite3.Statement<unknown[]> =>
-    BetterSqlite3.prototype.prepare.call(conn, sql);
+    Sqlite.prototype.prepare.call(conn, sql);
   const statements = new Map<string, { statement: BetterSqlite3.Statement<unknown[]>; columns: string[] }>();
   const begin = prepare('begin');
   const commit = prepare('commit');

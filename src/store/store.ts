@@ -3,7 +3,8 @@
 // PostgreSQL and a shared group commit on SQLite.
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
+import type BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema.js';
@@ -67,7 +68,7 @@ export function createStore(options: StoreOptions): Store {
 }
 
 function openSqlite(file: string, synchronous: string, readonly: boolean): BetterSqlite3.Database {
-  const conn = new BetterSqlite3(file);
+  const conn = new Sqlite(file);
   conn.pragma('journal_mode = WAL');
   conn.pragma(`synchronous = ${synchronous}`);
   conn.pragma('busy_timeout = 10000');

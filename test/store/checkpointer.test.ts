@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync, statSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { startCheckpointer } from '../../src/store/checkpointer.js';
 import { type Store, createStore } from '../../src/store/store.js';
@@ -63,7 +63,7 @@ describe('background WAL checkpoints (SQLite)', () => {
 
   it('hand checkpoints back to the writer if the thread stops, and say so', async () => {
     const file = path.join(dir, 'db.sqlite');
-    const writer = new BetterSqlite3(file);
+    const writer = new Sqlite(file);
     writer.pragma('journal_mode = WAL');
     // The thread cannot open a file that is gone: it stops at once.
     unlinkSync(file);

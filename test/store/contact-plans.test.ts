@@ -3,7 +3,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { type CompiledQuery, Kysely, SqliteDialect } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { pageContacts } from '../../src/contacts/contacts.repository.js';
@@ -18,7 +18,7 @@ describe('contact page plans on sqlite', () => {
     const store = createStore({ dataDir: dir });
     await store.migrate();
     await store.close();
-    const conn = new BetterSqlite3(path.join(dir, 'mailroom.sqlite'));
+    const conn = new Sqlite(path.join(dir, 'mailroom.sqlite'));
     const ran: CompiledQuery[] = [];
     const db = new Kysely<Database>({
       dialect: new SqliteDialect({ database: conn }),

@@ -15,7 +15,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
@@ -90,8 +90,8 @@ interface IndexView {
 
 /** What the index file holds, beside what the database holds, each as of one moment. */
 function viewIndex(dir: string): IndexView {
-  const index = new BetterSqlite3(indexFile(dir), { readonly: true });
-  const db = new BetterSqlite3(databaseFile(dir), { readonly: true });
+  const index = new Sqlite(indexFile(dir), { readonly: true });
+  const db = new Sqlite(databaseFile(dir), { readonly: true });
   try {
     index.exec('begin');
     const { w } = index.prepare('select indexed_to as w from search_state').get() as { w: number };
@@ -113,8 +113,8 @@ function expectIndexExact(dir: string): void {
   indexAll(dir);
   const { keys, held, watermark } = viewIndex(dir);
   expect(keys).toEqual(held);
-  const db = new BetterSqlite3(databaseFile(dir), { readonly: true });
-  const index = new BetterSqlite3(indexFile(dir), { readonly: true });
+  const db = new Sqlite(databaseFile(dir), { readonly: true });
+  const index = new Sqlite(indexFile(dir), { readonly: true });
   try {
     const top = db.prepare('select coalesce(max(search_key), 0) from contacts').pluck().get() as number;
     expect(watermark).toBeGreaterThanOrEqual(top);
@@ -141,7 +141,7 @@ async function onUpgradedStore(
   const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-upgrade-'));
   try {
     const old = new Kysely<Database>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
+      dialect: new SqliteDialect({ database: new Sqlite(path.join(dir, 'mailroom.sqlite')) }),
     });
     await migrateTo(old as Kysely<unknown>, 'sqlite', older.migration);
     await old
@@ -248,7 +248,7 @@ describe('contact email index on sqlite', () => {
     await t.ts.store.write((trx) => trx.deleteFrom('contacts').where('organization_id', '=', org).execute());
     expect(await search(db, org, 'trig.example')).toEqual([]);
     expectIndexExact(t.ts.dataDir);
-    const index = new BetterSqlite3(indexFile(t.ts.dataDir), { readonly: true });
+    const index = new Sqlite(indexFile(t.ts.dataDir), { readonly: true });
     const left = index
       .prepare(`select count(*) from contacts_search where contacts_search match '"trig.example"'`)
       .pluck()
@@ -293,7 +293,7 @@ describe('contact email index on sqlite', () => {
       trx.deleteFrom('contacts').where('organization_id', '=', org).where('id', 'like', '%1').execute(),
     );
     indexAll(t.ts.dataDir);
-    const vacuum = new BetterSqlite3(databaseFile(t.ts.dataDir));
+    const vacuum = new Sqlite(databaseFile(t.ts.dataDir));
     vacuum.exec('VACUUM');
     vacuum.close();
 
@@ -463,7 +463,7 @@ describe('contacts not yet in the index (above its watermark)', () => {
     indexAll(s.dir);
     // Another connection changes the address after every statement the search runs: each change gives
     // a new key, so a search reading keys and contacts in two snapshots would find neither.
-    const other = new BetterSqlite3(databaseFile(s.dir));
+    const other = new Sqlite(databaseFile(s.dir));
     let flips = 0;
     const flip = () => {
       const email = flips++ % 2 ? 'flip.one@tail.example' : 'flip.two@tail.example';
@@ -784,7 +784,7 @@ describe('the index file', () => {
 
   /** Overwrites `length` bytes at `offset` of every page of the index's FTS5 data (the store closed). */
   const damageIndex = (dir: string, offset: number, length: number, byte = 0x41) => {
-    const index = new BetterSqlite3(indexFile(dir));
+    const index = new Sqlite(indexFile(dir));
     const pages = index
       .prepare(`select pageno from dbstat where name = 'contacts_search_data' and pagetype = 'leaf'`)
       .pluck()
@@ -836,7 +836,7 @@ describe('the index file', () => {
     await indexedDatabase(dir, many);
     // Page headers: SQLite then refuses the pages (SQLITE_CORRUPT) rather than reading them as empty.
     damageIndex(dir, 0, 12, 0xff);
-    const index = new BetterSqlite3(indexFile(dir), { readonly: true });
+    const index = new Sqlite(indexFile(dir), { readonly: true });
     expect(() =>
       index.prepare(`select rowid from contacts_search where contacts_search match '"dmg123"'`).all(),
     ).toThrow();
@@ -860,7 +860,7 @@ describe('the index file', () => {
   it('of an earlier layout is laid out anew', async () => {
     const dir = freshDir();
     await indexedDatabase(dir, ['old.layout@l.example']);
-    const index = new BetterSqlite3(indexFile(dir));
+    const index = new Sqlite(indexFile(dir));
     index.exec(`drop table search_state;
       create table search_state (id integer primary key, source text, indexed_to integer, retired_seen integer);
       insert into search_state values (1, 'x', 99, 0);

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
@@ -115,7 +115,7 @@ async function olderStore(kind: 'sqlite' | 'postgres', migration: string) {
   if (kind === 'sqlite') {
     const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-counts-'));
     const db = new Kysely<Database>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(path.join(dir, 'mailroom.sqlite')) }),
+      dialect: new SqliteDialect({ database: new Sqlite(path.join(dir, 'mailroom.sqlite')) }),
     });
     await migrateTo(db as Kysely<unknown>, kind, migration);
     return {

@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { Appender } from '../../src/store/appender.js';
 import { createStore } from '../../src/store/store.js';
@@ -181,7 +181,7 @@ describe('sqlite settings', () => {
 describe('appender', () => {
   it('shares one commit among appends that arrive together, and settles each only after it', async () => {
     const db = new Kysely<{ t: { n: number } }>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+      dialect: new SqliteDialect({ database: new Sqlite(':memory:') }),
     });
     await db.schema.createTable('t').addColumn('n', 'integer').execute();
     let committed = 0;
@@ -205,7 +205,7 @@ describe('appender', () => {
 describe('group commit', () => {
   it('shares one commit among writes that arrive together', async () => {
     const db = new Kysely<{ t: { n: number } }>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+      dialect: new SqliteDialect({ database: new Sqlite(':memory:') }),
     });
     await db.schema.createTable('t').addColumn('n', 'integer').execute();
     const group = new GroupCommit(sqliteImmediateTransaction(db));
@@ -220,7 +220,7 @@ describe('group commit', () => {
 
   it('keeps undo copies in memory only for a batch of small writes', async () => {
     const db = new Kysely<{ t: { n: number } }>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+      dialect: new SqliteDialect({ database: new Sqlite(':memory:') }),
     });
     await db.schema.createTable('t').addColumn('n', 'integer').execute();
     const group = new GroupCommit(sqliteImmediateTransaction(db));
@@ -257,7 +257,7 @@ describe('group commit', () => {
 
   it('runs a write that lost a deadlock again in a later transaction, up to five times', async () => {
     const db = new Kysely<{ t: { n: number } }>({
-      dialect: new SqliteDialect({ database: new BetterSqlite3(':memory:') }),
+      dialect: new SqliteDialect({ database: new Sqlite(':memory:') }),
     });
     await db.schema.createTable('t').addColumn('n', 'integer').execute();
     const group = new GroupCommit(sqliteImmediateTransaction(db));

@@ -3,7 +3,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { type StoreUse, openMigratedStore } from '../../src/runtime.js';
@@ -43,7 +43,7 @@ async function storeFor(use: StoreUse): Promise<{ store: Store; watermark: () =>
       .execute(),
   );
   const watermark = () => {
-    const index = new BetterSqlite3(path.join(dir, SEARCH_FILE), { readonly: true });
+    const index = new Sqlite(path.join(dir, SEARCH_FILE), { readonly: true });
     try {
       return index.prepare('select indexed_to from search_state').pluck().get() as number;
     } finally {

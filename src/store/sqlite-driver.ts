@@ -1,0 +1,25 @@
+/**
+ * The better-sqlite3 build this Node can run. 12.x is built on Node's own ObjectWrap, whose destructor
+ * aborts the process on Node 24.19+ when the garbage collector frees a statement outside a JS context
+ * (at exit, in a thread's teardown, in an idle collection). 13.x is built on Node-API 10 and has no such
+ * destructor, but crashes on Node 20 (Node-API 9). So both are installed: 13.x as the optional
+ * dependency `better-sqlite3-napi`, which npm skips where its engines (Node >= 22) do not match.
+ */
+import { createRequire } from 'node:module';
+import type BetterSqlite3 from 'better-sqlite3';
+
+const require = createRequire(import.meta.url);
+
+function load(): typeof BetterSqlite3 {
+  if (Number(process.versions.napi) >= 10) {
+    try {
+      return require('better-sqlite3-napi') as typeof BetterSqlite3;
+    } catch (err) {
+      // Installed without optional dependencies: 12.x still runs here, short of Node 24's abort.
+      if ((err as NodeJS.ErrnoException).code !== 'MODULE_NOT_FOUND') throw err;
+    }
+  }
+  return require('better-sqlite3') as typeof BetterSqlite3;
+}
+
+export const Sqlite = load();
