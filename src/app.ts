@@ -29,6 +29,7 @@ import { createValidatorCompiler } from './validation/ajv.js';
 import { clientErrorHandler } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { useJsonBodies } from './http/json-body.js';
+import { parseQueryString, queryFault } from './http/query-string.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -167,7 +168,7 @@ export async function buildApp(
     return503OnClosing: false,
     genReqId: nextRequestId,
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
-    routerOptions: { maxParamLength: 2048 },
+    routerOptions: { maxParamLength: 2048, querystringParser: parseQueryString },
     // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the
     // contract's body too. No hook runs for them, so they are identified and counted here, like any request.
     frameworkErrors: (err, req, reply) => {
@@ -257,7 +258,8 @@ export async function buildApp(
 
   app.addHook('preParsing', (req, reply, _payload, done) => {
     absoluteReset(reply);
-    done(permissionFault(req));
+    // A query string with broken %-encoding: after the key checks, like any other 400.
+    done(permissionFault(req) ?? queryFault(req.query));
   });
 
   app.addHook('onSend', (req, reply, payload, done) => {

@@ -37,6 +37,26 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(charset.statusCode).toBe(201);
   });
 
+  it('a query string with broken %-encoding is a 400 naming the parameter; sound ones are decoded', async () => {
+    const created = await raw('/api/v1/contacts', '{"email":"50%off+q@acme.test","tags":["a b"]}');
+    expect(created.statusCode).toBe(201);
+    const found = await t.call({ method: 'GET', url: '/api/v1/contacts?email=50%25OFF%2Bq&tag=a+b', auth });
+    expect(found.json().contacts.map((c: { email: string }) => c.email)).toEqual(['50%off+q@acme.test']);
+    // Fastify's own parser would search for the undecoded text "50%off" and find nothing, silently.
+    expect400(
+      await t.call({ method: 'GET', url: '/api/v1/contacts?email=50%off&tag=a%41', auth }),
+      'contacts',
+      ['email'],
+    );
+    expect400(await t.call({ method: 'GET', url: '/api/v1/emails?status=sent%E0%A4', auth }), 'emails', [
+      'status',
+    ]);
+    // A route that reads no query still refuses one it cannot read, naming the parameter as sent.
+    expect400(await t.call({ method: 'GET', url: '/api/v1/lists/x?a%ZZ=1', auth }), 'contacts', ['a%ZZ']);
+    const del = await t.call({ method: 'DELETE', url: '/api/v1/contacts?email=50%off%2Bq@acme.test', auth });
+    expect400(del, 'contacts', ['email']);
+  });
+
   it('bad JSON is a 400; an empty or non-object body too', async () => {
     expectError(await raw('/api/v1/lists', '{"name":'), 400, 'contacts');
     expectError(await raw('/api/v1/emails', '{oops}'), 400, 'emails');
