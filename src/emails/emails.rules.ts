@@ -27,6 +27,8 @@ export const REFUSED_HEADERS = new Set(
     'MIME-Version',
     'Content-Type',
     'Content-Transfer-Encoding',
+    // Not in the contract's list, but as structural: at the top it makes mail clients show the body as a file.
+    'Content-Disposition',
   ].map((h) => h.toLowerCase()),
 );
 

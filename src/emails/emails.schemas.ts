@@ -42,14 +42,15 @@ export const SendEmailBody = withRules(
     {
       from: Type.Optional(Mailbox),
       to: Mailboxes(MAX_TO, 1),
-      subject: Type.String({ minLength: 1, maxLength: 998 }),
+      // Blank would go out with no Subject line at all: nodemailer leaves out a header with a blank value.
+      subject: Type.String({ minLength: 1, maxLength: 998, pattern: '\\S' }),
       html: Type.Optional(Type.String()),
       text: Type.Optional(Type.String()),
       replyTo: Type.Optional(Mailboxes(MAX_TO)),
       cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       headers: Type.Optional(
-        Type.Record(Type.String(), Type.String({ maxLength: 900 }), {
+        Type.Record(Type.String(), Type.String({ maxLength: 900, pattern: '\\S' }), {
           maxProperties: 50,
           additionalProperties: false,
           description:

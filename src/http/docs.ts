@@ -27,7 +27,10 @@ export const openApiSchema = {
 type Op = {
   parameters?: unknown[];
   requestBody?: {
-    content?: Record<string, { schema?: { properties?: Record<string, { type?: unknown }> } }>;
+    content?: Record<
+      string,
+      { schema?: { properties?: Record<string, { type?: unknown; anyOf?: unknown[] }> } }
+    >;
   };
 };
 
@@ -46,7 +49,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       security: [{ bearer: [] }],
     },
     // A query parameter with a default (page, limit) is optional for the client, whatever the schema
-    // says to the validator that fills the default in. An optional string body field takes null as "none"
+    // says to the validator that fills the default in. An optional body field takes null as "none"
     // (validation/ajv.ts), which the document says too.
     transformObject: (doc) => {
       if (!('openapiObject' in doc)) return doc.swaggerObject;
@@ -62,7 +65,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
           if (json?.schema && nullable.length > 0) {
             // Copies: the document must not change the schema objects the routes validate with.
             const properties = { ...json.schema.properties };
-            for (const name of nullable) properties[name] = { ...properties[name], type: ['string', 'null'] };
+            for (const name of nullable) properties[name] = orNull(properties[name]);
             json.schema = { ...json.schema, properties };
           }
         }
@@ -70,6 +73,13 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       return openapiObject;
     },
   });
+}
+
+/** A property schema that also admits null, as the body validator does for it. */
+function orNull(p: { type?: unknown; anyOf?: unknown[] } = {}): object {
+  if (p.anyOf) return { ...p, anyOf: [...p.anyOf, { type: 'null' }] };
+  if (typeof p.type === 'string') return { ...p, type: [p.type, 'null'] };
+  return { anyOf: [p, { type: 'null' }] };
 }
 
 /** The /docs page, rendering the document from local files (no CDN). */

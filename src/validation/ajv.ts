@@ -140,16 +140,23 @@ function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
     .map(({ field, message }) => ({ field, message }));
 }
 
-type SchemaObject = { properties?: Record<string, { type?: unknown }>; required?: string[] };
+type PropertySchema = { type?: unknown; anyOf?: PropertySchema[] };
+type SchemaObject = { properties?: Record<string, PropertySchema>; required?: string[] };
+
+const allowsNull = (p: PropertySchema | undefined): boolean =>
+  p !== undefined &&
+  (p.type === 'null' ||
+    (Array.isArray(p.type) && p.type.includes('null')) ||
+    (p.anyOf ?? []).some(allowsNull));
 
 /**
- * Optional string fields of a body whose schema gives `null` no meaning of its own: there `null` means "none",
- * exactly as leaving the field out (README, decisions). Where a schema admits null (a description, or a name
- * on update), null keeps its meaning: it clears the field.
+ * Optional fields of a body whose schema gives `null` no meaning of its own: there `null` means "none",
+ * exactly as leaving the field out (README, decisions), whatever the field's type (`cc: null`, `tags: null`).
+ * Where a schema admits null (a description, or a name on update), null keeps its meaning: it clears the field.
  */
 export function nullMeansAbsent(schema: unknown): string[] {
   const { properties = {}, required = [] } = (schema ?? {}) as SchemaObject;
-  return Object.keys(properties).filter((k) => !required.includes(k) && properties[k]?.type === 'string');
+  return Object.keys(properties).filter((k) => !required.includes(k) && !allowsNull(properties[k]));
 }
 
 /** Integer fields of a query: text is coerced only when it is plain decimal digits (Number() takes 0x3, 1e1, ' 1'). */

@@ -76,15 +76,28 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     expect(cleared.json().list.description).toBeNull();
   });
 
-  it('null for an optional string means none, on create and update', async () => {
+  it('null for an optional field means none, on create and update', async () => {
     const contact = await t.call({
       method: 'POST',
       url: '/api/v1/contacts',
       auth,
-      payload: { email: uniqueEmail(), firstName: null, lastName: null },
+      payload: {
+        email: uniqueEmail(),
+        firstName: null,
+        lastName: null,
+        tags: null,
+        customFields: null,
+        unsubscribed: null,
+      },
     });
     expect(contact.statusCode, contact.body).toBe(201);
-    expect(contact.json().contact).toMatchObject({ firstName: null, lastName: null });
+    expect(contact.json().contact).toMatchObject({
+      firstName: null,
+      lastName: null,
+      tags: [],
+      customFields: {},
+      unsubscribed: false,
+    });
     const id = contact.json().contact.id as string;
     // On update, null clears a field that can be cleared, and means "not given" for the identifying ones.
     const named = await t.call({
@@ -102,6 +115,15 @@ describe.each(storeKinds())('edges on %s', (kind) => {
       payload: { id, firstName: null },
     });
     expect(cleared.json().contact.firstName).toBeNull();
+    // Tags and custom fields cannot be null; there null means "not given", and they are kept.
+    await t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload: { id, tags: ['vip'] } });
+    const kept = await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id, tags: null, customFields: null, unsubscribed: null, lastName: 'Lee' },
+    });
+    expect(kept.json().contact).toMatchObject({ tags: ['vip'], customFields: {}, lastName: 'Lee' });
     const list = await createList(t, auth, 'Kept');
     const renamed = await t.call({
       method: 'PUT',
@@ -110,9 +132,22 @@ describe.each(storeKinds())('edges on %s', (kind) => {
       payload: { name: null, description: 'd' },
     });
     expect(renamed.json().list).toMatchObject({ name: 'Kept', description: 'd' });
-    const mail = { to: 'a@example.com', subject: 's', text: 't', html: null, from: null };
+    const mail = {
+      to: 'a@example.com',
+      subject: 's',
+      text: 't',
+      html: null,
+      from: null,
+      cc: null,
+      bcc: null,
+      replyTo: null,
+      headers: null,
+      tags: null,
+    };
     const sent = await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: mail });
     expect(sent.statusCode, sent.body).toBe(200);
+    const stored = await t.call({ method: 'GET', url: `/api/v1/emails/${sent.json().id}`, auth });
+    expect(stored.json()).toMatchObject({ cc: [], bcc: [], replyTo: [], tags: [] });
     // A required string is still required.
     expect400(
       await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: { ...mail, subject: null } }),
@@ -122,7 +157,11 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json();
     const create = doc.paths['/api/v1/contacts'].post.requestBody.content['application/json'].schema;
     expect(create.properties.firstName.type).toEqual(['string', 'null']);
+    expect(create.properties.tags.type).toEqual(['array', 'null']);
     expect(create.properties.email.type).toBe('string');
+    const send = doc.paths['/api/v1/emails'].post.requestBody.content['application/json'].schema;
+    expect(send.properties.cc.anyOf).toContainEqual({ type: 'null' });
+    expect(send.properties.to.anyOf).not.toContainEqual({ type: 'null' });
   });
 
   it('a body nested 10,000 levels deep is a 400 naming the field, on every route with a body', async () => {

@@ -30,10 +30,10 @@ const BAD_ADDRESSES = [
   '',
 ];
 
-// As contract.md lists them, written independently of the source's table.
+// As contract.md lists them, written independently of the source's table, and Content-Disposition (README).
 const REFUSED = (
   'From Sender To Cc Bcc Reply-To Subject Date Message-ID Return-Path Received DKIM-Signature ' +
-  'MIME-Version Content-Type Content-Transfer-Encoding'
+  'MIME-Version Content-Type Content-Transfer-Encoding Content-Disposition'
 ).split(' ');
 
 describe.each(storeKinds())('email validation on %s', (kind) => {
@@ -67,6 +67,16 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
     expect400(await send({ ...base, subject: 'Hi\r\nBcc: x@example.com' }), 'emails', ['subject']);
     expect400(await send({ ...base, subject: 'Hi\nthere' }), 'emails', ['subject']);
     expect400(await send({ ...base, subject: 'Hi\rthere' }), 'emails', ['subject']);
+  });
+
+  it('a blank subject or header value is refused: the message would go out without that header', async () => {
+    for (const blank of [' ', ' \t ']) {
+      const res = await send({ ...base, subject: blank, headers: { 'X-Campaign': blank } });
+      expect400(res, 'emails', ['subject', 'headers.X-Campaign']);
+      expect(res.json().details[0].message).toBe('must not be blank');
+    }
+    expect400(await send({ ...base, headers: { 'X-Campaign': '' } }), 'emails', ['headers.X-Campaign']);
+    expect((await send({ ...base, subject: ' Hi ' })).statusCode).toBe(200);
   });
 
   it.each(REFUSED)('header %s is refused, in any case', async (name) => {
