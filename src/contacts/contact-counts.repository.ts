@@ -5,7 +5,7 @@ import type { Executor } from '../store/store.js';
 import type { ContactFilter } from './contacts.repository.js';
 
 function bucketOf(filter: ContactFilter): string | undefined {
-  if (filter.email !== undefined && filter.email !== '') return undefined;
+  if (filter.email !== undefined) return undefined;
   if (filter.tag !== undefined) return filter.unsubscribed === undefined ? `tag:${filter.tag}` : undefined;
   if (filter.unsubscribed !== undefined) return `unsubscribed:${filter.unsubscribed ? 1 : 0}`;
   return 'all';

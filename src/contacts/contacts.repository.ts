@@ -85,7 +85,7 @@ function rowConditions(filter: ContactFilter): RawBuilder<SqlBool>[] {
     // the statement on every run (it would for a bound value), and PostgreSQL's generic plans can use it.
     conditions.push(sql<SqlBool>`contacts.unsubscribed = ${sql.lit(filter.unsubscribed ? 1 : 0)}`);
   }
-  if (filter.email !== undefined && filter.email !== '') {
+  if (filter.email !== undefined) {
     // ESCAPE makes `%` and `_` in the filter literal; kysely has no LIKE … ESCAPE operator, hence raw SQL.
     const pattern = containsPattern(filter.email.toLowerCase());
     conditions.push(sql<SqlBool>`contacts.email_lower like ${pattern} escape '\\'`);

@@ -20,6 +20,9 @@ const Email = Type.String({
   description: 'Email address (trimmed; at most 254 characters)',
 });
 const PersonName = Type.String({ maxLength: 100 });
+// As contactIds (lists.schemas.ts): an id Mailroom never issued is not found (404), whatever its length;
+// the bound only keeps the lookup small.
+const ContactId = Type.String({ minLength: 1, maxLength: 1024 });
 const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: MAX_TAGS });
 const CustomValue = CustomFieldValue;
 const CustomFields = Type.Record(Type.String(), CustomValue, {
@@ -87,7 +90,7 @@ export const updateContactSchema = {
   body: withRules(
     Type.Object(
       {
-        id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+        id: Type.Optional(ContactId),
         email: Type.Optional(Email),
         firstName: Type.Optional(Type.Union([PersonName, Type.Null()])),
         lastName: Type.Optional(Type.Union([PersonName, Type.Null()])),
@@ -104,9 +107,10 @@ export const updateContactSchema = {
 
 export const deleteContactSchema = {
   summary: 'Delete a contact, identified by id or email',
+  description: 'When both id and email are given, only a contact with that id and that email is deleted.',
   tags: ['contacts'],
   querystring: Type.Object({
-    id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+    id: Type.Optional(ContactId),
     email: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
   }),
   response: { 200: Type.Object({ success: Type.Boolean(), message: Type.String() }), ...errors },

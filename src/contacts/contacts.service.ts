@@ -116,7 +116,9 @@ export class ContactsService {
 
   /** A page of contacts, each as its API JSON text (the store renders them: contactJson). */
   async page(orgId: string, query: Page & repo.ContactFilter) {
-    const { page, limit, ...filter } = query;
+    const { page, limit, email, tag, unsubscribed } = query;
+    // An empty value (`?tag=`, as query builders send an unset field) filters nothing, for every filter.
+    const filter: repo.ContactFilter = { email: email || undefined, tag: tag || undefined, unsubscribed };
     const [{ contacts, total: learned }, maintained] = await Promise.all([
       repo.pageContacts(this.store.db, orgId, filter, { page, limit }, this.store.dialect),
       findMaintainedCount(this.store.db, orgId, filter),
@@ -179,6 +181,14 @@ export class ContactsService {
     }
     await this.store.write(async (trx) => {
       const row = await this.findForWrite(trx, orgId, by);
+      // Both given: they must name the same contact. Deleting by the id alone could delete the wrong one.
+      if (
+        by.id !== undefined &&
+        by.email !== undefined &&
+        row.email_lower !== by.email.trim().toLowerCase()
+      ) {
+        throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id} with email ${by.email.trim()} not found`);
+      }
       await repo.deleteContact(trx, row.id);
     });
   }

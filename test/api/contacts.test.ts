@@ -73,6 +73,28 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     expect(body.contacts[0]).toMatchObject({ id: c.id, email: c.email, tags: ['a'] });
   });
 
+  it('GET with an empty email or tag filters nothing; an empty unsubscribed is a 400', async () => {
+    const { auth: own } = await t.newKey();
+    const tagged = await createContact(t, own, { tags: ['a'] });
+    const plain = await createContact(t, own);
+    const ids = async (url: string) => {
+      const res = await t.call({ method: 'GET', url, auth: own });
+      expect(res.statusCode, res.body).toBe(200);
+      return {
+        ids: res.json().contacts.map((c: { id: string }) => c.id),
+        total: res.json().pagination.total,
+      };
+    };
+    const all = { ids: [plain.id, tagged.id], total: 2 };
+    expect(await ids('/api/v1/contacts?email=&tag=')).toEqual(all);
+    expect(await ids('/api/v1/contacts?tag=')).toEqual(all);
+    expect(await ids('/api/v1/contacts?tag=&unsubscribed=false')).toEqual(all);
+    expect(await ids('/api/v1/contacts?tag=&page=2&limit=1')).toEqual({ ids: [tagged.id], total: 2 });
+    expect400(await t.call({ method: 'GET', url: '/api/v1/contacts?unsubscribed=', auth: own }), 'contacts', [
+      'unsubscribed',
+    ]);
+  });
+
   it('PUT by id replaces tags, merges customFields and null removes a field', async () => {
     const c = await createContact(t, auth, {
       firstName: 'A',
@@ -123,6 +145,9 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
 
   it('PUT to an unknown contact is a 404; without id or email or change is a 400', async () => {
     expectError(await put({ id: 'nope', firstName: 'x' }), 404, 'contacts');
+    // Any id Mailroom never issued is not found, however long (up to the 1024 of contactIds).
+    expectError(await put({ id: 'x'.repeat(1024), firstName: 'x' }), 404, 'contacts');
+    expect400(await put({ id: 'x'.repeat(1025), firstName: 'x' }), 'contacts', ['id']);
     expectError(await put({ email: uniqueEmail(), firstName: 'x' }), 404, 'contacts');
     expect400(await put({ firstName: 'x' }), 'contacts', ['id']);
     const c = await createContact(t, auth);
@@ -158,6 +183,25 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     const again = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: a.id } });
     expectError(again, 404, 'contacts');
     expect400(await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth }), 'contacts', ['id']);
+    const long = await t.call({
+      method: 'DELETE',
+      url: '/api/v1/contacts',
+      auth,
+      query: { id: 'x'.repeat(65) },
+    });
+    expectError(long, 404, 'contacts');
+  });
+
+  it('DELETE with both id and email deletes only a contact that has both', async () => {
+    const a = await createContact(t, auth);
+    const b = await createContact(t, auth);
+    const del = (query: Record<string, string>) =>
+      t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query });
+    expectError(await del({ id: a.id, email: b.email }), 404, 'contacts');
+    expect((await find(a.email)).map((c) => c.id)).toEqual([a.id]);
+    expect((await find(b.email)).map((c) => c.id)).toEqual([b.id]);
+    expect((await del({ id: a.id, email: ` ${a.email.toUpperCase()} ` })).statusCode).toBe(200);
+    expect(await find(a.email)).toEqual([]);
   });
 
   it('deleting a contact removes it from its lists', async () => {
