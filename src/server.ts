@@ -2,6 +2,7 @@
 import type { Logger } from 'pino';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
+import { trackConnections } from './http/connections.js';
 import {
   createLogger,
   createMailer,
@@ -35,6 +36,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
   }
   const redis = createRedis(config, logger);
   const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
+  const connections = trackConnections(app.server);
   try {
     await app.listen({ port: config.port, host: config.host });
   } catch (err) {
@@ -44,7 +46,9 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
   worker?.start();
 
   onShutdown(logger, async () => {
-    await app.close();
+    // A request still arriving after REQUEST_TIMEOUT_MS would be cut by its own deadline anyway; and the
+    // rest of the shutdown must fit before the force timer.
+    await connections.close(() => app.close(), Math.min(config.requestTimeoutMs, SHUTDOWN_GRACE_MS));
     await worker?.stop();
     await mailer?.close();
     redis?.disconnect();
@@ -65,6 +69,9 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
     await store.close();
   });
 }
+
+/** How long requests in progress at a SIGTERM get to finish, at most. */
+const SHUTDOWN_GRACE_MS = 10_000;
 
 function onShutdown(logger: Logger, close: () => Promise<void>): void {
   let closing = false;

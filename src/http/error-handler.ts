@@ -33,13 +33,14 @@ function classify(err: unknown): AppError {
       { field: 'body', message: 'is not valid JSON' },
     ]);
   }
-  if (isStoreUnavailable(err))
-    return new AppError('STORE_UNAVAILABLE', 'The store is unavailable; try again shortly');
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
-    // A client error raised by Fastify itself (e.g. prototype poisoning in JSON): keep its status.
+    // A client error raised by Fastify itself (e.g. prototype poisoning in JSON, or a body the client
+    // aborted, whose ECONNRESET is the client's socket and not the store's): keep its status.
     const err4xx = new AppError('VALIDATION_FAILED', e.message ?? 'Bad request');
     return Object.assign(err4xx, { overrideStatus: e.statusCode });
   }
+  if (isStoreUnavailable(err))
+    return new AppError('STORE_UNAVAILABLE', 'The store is unavailable; try again shortly');
   return new AppError('INTERNAL', 'Internal server error');
 }
 
