@@ -125,21 +125,16 @@ async function countPerStatement(db: Kysely<unknown>): Promise<void> {
 
 /** SQLite: the delete triggers of 0002 and 0004 again, skipping an organisation that is being deleted. */
 async function skipDeletedOrganisations(db: Kysely<unknown>): Promise<void> {
-  // Kysely runs SQLite migrations outside a transaction: without one, a stop between a drop and its
-  // create would leave deletes uncounted, and this migration failing on every later start.
-  await db.transaction().execute(async (trx) => {
-    for (const { table, countsTable, buckets } of COUNTED) {
-      const name = `${table}_count_del`;
-      const { bump } = counter('sqlite', countsTable);
-      const body = buckets('OLD')
-        .map((b) => bump('OLD.organization_id', b, -1))
-        .join('\n');
-      await sql.raw(`DROP TRIGGER IF EXISTS ${name}`).execute(trx);
-      await createRowTriggers(trx, 'sqlite', [
-        [name, 'DELETE', table, body, ORG_EXISTS('OLD.organization_id')],
-      ]);
-    }
-  });
+  // Each drop and its create commit together: the whole run is one transaction (migrateToLatest).
+  for (const { table, countsTable, buckets } of COUNTED) {
+    const name = `${table}_count_del`;
+    const { bump } = counter('sqlite', countsTable);
+    const body = buckets('OLD')
+      .map((b) => bump('OLD.organization_id', b, -1))
+      .join('\n');
+    await sql.raw(`DROP TRIGGER IF EXISTS ${name}`).execute(db);
+    await createRowTriggers(db, 'sqlite', [[name, 'DELETE', table, body, ORG_EXISTS('OLD.organization_id')]]);
+  }
 }
 
 export function countsPerStatement(dialect: DialectName): Migration {

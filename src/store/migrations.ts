@@ -249,9 +249,37 @@ export async function migrateTo(db: Kysely<unknown>, dialect: DialectName, name:
   if (error) throw error instanceof Error ? error : new Error(String(error));
 }
 
+/** How long a process waits for another one's SQLite migrations to finish before it gives up. */
+const SQLITE_MIGRATION_WAIT_MS = 300_000;
+
 export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {
   const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
-  const { error, results } = await migrator.migrateToLatest();
-  if (error) throw error instanceof Error ? error : new Error(String(error));
-  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+  const run = async () => {
+    const { error, results } = await migrator.migrateToLatest();
+    if (error) throw error instanceof Error ? error : new Error(String(error));
+    return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+  };
+  // PostgreSQL: kysely takes an advisory lock and runs the migrations in a transaction.
+  if (dialect === 'postgres') return run();
+  // SQLite: kysely takes no lock and no transaction (it assumes one connection), yet a server, a worker and
+  // the CLI may open one file at once, and two of them migrating together failed ("table … already
+  // exists"). One IMMEDIATE transaction around the whole run makes them take turns (the second waits, then
+  // finds nothing left to do), and a crash or a failure leaves no half-applied migration.
+  const [{ timeout }] = (await sql<{ timeout: number }>`pragma busy_timeout`.execute(db)).rows as [
+    { timeout: number },
+  ];
+  await sql.raw(`pragma busy_timeout = ${SQLITE_MIGRATION_WAIT_MS}`).execute(db);
+  try {
+    await sql`begin immediate`.execute(db);
+    try {
+      const applied = await run();
+      await sql`commit`.execute(db);
+      return applied;
+    } catch (err) {
+      await sql`rollback`.execute(db);
+      throw err;
+    }
+  } finally {
+    await sql.raw(`pragma busy_timeout = ${timeout}`).execute(db);
+  }
 }

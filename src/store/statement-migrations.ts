@@ -1,4 +1,4 @@
-// Migrations that are lists of SQL statements, each list applied in one transaction.
+// Migrations that are lists of SQL statements.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 
@@ -6,12 +6,8 @@ import type { DialectName } from './dialect.js';
 export function statements(dialect: DialectName, list: readonly string[]): Migration {
   return {
     async up(db: Kysely<unknown>) {
-      const run = async (trx: Kysely<unknown>) => {
-        for (const statement of list) await sql.raw(statement).execute(trx);
-      };
-      // kysely runs SQLite migrations outside a transaction (a crash halfway must not leave half a
-      // schema), and PostgreSQL ones inside one already.
-      await (dialect === 'sqlite' ? db.transaction().execute(run) : run(db));
+      // Inside the run's one transaction on either store (migrateToLatest).
+      for (const statement of list) await sql.raw(statement).execute(db);
     },
   };
 }
