@@ -53,9 +53,11 @@ export class KeysService {
     permissions: Permission[];
     organizationId?: string | undefined;
   }): Promise<ApiKeyInfo & { key: string }> {
-    const org = input.organizationId
-      ? await this.orgs.get(input.organizationId)
-      : await this.orgs.getOrCreateDefault();
+    // Only a missing organisation means the default one: an empty id is an unknown one.
+    const org =
+      input.organizationId !== undefined
+        ? await this.orgs.get(input.organizationId)
+        : await this.orgs.getOrCreateDefault();
     const key = generateKey();
     const row: repo.ApiKeyRow = {
       id: this.ids.next(),

@@ -54,6 +54,13 @@ function required(value: string | undefined, flag: string): string {
   return value.trim();
 }
 
+/** A flag that may be left out, but not given empty: `--org "$ORG"` with ORG unset must not mean "default". */
+function optional(value: string | undefined, flag: string): string | undefined {
+  if (value !== undefined && value.trim() === '')
+    throw new UsageError(`--${flag} is empty: give a value, or leave the flag out`);
+  return value?.trim();
+}
+
 async function withServices<T>(fn: (s: ReturnType<typeof createServices>) => Promise<T>): Promise<T> {
   const config = loadConfig();
   const { store } = await openMigratedStore(config, { use: 'one-shot' });
@@ -117,9 +124,8 @@ async function run(argv: string[]): Promise<void> {
       const name = required(flags.name, 'name');
       const permissions = parsePermissions(required(flags.permissions, 'permissions'));
       if (typeof permissions === 'string') throw new UsageError(permissions);
-      const created = await withServices((s) =>
-        s.keys.create({ name, permissions, organizationId: flags.org }),
-      );
+      const organizationId = optional(flags.org, 'org');
+      const created = await withServices((s) => s.keys.create({ name, permissions, organizationId }));
       const out = {
         id: created.id,
         key: created.key,
@@ -137,9 +143,10 @@ async function run(argv: string[]): Promise<void> {
     }
     case 'keys list': {
       // An unknown --org is an error, as it is for keys create, not an empty list that looks like "no keys".
+      const org = optional(flags.org, 'org');
       const keys = await withServices(async (s) => {
-        if (flags.org !== undefined) await s.orgs.get(flags.org);
-        return s.keys.list(flags.org);
+        if (org !== undefined) await s.orgs.get(org);
+        return s.keys.list(org);
       });
       print(
         json,

@@ -138,6 +138,15 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       expect(Object.keys(res.json)).toEqual(['error']);
       expect(String(res.json.error)).toMatch(/no-such-org/);
     }
+    // An empty --org (a script's unset variable) is refused, never read as "the default organisation".
+    const [emptyList, emptyCreate] = await Promise.all([
+      cli('keys', 'list', '--org', ' ', '--json'),
+      cli('keys', 'create', '--name', 'k', '--permissions', 'readContacts', '--org', '', '--json'),
+    ]);
+    for (const res of [emptyList, emptyCreate]) {
+      expect(res.code).not.toBe(0);
+      expect(String(res.json.error)).toMatch(/--org is empty/);
+    }
     const org = (await cli('orgs', 'create', '--name', 'Empty', '--json')).json;
     const empty = await cli('keys', 'list', '--org', String(org.id), '--json');
     expect(empty.code).toBe(0);
