@@ -38,7 +38,7 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
   return n;
 }
 
-function url(env: Env, name: string, protocols: string[]): string | undefined {
+function url(env: Env, name: string, protocols: string[], needsHost = false): string | undefined {
   const raw = env[name];
   if (raw === undefined || raw === '') return undefined;
   let parsed: URL;
@@ -50,13 +50,24 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
   if (!protocols.includes(parsed.protocol)) {
     throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
   }
+  // PostgreSQL and Redis URLs may leave the host to their clients' defaults; a relay has none worth guessing.
+  if (needsHost && parsed.hostname === '') throw new ConfigError(`${name} must name a host`);
   return raw;
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
+function readPemFile(name: string, file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    // A directory, or a file this user may not read.
+    throw new ConfigError(`${name}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+}
+
 function readPem(name: string, value: string): string {
-  const text = value.includes('-----BEGIN') ? value : existsSync(value) ? readFileSync(value, 'utf8') : '';
+  const text = value.includes('-----BEGIN') ? value : existsSync(value) ? readPemFile(name, value) : '';
   if (!text.includes('PRIVATE KEY-----')) {
     throw new ConfigError(`${name} must be a PEM private key or the path to a PEM file`);
   }
@@ -64,7 +75,7 @@ function readPem(name: string, value: string): string {
 }
 
 export function loadConfig(env: Env = process.env): Readonly<Config> {
-  const smtpUrl = url(env, 'SMTP_URL', ['smtp:', 'smtps:']);
+  const smtpUrl = url(env, 'SMTP_URL', ['smtp:', 'smtps:'], true);
   const mailFrom = env.MAIL_FROM?.trim() || undefined;
   if (smtpUrl && !mailFrom) throw new ConfigError('MAIL_FROM is required when SMTP_URL is set');
   if (mailFrom && !parseConfiguredMailbox(mailFrom)) {

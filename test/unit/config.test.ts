@@ -1,4 +1,5 @@
 // The environment is read once; a bad value stops start-up with one line that names the variable.
+import { tmpdir } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 
@@ -58,6 +59,7 @@ describe('configuration from the environment', () => {
     [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL is not a valid URL'],
     [{ REDIS_URL: 'http://cache' }, 'REDIS_URL must start with redis:// or rediss://'],
     [{ SMTP_URL: 'smtp://relay:25' }, 'MAIL_FROM is required when SMTP_URL is set'],
+    [{ SMTP_URL: 'smtp://', MAIL_FROM: 'a@b.test' }, 'SMTP_URL must name a host'],
     [{ MAIL_FROM: 'nobody' }, 'MAIL_FROM must be an address'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL must be one of'],
     [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
@@ -65,6 +67,11 @@ describe('configuration from the environment', () => {
     [
       { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: '/no/such/key.pem' },
       'DKIM_PRIVATE_KEY must be a PEM private key or the path to a PEM file',
+    ],
+    [
+      // A directory exists but cannot be read as a file.
+      { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: tmpdir() },
+      `DKIM_PRIVATE_KEY: cannot read ${tmpdir()} (EISDIR)`,
     ],
   ])('refuses %j, naming the variable', (env, message) => {
     const text = refusal(env);
