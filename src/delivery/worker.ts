@@ -45,6 +45,10 @@ export const DEFAULT_LEASE_MS = 20_000;
 export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
 /** How long a result may wait for company before it is written alone. */
 const RESULT_HOLD_MS = 20;
+/** While claims fail (the store is down), the wait between tries doubles up to this. */
+const MAX_CLAIM_BACKOFF_MS = 5_000;
+/** A failing store is logged when it starts failing, then at most this often until it works again. */
+const FAILURE_LOG_EVERY_MS = 60_000;
 
 export class DeliveryWorker {
   readonly owner = randomUUID();
@@ -68,6 +72,9 @@ export class DeliveryWorker {
   private ticking: Promise<void> | undefined;
   private wanted = false;
   private lastCleanup = 0;
+  /** Claims failed in a row, and when that was last logged. */
+  private failures = 0;
+  private failureLoggedAt = 0;
   private readonly recorder: ResultRecorder;
 
   constructor(private readonly o: WorkerOptions) {
@@ -131,10 +138,15 @@ export class DeliveryWorker {
       this.ticking = undefined;
       if (this.running) {
         clearTimeout(this.timer);
-        this.timer = setTimeout(() => void this.tick(), this.wanted ? 0 : this.pollMs);
+        this.timer = setTimeout(() => void this.tick(), this.wanted ? 0 : this.nextPollMs());
       }
     });
     return this.ticking;
+  }
+
+  private nextPollMs(): number {
+    if (this.failures === 0) return this.pollMs;
+    return Math.min(MAX_CLAIM_BACKOFF_MS, this.pollMs * 2 ** Math.min(this.failures, 20));
   }
 
   private async claimAndSend(): Promise<void> {
@@ -149,8 +161,20 @@ export class DeliveryWorker {
         if (claimed.length === free) this.wanted = true;
       }
       await this.cleanupIdempotency();
+      if (this.failures > 0) {
+        this.o.logger.info({ failures: this.failures }, 'delivery: claiming works again');
+        this.failures = 0;
+      }
     } catch (err) {
-      this.o.logger.error({ err }, 'delivery: claiming failed; retrying shortly');
+      this.failures++;
+      const now = this.o.clock.now().getTime();
+      if (this.failures === 1 || now - this.failureLoggedAt >= FAILURE_LOG_EVERY_MS) {
+        this.failureLoggedAt = now;
+        this.o.logger.error(
+          { err, failures: this.failures },
+          'delivery: claiming failed; retrying with backoff (logged again at most once a minute)',
+        );
+      }
     }
   }
 

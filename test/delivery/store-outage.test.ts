@@ -1,0 +1,74 @@
+// The worker while its store refuses every claim (PostgreSQL down, a full disk): it backs off instead of
+// retrying every poll, logs the fault once rather than at every try, and delivers what is due once the
+// store answers again. The outage is a fake: a real store cannot be made to refuse on cue in-process.
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SmtpMailer } from '../../src/delivery/mailer.js';
+import type { Store } from '../../src/store/store.js';
+import { type TestApp, createTestApp } from '../helpers/app.js';
+import { type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
+import { storeKinds } from '../helpers/stores.js';
+import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from './harness.js';
+
+/** The store, except that `batch` (claims, leases, results) fails while `down` is set. */
+function flaky(store: Store): { store: Store; down: boolean; claims: number } {
+  const state = { store, down: false, claims: 0 };
+  state.store = new Proxy(store, {
+    get(target, prop) {
+      if (prop === 'batch') {
+        return (...args: Parameters<Store['batch']>) => {
+          state.claims++;
+          return state.down
+            ? Promise.reject(new Error('Connection terminated unexpectedly'))
+            : target.batch(...args);
+        };
+      }
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  return state;
+}
+
+describe.each(storeKinds())('delivery while the store refuses claims, on %s', (kind) => {
+  let t: TestApp, sink: SmtpSink, mailer: SmtpMailer, auth: string;
+  beforeAll(async () => {
+    t = await createTestApp(kind, TEST_ENV);
+    sink = await startSmtpSink();
+    mailer = new SmtpMailer({ url: sink.url });
+    auth = (await t.newKey()).auth;
+  });
+  afterAll(async () => {
+    await mailer.close();
+    await sink.close();
+    await t.close();
+  });
+
+  it('backs off, logs once, and delivers when the store is back', async () => {
+    const lines: { level: number; msg: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const outage = flaky(t.ts.store);
+    outage.down = true;
+    const worker = startWorker(t, mailer, { store: outage.store, logger, pollMs: 20 });
+    try {
+      const id = await sendEmail(t, auth, basicEmail('after-outage@example.org'));
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      // Every 20 ms that would be ~75 tries; doubling from 20 ms it is about 7.
+      expect(outage.claims).toBeGreaterThanOrEqual(2);
+      expect(outage.claims).toBeLessThan(20);
+      const errors = lines.filter((l) => l.level >= 50);
+      expect(errors.map((l) => l.msg)).toEqual([expect.stringContaining('claiming failed')]);
+
+      outage.down = false;
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      expect(sink.deliveredTo('after-outage@example.org')).toHaveLength(1);
+      await eventually(
+        () => lines.some((l) => l.msg === 'delivery: claiming works again'),
+        5_000,
+        'recovery logged',
+      );
+    } finally {
+      await worker.stop();
+    }
+  });
+});
