@@ -196,6 +196,9 @@ async function retryingConflicts<T>(write: () => Promise<T>): Promise<T> {
 
 const FOLD_EVERY_MS = 60_000;
 
+/** The advisory lock that serialises creating the pg_trgm extension and index (any fixed number). */
+const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
+
 function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   const pool = new pg.Pool({
     connectionString: databaseUrl,
@@ -231,11 +234,19 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
       // The trigram index makes substring search on email fast; it needs the pg_trgm extension, which
       // a restricted role may not be allowed to create. Search still works without it, only slower.
       const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
+      // One Mailroom process at a time: two running `if not exists` together can both decide to create,
+      // and the loser's unique violation looked exactly like a role that may not create the extension.
+      // Another client creating it meanwhile is the same race: so a failure is tried once more.
+      const trigramIndex = () =>
+        db.transaction().execute(async (trx) => {
+          await sql`select pg_advisory_xact_lock(${TRGM_LOCK})`.execute(trx);
+          await sql`create extension if not exists pg_trgm`.execute(trx);
+          await sql`create index if not exists contacts_email_trgm on contacts using gin (email_lower gin_trgm_ops)`.execute(
+            trx,
+          );
+        });
       try {
-        await sql`create extension if not exists pg_trgm`.execute(db);
-        await sql`create index if not exists contacts_email_trgm on contacts using gin (email_lower gin_trgm_ops)`.execute(
-          db,
-        );
+        await trigramIndex().catch(trigramIndex);
       } catch {
         done.push('(pg_trgm unavailable: email substring search scans)');
       }

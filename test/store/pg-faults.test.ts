@@ -1,10 +1,13 @@
 // A PostgreSQL backend terminated while Mailroom holds its connection (mid-transaction) must fail that
-// one write as "store unavailable" and leave the process and the pool working.
+// one write as "store unavailable" and leave the process and the pool working. Another client creating
+// pg_trgm while Mailroom migrates must not be taken for an extension Mailroom may not create.
 import { sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';
-import { TEST_DATABASE_URL, type TestStore, useStore } from '../helpers/stores.js';
+import { createStore } from '../../src/store/store.js';
+import { eventually } from '../helpers/smtp.js';
+import { TEST_DATABASE_URL, type TestStore, createTestDatabase, useStore } from '../helpers/stores.js';
 
 describe.skipIf(!TEST_DATABASE_URL)('PostgreSQL faults', () => {
   let ts: TestStore;
@@ -32,6 +35,39 @@ describe.skipIf(!TEST_DATABASE_URL)('PostgreSQL faults', () => {
       expect(rows[0]!.one).toBe(1);
     } finally {
       await admin.end();
+    }
+  });
+
+  it('wait out another client creating pg_trgm at the same moment, then create the index', async () => {
+    const db = await createTestDatabase();
+    const other = new pg.Client({ connectionString: db.url });
+    // Outside the other's transaction: inside it, pg_stat_activity would show the same snapshot every time.
+    const watcher = new pg.Client({ connectionString: db.url });
+    await Promise.all([other.connect(), watcher.connect()]);
+    const store = createStore({ databaseUrl: db.url, dataDir: '' });
+    try {
+      await other.query('begin');
+      await other.query('create extension if not exists pg_trgm');
+      const migrating = store.migrate();
+      // Mailroom's own create waits on the other's uncommitted one; then the other commits.
+      await eventually(
+        async () => {
+          const { rows } = await watcher.query(
+            "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+          );
+          return rows[0].n > 0;
+        },
+        10_000,
+        'the migration waiting for the other client',
+      );
+      await other.query('commit');
+      expect(await migrating).not.toContain('(pg_trgm unavailable: email substring search scans)');
+      const { rows } = await other.query("select 1 from pg_indexes where indexname = 'contacts_email_trgm'");
+      expect(rows).toHaveLength(1);
+    } finally {
+      await store.close();
+      await Promise.all([other.end(), watcher.end()]);
+      await db.drop();
     }
   });
 });
