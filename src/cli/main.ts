@@ -83,6 +83,12 @@ async function run(argv: string[]): Promise<void> {
     print(json, { usage: USAGE }, USAGE);
     return;
   }
+  // `keys revoke A B` must not revoke A and quietly drop B.
+  const takes =
+    command === 'keys' && sub === 'revoke' ? 3 : ['serve', 'worker', 'migrate'].includes(command) ? 1 : 2;
+  if (positionals.length > takes) {
+    throw new UsageError(`unexpected argument "${positionals[takes]}"\n\n${USAGE}`);
+  }
   switch (`${command} ${sub ?? ''}`.trim()) {
     case 'serve':
       await serve(loadConfig(), { worker: !flags['no-worker'], json });
@@ -161,7 +167,10 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     case 'keys revoke': {
-      const id = required(arg, 'KEY_ID (positional)');
+      if (arg === undefined || arg.trim() === '') {
+        throw new UsageError('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
+      }
+      const id = arg.trim();
       const key = await withServices((s) => s.keys.revoke(id));
       print(json, key, `revoked ${key.id} (${key.name})`);
       return;

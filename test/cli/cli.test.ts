@@ -116,6 +116,9 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       ['keys', 'create', '--name', 'k', '--permissions', 'readEverything'],
       ['keys', 'create', '--permissions', 'readContacts'],
       ['keys', 'revoke', 'no-such-key'],
+      ['keys', 'revoke'],
+      ['keys', 'revoke', 'a', 'b'],
+      ['migrate', 'now'],
       ['orgs', 'create'],
       ['nonsense'],
     ];
@@ -126,6 +129,9 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       expect(Object.keys(res.json)).toEqual(['error']);
       expect(typeof res.json.error).toBe('string');
     });
+    expect(results[3]!.json.error).toBe('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
+    expect(results[4]!.json.error).toMatch(/^unexpected argument "b"/);
+    expect(results[5]!.json.error).toMatch(/^unexpected argument "now"/);
   }, 60_000);
 
   it('an unknown --org is an error for keys list, as for keys create', async () => {
