@@ -29,7 +29,7 @@ import { createValidatorCompiler } from './validation/ajv.js';
 import { clientErrorHandler } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { useJsonBodies } from './http/json-body.js';
-import { parseQueryString, queryFault } from './http/query-string.js';
+import { parseQueryString } from './http/query-string.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -258,8 +258,7 @@ export async function buildApp(
 
   app.addHook('preParsing', (req, reply, _payload, done) => {
     absoluteReset(reply);
-    // A query string with broken %-encoding: after the key checks, like any other 400.
-    done(permissionFault(req) ?? queryFault(req.query));
+    done(permissionFault(req));
   });
 
   app.addHook('onSend', (req, reply, payload, done) => {

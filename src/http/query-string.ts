@@ -1,7 +1,7 @@
 // Query strings read as Fastify's default parser reads them (`+` is a space, a repeated name an array),
 // except for broken %-encoding: that parser passes such a value on undecoded, so `?email=50%off` would
-// search for text the client never meant. Here it is remembered, and the request answered with a 400.
-import { type AppError, validationError } from '../errors.js';
+// search for text the client never meant. Here it is remembered, and a parameter the route reads answers a
+// 400 (validation/ajv.ts).
 
 const BROKEN = Symbol('mailroom.brokenEncoding');
 
@@ -32,17 +32,22 @@ export function parseQueryString(input: string): Query {
       continue;
     }
     const held = query[name];
-    query[name] = held === undefined ? value : Array.isArray(held) ? [...held, value] : [held, value];
+    // In place: copying would make a query of one name repeated n times cost n² (and it runs before any
+    // key check or rate limit).
+    if (held === undefined) query[name] = value;
+    else if (Array.isArray(held)) held.push(value);
+    else query[name] = [held, value];
   }
   return query;
 }
 
-/** The 400 for a query string with broken %-encoding, naming each parameter it was found in. */
-export function queryFault(query: unknown): AppError | null {
+/**
+ * The parameters among `names` (those a route reads) whose name or value had broken %-encoding. Others are
+ * ignored, as any unknown parameter is: a cache buster or a tracking tag never breaks a request.
+ */
+export function brokenParameters(query: unknown, names: readonly string[]): string[] {
   const broken = (query as Query | undefined)?.[BROKEN];
-  if (!broken) return null;
-  return validationError(
-    broken.map((field) => ({ field, message: 'has broken %-encoding (a literal % is written %25)' })),
-    'The query string is not valid',
-  );
+  return broken ? broken.filter((name) => names.includes(name)) : [];
 }
+
+export const BROKEN_MESSAGE = 'has broken %-encoding (a literal % is written %25)';

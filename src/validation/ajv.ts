@@ -8,6 +8,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
 import { AppError, type ErrorDetail, validationError } from '../errors.js';
+import { BROKEN_MESSAGE, brokenParameters } from '../http/query-string.js';
 
 // ajv-formats is CommonJS; under NodeNext its default export arrives wrapped.
 const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (
@@ -176,8 +177,12 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
     const rules = (schema as Record<symbol, Rules | undefined>)[RULES];
     const nullable = part === 'body' ? nullMeansAbsent(schema) : [];
     const integers = part === 'body' ? [] : integerFields(schema);
+    const declared = part === 'querystring' ? Object.keys((schema as SchemaObject).properties ?? {}) : [];
     return (data: unknown) => {
       const details: Ranked[] = [];
+      for (const name of brokenParameters(data, declared)) {
+        details.push({ field: name, message: BROKEN_MESSAGE, rank: RANK.type });
+      }
       if (isObject(data)) {
         for (const k of nullable) if (data[k] === null) delete data[k];
         for (const k of integers) {
