@@ -245,26 +245,34 @@ class StaticProvider implements MigrationProvider {
 
 /** Applies the migrations up to `name` only: a database as an older release left it (upgrade tests). */
 export async function migrateTo(db: Kysely<unknown>, dialect: DialectName, name: string): Promise<void> {
-  const { error } = await new Migrator({ db, provider: new StaticProvider(dialect) }).migrateTo(name);
-  if (error) throw error instanceof Error ? error : new Error(String(error));
+  const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
+  await oneRun(db, dialect, async () => {
+    const { error } = await migrator.migrateTo(name);
+    if (error) throw error instanceof Error ? error : new Error(String(error));
+  });
+}
+
+export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {
+  const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
+  return oneRun(db, dialect, async () => {
+    const { error, results } = await migrator.migrateToLatest();
+    if (error) throw error instanceof Error ? error : new Error(String(error));
+    return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+  });
 }
 
 /** How long a process waits for another one's SQLite migrations to finish before it gives up. */
 const SQLITE_MIGRATION_WAIT_MS = 300_000;
 
-export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {
-  const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
-  const run = async () => {
-    const { error, results } = await migrator.migrateToLatest();
-    if (error) throw error instanceof Error ? error : new Error(String(error));
-    return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
-  };
-  // PostgreSQL: kysely takes an advisory lock and runs the migrations in a transaction.
+/**
+ * One migration run. PostgreSQL: kysely takes an advisory lock and runs the migrations in a transaction.
+ * SQLite: kysely takes no lock and no transaction (it assumes one connection), yet a server, a worker and
+ * the CLI may open one file at once, and two of them migrating together failed ("table … already
+ * exists"). One IMMEDIATE transaction around the whole run makes them take turns (the second waits, then
+ * finds nothing left to do), and a crash or a failure leaves no half-applied migration.
+ */
+async function oneRun<T>(db: Kysely<unknown>, dialect: DialectName, run: () => Promise<T>): Promise<T> {
   if (dialect === 'postgres') return run();
-  // SQLite: kysely takes no lock and no transaction (it assumes one connection), yet a server, a worker and
-  // the CLI may open one file at once, and two of them migrating together failed ("table … already
-  // exists"). One IMMEDIATE transaction around the whole run makes them take turns (the second waits, then
-  // finds nothing left to do), and a crash or a failure leaves no half-applied migration.
   const [{ timeout }] = (await sql<{ timeout: number }>`pragma busy_timeout`.execute(db)).rows as [
     { timeout: number },
   ];
@@ -272,11 +280,12 @@ export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName)
   try {
     await sql`begin immediate`.execute(db);
     try {
-      const applied = await run();
+      const result = await run();
       await sql`commit`.execute(db);
-      return applied;
+      return result;
     } catch (err) {
-      await sql`rollback`.execute(db);
+      // SQLite may have rolled back already (a full disk, an I/O error): the original error is the news.
+      await sql`rollback`.execute(db).catch(() => undefined);
       throw err;
     }
   } finally {

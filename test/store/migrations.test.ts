@@ -1,0 +1,40 @@
+// A SQLite migration run is one transaction: one that fails part-way (here: the disk fills) leaves the
+// schema exactly as it was, reports SQLite's own error, and a later run with room applies everything.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Kysely, SqliteDialect, sql } from 'kysely';
+import { afterEach, describe, expect, it } from 'vitest';
+import { migrateToLatest } from '../../src/store/migrations.js';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
+
+describe('SQLite migrations', () => {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('that fail part-way leave no table behind and report the real error', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-migrations-'));
+    dirs.push(dir);
+    const conn = new Sqlite(path.join(dir, 'mailroom.sqlite'));
+    conn.pragma('journal_mode = WAL');
+    const db = new Kysely<unknown>({ dialect: new SqliteDialect({ database: conn }) });
+    const tables = async () =>
+      (await sql<{ name: string }>`select name from sqlite_master where type = 'table'`.execute(db)).rows
+        .length;
+    try {
+      // Room for a few tables, not for the whole schema.
+      conn.pragma('max_page_count = 12');
+      await expect(migrateToLatest(db, 'sqlite')).rejects.toThrow(/database or disk is full/);
+      expect(await tables()).toBe(0);
+      conn.pragma('max_page_count = 1000000');
+      expect((await migrateToLatest(db, 'sqlite'))[0]).toBe('0001_initial');
+      expect(await migrateToLatest(db, 'sqlite')).toEqual([]);
+      expect(await tables()).toBeGreaterThan(10);
+      expect(conn.pragma('busy_timeout', { simple: true })).toBe(5000);
+    } finally {
+      await db.destroy();
+    }
+  });
+});
