@@ -150,31 +150,41 @@ export class DeliveryWorker {
   }
 
   private async claimAndSend(): Promise<void> {
-    try {
-      this.wanted = false;
-      const free = this.o.concurrency - this.sending;
-      if (free >= this.claimBatch) {
+    this.wanted = false;
+    const free = this.o.concurrency - this.sending;
+    // All slots busy: no claim is tried, so nothing is learnt about the store either way.
+    if (free >= this.claimBatch) {
+      try {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();
         const claimed = await this.claim(free);
         for (const job of claimed) this.deliver(job.email, job.recipients);
         if (claimed.length === free) this.wanted = true;
+      } catch (err) {
+        this.claimFailed(err);
+        return;
       }
-      await this.cleanupIdempotency();
       if (this.failures > 0) {
         this.o.logger.info({ failures: this.failures }, 'delivery: claiming works again');
         this.failures = 0;
       }
+    }
+    try {
+      await this.cleanupIdempotency();
     } catch (err) {
-      this.failures++;
-      const now = this.o.clock.now().getTime();
-      if (this.failures === 1 || now - this.failureLoggedAt >= FAILURE_LOG_EVERY_MS) {
-        this.failureLoggedAt = now;
-        this.o.logger.error(
-          { err, failures: this.failures },
-          'delivery: claiming failed; retrying with backoff (logged again at most once a minute)',
-        );
-      }
+      this.o.logger.warn({ err }, 'delivery: removing expired idempotency keys failed; tried again later');
+    }
+  }
+
+  private claimFailed(err: unknown): void {
+    this.failures++;
+    const now = this.o.clock.now().getTime();
+    if (this.failures === 1 || now - this.failureLoggedAt >= FAILURE_LOG_EVERY_MS) {
+      this.failureLoggedAt = now;
+      this.o.logger.error(
+        { err, failures: this.failures },
+        'delivery: claiming failed; retrying with backoff (logged again at most once a minute)',
+      );
     }
   }
 
