@@ -46,9 +46,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
   worker?.start();
 
   onShutdown(logger, async () => {
-    // A request still arriving after REQUEST_TIMEOUT_MS would be cut by its own deadline anyway; and the
-    // rest of the shutdown must fit before the force timer.
-    await connections.close(() => app.close(), Math.min(config.requestTimeoutMs, SHUTDOWN_GRACE_MS));
+    await connections.close(() => app.close(), SHUTDOWN_GRACE_MS);
     await worker?.stop();
     await mailer?.close();
     redis?.disconnect();
@@ -70,7 +68,7 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
   });
 }
 
-/** How long requests in progress at a SIGTERM get to finish, at most. */
+/** How long requests in progress at a SIGTERM get to finish, at most; the rest of the shutdown fits in 25 s. */
 const SHUTDOWN_GRACE_MS = 10_000;
 
 function onShutdown(logger: Logger, close: () => Promise<void>): void {

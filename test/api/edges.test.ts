@@ -116,14 +116,24 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     });
     expect(cleared.json().contact.firstName).toBeNull();
     // Tags and custom fields cannot be null; there null means "not given", and they are kept.
-    await t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload: { id, tags: ['vip'] } });
+    await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id, tags: ['vip'], customFields: { plan: 'pro' }, unsubscribed: true },
+    });
     const kept = await t.call({
       method: 'PUT',
       url: '/api/v1/contacts',
       auth,
       payload: { id, tags: null, customFields: null, unsubscribed: null, lastName: 'Lee' },
     });
-    expect(kept.json().contact).toMatchObject({ tags: ['vip'], customFields: {}, lastName: 'Lee' });
+    expect(kept.json().contact).toMatchObject({
+      tags: ['vip'],
+      customFields: { plan: 'pro' },
+      unsubscribed: true,
+      lastName: 'Lee',
+    });
     const list = await createList(t, auth, 'Kept');
     const renamed = await t.call({
       method: 'PUT',
