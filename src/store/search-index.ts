@@ -11,7 +11,7 @@
 // watermark are not in the index yet, and a search reads them from contacts (contact-search.repository.ts).
 import { closeSync, openSync, rmSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite } from './sqlite-driver.js';
+import { Sqlite, useWal } from './sqlite-driver.js';
 
 /** The index file's name, in DATA_DIR beside mailroom.sqlite. */
 export const SEARCH_FILE = 'mailroom-search.sqlite';
@@ -51,7 +51,7 @@ function openIndexFile(file: string): BetterSqlite3.Database {
   const db = new Sqlite(file);
   try {
     db.pragma('busy_timeout = 10000');
-    db.pragma('journal_mode = WAL');
+    useWal(db);
     // FULL, as the database: the store deletes retired keys from the database once a commit here says
     // they are out of the index, so that commit must not be lost. Its fsyncs are the thread's, not the
     // event loop's.

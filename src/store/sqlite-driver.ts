@@ -23,3 +23,25 @@ function load(): typeof BetterSqlite3 {
 }
 
 export const Sqlite = load();
+
+/** How long opening a store waits for another process to finish setting up the same new file. */
+const WAL_SWITCH_WAIT_MS = 10_000;
+
+/**
+ * `journal_mode = WAL`, waiting out another process that is switching the same new file at the same moment:
+ * that SQLITE_BUSY comes at once, without the busy handler, so busy_timeout does not help (two processes
+ * started together on a new DATA_DIR failed about one time in ten). Synchronous, as opening a store is.
+ */
+export function useWal(db: BetterSqlite3.Database): void {
+  const deadline = Date.now() + WAL_SWITCH_WAIT_MS;
+  for (;;) {
+    try {
+      db.pragma('journal_mode = WAL');
+      return;
+    } catch (err) {
+      if (!String((err as { code?: string }).code).startsWith('SQLITE_BUSY') || Date.now() > deadline)
+        throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+    }
+  }
+}

@@ -4,7 +4,7 @@
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite } from './sqlite-driver.js';
+import { Sqlite, useWal } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema.js';
@@ -69,7 +69,7 @@ export function createStore(options: StoreOptions): Store {
 
 function openSqlite(file: string, synchronous: string, readonly: boolean): BetterSqlite3.Database {
   const conn = new Sqlite(file);
-  conn.pragma('journal_mode = WAL');
+  useWal(conn);
   conn.pragma(`synchronous = ${synchronous}`);
   conn.pragma('busy_timeout = 10000');
   conn.pragma('foreign_keys = ON');
