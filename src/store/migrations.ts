@@ -254,6 +254,9 @@ export async function migrateTo(db: Kysely<unknown>, dialect: DialectName, name:
 
 export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {
   const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
+  // Up to date (every start but the first after an upgrade): no lock to wait for behind another process's
+  // write, which on SQLite would hold this process's start, and a read-only CLI command, for its length.
+  if ((await migrator.getMigrations()).every((m) => m.executedAt !== undefined)) return [];
   return oneRun(db, dialect, async () => {
     const { error, results } = await migrator.migrateToLatest();
     if (error) throw error instanceof Error ? error : new Error(String(error));
