@@ -7,6 +7,7 @@ import {
   errorResponses,
   NullableString,
   CustomFieldValue,
+  LookupId,
 } from '../http/schemas.js';
 
 import { withRules } from '../validation/ajv.js';
@@ -20,9 +21,7 @@ const Email = Type.String({
   description: 'Email address (trimmed; at most 254 characters)',
 });
 const PersonName = Type.String({ maxLength: 100 });
-// As contactIds (lists.schemas.ts): an id Mailroom never issued is not found (404), whatever its length;
-// the bound only keeps the lookup small.
-const ContactId = Type.String({ minLength: 1, maxLength: 1024 });
+const ContactId = LookupId('Contact id; one Mailroom never issued is not found (404)');
 const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: MAX_TAGS });
 const CustomValue = CustomFieldValue;
 const CustomFields = Type.Record(Type.String(), CustomValue, {

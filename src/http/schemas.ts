@@ -5,6 +5,12 @@ export const Id = Type.String({ minLength: 1, maxLength: 64, description: 'Opaqu
 
 export const IdParams = Type.Object({ id: Id });
 
+/**
+ * A contact id in a body or query string: any string is looked up, and one Mailroom never issued is not found
+ * (a 404, or listed in notFound), never a 400. The bound only keeps one request's lookup small.
+ */
+export const LookupId = (description: string) => Type.String({ minLength: 1, maxLength: 1024, description });
+
 export const PageQuery = {
   page: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1, description: 'Page number, from 1' }),
   limit: Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Items per page, at most 100' }),

@@ -2,6 +2,7 @@ import { Type } from 'typebox';
 import {
   ContactsError,
   IdParams,
+  LookupId,
   PageQuery,
   Pagination,
   Timestamp,
@@ -27,16 +28,11 @@ export const CreatedList = Type.Object(ListFields);
 export const List = Type.Object({ ...ListFields, updatedAt: Timestamp });
 
 const errors = errorResponses(ContactsError);
-// Any string is taken as an id (contract.md: unknown ids are skipped and listed in notFound); the bound only
-// keeps one request's lookup small. Ids Mailroom issues are 36 characters.
-const ContactIds = Type.Array(
-  Type.String({
-    minLength: 1,
-    maxLength: 1024,
-    description: 'Contact id; unknown ids are listed in notFound',
-  }),
-  { minItems: 1, maxItems: 100 },
-);
+// Unknown ids are skipped and listed in notFound (contract.md). Ids Mailroom issues are 36 characters.
+const ContactIds = Type.Array(LookupId('Contact id; unknown ids are listed in notFound'), {
+  minItems: 1,
+  maxItems: 100,
+});
 
 export const listAllSchema = {
   summary: 'List contact lists',
