@@ -37,6 +37,22 @@ export async function claimDue(
     .execute();
 }
 
+/**
+ * Whether any email is due (a first attempt, a retry or an expired lease), read without taking a lock.
+ * A worker polling an idle queue asks this first: on SQLite a claim takes the one write lock, and while
+ * another process holds it, better-sqlite3 would stop this process's event loop for the wait.
+ */
+export async function anyDue(db: Executor, now: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('emails')
+    .select('id')
+    .where('next_attempt_at', 'is not', null)
+    .where('next_attempt_at', '<=', now)
+    .limit(1)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
 export function recipientsOf(db: Executor, emailIds: string[]): Promise<RecipientRow[]> {
   if (emailIds.length === 0) return Promise.resolve([]);
   return db

@@ -6,6 +6,7 @@ import type { Clock, Ids } from '../clock.js';
 import {
   type EventRow,
   type RecipientRow,
+  anyExpiredIdempotency,
   deleteExpiredIdempotency,
   insertEvents,
 } from '../emails/emails.repository.js';
@@ -150,6 +151,8 @@ export class DeliveryWorker {
   }
 
   private async claimAndSend(): Promise<void> {
+    // Right after a full claim there is probably more: claim again without asking first.
+    const continuing = this.wanted;
     this.wanted = false;
     const free = this.o.concurrency - this.sending;
     // All slots busy: no claim is tried, so nothing is learnt about the store either way.
@@ -157,7 +160,7 @@ export class DeliveryWorker {
       try {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();
-        const claimed = await this.claim(free);
+        const claimed = await this.claim(free, continuing);
         for (const job of claimed) this.deliver(job.email, job.recipients);
         if (claimed.length === free) this.wanted = true;
       } catch (err) {
@@ -199,10 +202,15 @@ export class DeliveryWorker {
     }
   }
 
-  private async claim(limit: number): Promise<{ email: EmailRow; recipients: RecipientRow[] }[]> {
+  private async claim(
+    limit: number,
+    continuing: boolean,
+  ): Promise<{ email: EmailRow; recipients: RecipientRow[] }[]> {
     const now = this.o.clock.now();
     const at = now.toISOString();
     const leaseUntil = new Date(now.getTime() + this.leaseMs).toISOString();
+    // A poll of an idle queue takes no write lock (anyDue).
+    if (!continuing && !(await queue.anyDue(this.o.store.db, at))) return [];
     return this.o.store.batch(async (trx) => {
       const emails = await queue.claimDue(trx, this.o.store.dialect, {
         now: at,
@@ -334,6 +342,8 @@ export class DeliveryWorker {
     if (now - this.lastCleanup < 10 * 60_000) return;
     this.lastCleanup = now;
     const cutoff = new Date(now - 24 * 60 * 60 * 1000).toISOString();
+    // Asked first, like a poll (claim): most runs find nothing to delete and then take no write lock.
+    if (!(await anyExpiredIdempotency(this.o.store.db, cutoff))) return;
     await this.o.store.write((trx) => deleteExpiredIdempotency(trx, cutoff));
   }
 }

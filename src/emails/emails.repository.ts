@@ -178,6 +178,17 @@ export async function deleteIdempotency(db: Executor, organizationId: string, ke
     .execute();
 }
 
+/** Whether any idempotency key was made before `before`; read without a lock (see queue.anyDue). */
+export async function anyExpiredIdempotency(db: Executor, before: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('idempotency_keys')
+    .select('key')
+    .where('created_at', '<', before)
+    .limit(1)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
 export async function deleteExpiredIdempotency(db: Executor, before: string): Promise<number> {
   const result = await db.deleteFrom('idempotency_keys').where('created_at', '<', before).executeTakeFirst();
   return Number(result.numDeletedRows);

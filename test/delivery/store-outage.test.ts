@@ -1,6 +1,9 @@
 // The worker while its store refuses every claim (PostgreSQL down, a full disk): it backs off instead of
 // retrying every poll, logs the fault once rather than at every try, and delivers what is due once the
 // store answers again. The outage is a fake: a real store cannot be made to refuse on cue in-process.
+// And while another process holds SQLite's write lock: an idle worker's polls do not wait for it.
+import Database from 'better-sqlite3';
+import path from 'node:path';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SmtpMailer } from '../../src/delivery/mailer.js';
@@ -71,4 +74,53 @@ describe.each(storeKinds())('delivery while the store refuses claims, on %s', (k
       await worker.stop();
     }
   });
+});
+
+describe.each(storeKinds())('an idle worker, on %s', (kind) => {
+  let t: TestApp, sink: SmtpSink, mailer: SmtpMailer, auth: string;
+  beforeAll(async () => {
+    t = await createTestApp(kind, TEST_ENV);
+    sink = await startSmtpSink();
+    mailer = new SmtpMailer({ url: sink.url });
+    auth = (await t.newKey()).auth;
+  });
+  afterAll(async () => {
+    await mailer.close();
+    await sink.close();
+    await t.close();
+  });
+
+  it('polls without writing, and claims once something is due', async () => {
+    const counted = flaky(t.ts.store);
+    const worker = startWorker(t, mailer, { store: counted.store, pollMs: 20 });
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      // About 20 polls, none of which took a write transaction.
+      expect(counted.claims).toBe(0);
+      const id = await sendEmail(t, auth, basicEmail('idle-poll@example.org'));
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      expect(counted.claims).toBeGreaterThan(0);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  // SQLite's one write lock, held by another connection as another process would; PostgreSQL has no such lock.
+  if (kind === 'sqlite') {
+    it('does not stop the event loop while another process holds the write lock', async () => {
+      const other = new Database(path.join(t.ts.dataDir, 'mailroom.sqlite'));
+      other.exec('begin immediate');
+      const worker = startWorker(t, mailer, { pollMs: 20 });
+      try {
+        // A claim would wait out busy_timeout (10 s) with the event loop stopped; this timer would fire late.
+        const started = Date.now();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        expect(Date.now() - started).toBeLessThan(5_000);
+      } finally {
+        other.exec('rollback');
+        other.close();
+        await worker.stop();
+      }
+    });
+  }
 });
