@@ -1,7 +1,7 @@
 // The database factory: embedded SQLite under DATA_DIR by default, PostgreSQL when DATABASE_URL is set.
 // Services read through `store.db` and write through `store.write`, which is one transaction per call on
 // PostgreSQL and a shared group commit on SQLite.
-import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal } from './sqlite-driver.js';
@@ -94,10 +94,27 @@ function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Databas
   return conn;
 }
 
+/**
+ * mkdir -p, one level at a time. Node's `recursive` option loops for ever, a core busy, where mkdir says
+ * ENOENT although the parent exists (`/proc/x`): it takes that as "make the parent first", again and again.
+ */
+function makeDirectory(dir: string): void {
+  const missing: string[] = [];
+  for (let d = dir; !existsSync(d) && path.dirname(d) !== d; d = path.dirname(d)) missing.push(d);
+  for (const d of missing.reverse()) {
+    try {
+      mkdirSync(d, { mode: 0o700 });
+    } catch (err) {
+      // Made meanwhile by another process starting on the same DATA_DIR.
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+  }
+}
+
 function createSqliteStore(options: StoreOptions): Store {
   // Contacts and email bodies are for this user only: a new DATA_DIR is 0700 and a new database file
   // 0600 (SQLite gives its -wal and -shm files the database file's mode). Existing ones are left as set.
-  mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
+  makeDirectory(options.dataDir);
   const file = path.join(options.dataDir, 'mailroom.sqlite');
   closeSync(openSync(file, 'a', 0o600));
   const synchronous = options.sqliteSynchronous ?? 'FULL';

@@ -165,3 +165,27 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     return { kind, store, dataDir, databaseUrl, reopen: () => store, destroy: async () => {} };
   }
 });
+
+describe('mailroom CLI with a DATA_DIR it cannot make', () => {
+  // mkdir under /proc says ENOENT although /proc exists; Node's recursive mkdir retried that for ever,
+  // a core busy, and the command never ended.
+  it('exits 1 with one line naming DATA_DIR', async () => {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      DATA_DIR: '/proc/mailroom-nope/data',
+      LOG_LEVEL: 'silent',
+    };
+    delete env.DATABASE_URL;
+    const done = await run(process.execPath, [...MAIN, 'orgs', 'list'], {
+      cwd: ROOT,
+      env,
+      timeout: 20_000,
+    }).then(
+      () => ({ code: 0, signal: null, stderr: '' }),
+      (e: { code: number; signal: string | null; stderr: string }) => e,
+    );
+    expect(done.signal).toBeNull();
+    expect(done.code).toBe(1);
+    expect(done.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^mailroom: DATA_DIR .*ENOENT/)]);
+  }, 30_000);
+});

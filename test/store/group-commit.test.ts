@@ -164,6 +164,19 @@ describe('sqlite settings', () => {
     }
   });
 
+  it('makes every missing level of DATA_DIR, each 0700', async () => {
+    const parent = mkdtempSync(path.join(tmpdir(), 'mailroom-levels-'));
+    try {
+      const dataDir = path.join(parent, 'a', 'b', 'data');
+      await createStore({ dataDir }).close();
+      for (const dir of [path.join(parent, 'a'), path.join(parent, 'a', 'b'), dataDir]) {
+        expect([dir, statSync(dir).mode & 0o777]).toEqual([dir, 0o700]);
+      }
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
+
   it('runs WAL with synchronous=FULL and foreign keys on', async () => {
     const ts = await createTestStore('sqlite');
     try {
