@@ -181,7 +181,9 @@ export async function buildApp(
       const appErr =
         err.code === 'FST_ERR_MAX_PARAM_LENGTH'
           ? new AppError('NOT_FOUND', 'Not found')
-          : new AppError('VALIDATION_FAILED', 'The request URL is not valid');
+          : new AppError('VALIDATION_FAILED', 'The request URL is not valid', [
+              { field: 'path', message: 'has broken %-encoding' },
+            ]);
       identify(req, () => {
         late.limit!(req, reply as FastifyReply).then(() => answer(appErr), answer);
       });

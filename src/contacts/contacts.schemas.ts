@@ -4,6 +4,7 @@ import {
   PageQuery,
   Pagination,
   Timestamp,
+  BODY,
   errorResponses,
   NullableString,
   CustomFieldValue,
@@ -45,6 +46,7 @@ const errors = errorResponses(ContactsError);
 const ContactResponse = Type.Object({ success: Type.Boolean(), contact: Contact });
 
 export const listContactsSchema = {
+  operationId: 'listContacts',
   summary: 'List contacts',
   tags: ['contacts'],
   querystring: Type.Object({
@@ -62,6 +64,7 @@ export const listContactsSchema = {
 };
 
 export const createContactSchema = {
+  operationId: 'createContact',
   summary: 'Create a contact',
   tags: ['contacts'],
   body: withRules(
@@ -78,13 +81,14 @@ export const createContactSchema = {
     ),
     createRules,
   ),
-  response: { 201: ContactResponse, ...errors },
+  response: { 201: ContactResponse, ...errorResponses(ContactsError, 409, ...BODY) },
 };
 
 export const updateContactSchema = {
+  operationId: 'updateContact',
   summary: 'Update a contact, identified by id or email',
   description:
-    'When both id and email are given, id identifies the contact and email is its new address. tags replaces all tags; customFields is merged, and a null value removes that field.',
+    'id or email is required, and at least one field to change. When both id and email are given, id identifies the contact and email is its new address. tags replaces all tags; customFields is merged, and a null value removes that field.',
   tags: ['contacts'],
   body: withRules(
     Type.Object(
@@ -101,10 +105,11 @@ export const updateContactSchema = {
     ),
     updateRules,
   ),
-  response: { 200: ContactResponse, ...errors },
+  response: { 200: ContactResponse, ...errorResponses(ContactsError, 404, 409, ...BODY) },
 };
 
 export const deleteContactSchema = {
+  operationId: 'deleteContact',
   summary: 'Delete a contact, identified by id or email',
   description: 'When both id and email are given, only a contact with that id and that email is deleted.',
   tags: ['contacts'],
@@ -112,5 +117,8 @@ export const deleteContactSchema = {
     id: Type.Optional(ContactId),
     email: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
   }),
-  response: { 200: Type.Object({ success: Type.Boolean(), message: Type.String() }), ...errors },
+  response: {
+    200: Type.Object({ success: Type.Boolean(), message: Type.String() }),
+    ...errorResponses(ContactsError, 404),
+  },
 };

@@ -5,6 +5,7 @@ import {
   PageQuery,
   Pagination,
   Timestamp,
+  BODY,
   errorResponses,
   NullableString,
 } from '../http/schemas.js';
@@ -67,13 +68,17 @@ export const SendEmailBody = withRules(
 const errors = errorResponses(EmailsError);
 
 export const sendEmailSchema = {
+  operationId: 'sendEmail',
   summary: 'Send an email',
   description:
-    'Stores the email and queues it for delivery in one commit before answering. An `Idempotency-Key` header (at most 256 characters, kept 24 hours) makes retries safe.',
+    'Stores the email and queues it for delivery in one commit before answering. At least one of html and text is required; cc and bcc together have at most 50 addresses. An `Idempotency-Key` header (at most 256 characters, kept 24 hours) makes retries safe; the same key with another body is a 409.',
   tags: ['emails'],
   headers: Type.Object({ 'idempotency-key': Type.Optional(Type.String({ minLength: 1, maxLength: 256 })) }),
   body: SendEmailBody,
-  response: { 200: Type.Object({ id: Type.String({ format: 'uuid' }), message: Type.String() }), ...errors },
+  response: {
+    200: Type.Object({ id: Type.String({ format: 'uuid' }), message: Type.String() }),
+    ...errorResponses(EmailsError, 409, ...BODY),
+  },
 };
 
 const Recipient = Type.Object({
@@ -112,13 +117,15 @@ export const EmailRecord = Type.Object({
 });
 
 export const getEmailSchema = {
+  operationId: 'getEmail',
   summary: 'Get an email and its delivery state',
   tags: ['emails'],
   params: IdParams,
-  response: { 200: EmailRecord, ...errors },
+  response: { 200: EmailRecord, ...errorResponses(EmailsError, 404) },
 };
 
 export const listEmailsSchema = {
+  operationId: 'listEmails',
   summary: 'List emails, newest first',
   tags: ['emails'],
   querystring: Type.Object({

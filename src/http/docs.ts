@@ -4,9 +4,11 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { nullMeansAbsent } from '../validation/ajv.js';
+import { ContactsError } from './schemas.js';
 
 /** GET /health: no key, no rate limit (contract.md). */
 export const healthSchema = {
+  operationId: 'getHealth',
   summary: 'Health: 200 once the store answers, 503 while it does not',
   tags: ['health'],
   security: [],
@@ -18,14 +20,19 @@ export const healthSchema = {
 
 /** GET /api/v1/openapi.json: this document, without a key. */
 export const openApiSchema = {
+  operationId: 'getOpenApiDocument',
   summary: 'This OpenAPI 3.1 document',
   tags: ['docs'],
   security: [],
-  response: { 200: Type.Object({}, { additionalProperties: true, description: 'OpenAPI 3.1 document' }) },
+  response: {
+    200: Type.Object({}, { additionalProperties: true, description: 'OpenAPI 3.1 document' }),
+    429: ContactsError,
+  },
 };
 
 type Op = {
   parameters?: unknown[];
+  responses?: Record<string, { description?: string; headers?: Record<string, unknown> }>;
   requestBody?: {
     content?: Record<
       string,
@@ -54,7 +61,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
     transformObject: (doc) => {
       if (!('openapiObject' in doc)) return doc.swaggerObject;
       const openapiObject = doc.openapiObject;
-      for (const item of Object.values(openapiObject.paths ?? {})) {
+      for (const [route, item] of Object.entries(openapiObject.paths ?? {})) {
         for (const op of Object.values(item as Record<string, Op>)) {
           for (const param of op.parameters ?? []) {
             const p = param as { in?: string; required?: boolean; schema?: { default?: unknown } };
@@ -68,12 +75,45 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             for (const name of nullable) properties[name] = orNull(properties[name]);
             json.schema = { ...json.schema, properties };
           }
+          // Every route but /health is rate-limited, the document and the docs page included.
+          const limited = route !== '/health';
+          for (const [status, response] of Object.entries(op.responses ?? {})) {
+            response.description = RESPONSES[status] ?? response.description;
+            // Every answer of a rate-limited route says where its key stands (api-v1.md 8).
+            if (limited || status === '429') {
+              response.headers = { ...RATE_LIMIT_HEADERS, ...(status === '429' ? RETRY_AFTER : {}) };
+            }
+          }
         }
       }
       return openapiObject;
     },
   });
 }
+
+/** What each status means, for every operation that declares it. */
+const RESPONSES: Record<string, string> = {
+  '200': 'OK',
+  '201': 'Created',
+  '400': 'The request is not valid; `details` names each offending field',
+  '401': 'No API key, or one that is malformed, unknown or revoked',
+  '403': 'The key lacks the permission this route needs',
+  '404': 'Not found in the calling key’s organisation',
+  '409': 'A conflict: the email address is taken, or the Idempotency-Key was used with another body',
+  '413': 'The body is larger than BODY_LIMIT_BYTES',
+  '415': 'The body is not application/json',
+  '429': 'Rate limit exceeded; retry after Retry-After seconds',
+  '500': 'Internal error; `requestId` identifies it in the server log',
+  '503': 'The store is unavailable or the server is shutting down; retry shortly',
+};
+
+const integerHeader = (description: string) => ({ description, schema: { type: 'integer' } });
+const RATE_LIMIT_HEADERS = {
+  'X-RateLimit-Limit': integerHeader('Requests allowed per key per minute'),
+  'X-RateLimit-Remaining': integerHeader('Requests left in the current window'),
+  'X-RateLimit-Reset': integerHeader('Unix time (seconds) at which the window resets'),
+};
+const RETRY_AFTER = { 'Retry-After': integerHeader('Seconds to wait before retrying') };
 
 /** A property schema that also admits null, as the body validator does for it. */
 function orNull(p: { type?: unknown; anyOf?: unknown[] } = {}): object {

@@ -49,11 +49,24 @@ export const EmailsError = Type.Object({
   requestId: Type.Optional(Type.String()),
 });
 
-const errorStatuses = [400, 401, 403, 404, 409, 413, 415, 429, 500, 503] as const;
+/** What any authenticated route can answer: a bad request, no or a wrong key, limits, faults. */
+const everyRoute = [400, 401, 403, 429, 500, 503] as const;
+/** What a route adds: 404 (it looks something up), 409 (a conflict), 413 and 415 (it reads a body). */
+type RouteStatus = 404 | 409 | 413 | 415;
 
-export function errorResponses(body: typeof ContactsError | typeof EmailsError): Record<number, unknown> {
-  return Object.fromEntries(errorStatuses.map((s) => [s, body]));
+/**
+ * The error responses a route declares, each with the family's body: what its OpenAPI operation lists.
+ * A status not listed (none that a client can cause) is still sent with the same body.
+ */
+export function errorResponses(
+  body: typeof ContactsError | typeof EmailsError,
+  ...statuses: RouteStatus[]
+): Record<number, unknown> {
+  return Object.fromEntries([...everyRoute, ...statuses].sort().map((s) => [s, body]));
 }
+
+/** Statuses of a route that reads a JSON body. */
+export const BODY: RouteStatus[] = [413, 415];
 
 export interface Page {
   page: number;

@@ -6,6 +6,7 @@ import {
   PageQuery,
   Pagination,
   Timestamp,
+  BODY,
   errorResponses,
   NullableString,
 } from '../http/schemas.js';
@@ -28,13 +29,13 @@ export const CreatedList = Type.Object(ListFields);
 export const List = Type.Object({ ...ListFields, updatedAt: Timestamp });
 
 const errors = errorResponses(ContactsError);
+const lookupErrors = errorResponses(ContactsError, 404);
 // Unknown ids are skipped and listed in notFound (contract.md). Ids Mailroom issues are 36 characters.
-const ContactIds = Type.Array(LookupId('Contact id; unknown ids are listed in notFound'), {
-  minItems: 1,
-  maxItems: 100,
-});
+const ContactIds = (description: string) =>
+  Type.Array(LookupId(description), { minItems: 1, maxItems: 100, description: 'At most 100 contact ids' });
 
 export const listAllSchema = {
+  operationId: 'listLists',
   summary: 'List contact lists',
   tags: ['lists'],
   querystring: Type.Object(PageQuery),
@@ -45,20 +46,26 @@ export const listAllSchema = {
 };
 
 export const getListSchema = {
+  operationId: 'getList',
   summary: 'Get a contact list',
   tags: ['lists'],
   params: IdParams,
-  response: { 200: Type.Object({ success: Type.Boolean(), list: List }), ...errors },
+  response: { 200: Type.Object({ success: Type.Boolean(), list: List }), ...lookupErrors },
 };
 
 export const createListSchema = {
+  operationId: 'createList',
   summary: 'Create a contact list',
   tags: ['lists'],
   body: Type.Object({ name: Name, description: Type.Optional(Description) }, { additionalProperties: false }),
-  response: { 201: Type.Object({ success: Type.Boolean(), list: CreatedList }), ...errors },
+  response: {
+    201: Type.Object({ success: Type.Boolean(), list: CreatedList }),
+    ...errorResponses(ContactsError, ...BODY),
+  },
 };
 
 export const updateListSchema = {
+  operationId: 'updateList',
   summary: 'Update a contact list',
   tags: ['lists'],
   params: IdParams,
@@ -66,21 +73,29 @@ export const updateListSchema = {
     { name: Type.Optional(Name), description: Type.Optional(Description) },
     { additionalProperties: false, minProperties: 1 },
   ),
-  response: { 200: Type.Object({ success: Type.Boolean(), list: List }), ...errors },
+  response: {
+    200: Type.Object({ success: Type.Boolean(), list: List }),
+    ...errorResponses(ContactsError, 404, ...BODY),
+  },
 };
 
 export const deleteListSchema = {
+  operationId: 'deleteList',
   summary: 'Delete a contact list (its contacts are kept)',
   tags: ['lists'],
   params: IdParams,
-  response: { 200: Type.Object({ success: Type.Boolean(), message: Type.String() }), ...errors },
+  response: { 200: Type.Object({ success: Type.Boolean(), message: Type.String() }), ...lookupErrors },
 };
 
 export const addContactsSchema = {
+  operationId: 'addContactsToList',
   summary: 'Add contacts to a list',
   tags: ['lists'],
   params: IdParams,
-  body: Type.Object({ contactIds: ContactIds }, { additionalProperties: false }),
+  body: Type.Object(
+    { contactIds: ContactIds('Contact id; unknown ids are listed in notFound') },
+    { additionalProperties: false },
+  ),
   response: {
     200: Type.Object({
       success: Type.Boolean(),
@@ -88,17 +103,25 @@ export const addContactsSchema = {
       message: Type.String(),
       notFound: Type.Array(Type.String()),
     }),
-    ...errors,
+    ...errorResponses(ContactsError, 404, ...BODY),
   },
 };
 
 export const removeContactsSchema = {
+  operationId: 'removeContactsFromList',
   summary: 'Remove contacts from a list',
   tags: ['lists'],
   params: IdParams,
-  body: Type.Object({ contactIds: ContactIds }, { additionalProperties: false }),
+  body: Type.Object(
+    {
+      contactIds: ContactIds(
+        'Contact id; ids that are not in the list are skipped, and not counted in removed',
+      ),
+    },
+    { additionalProperties: false },
+  ),
   response: {
     200: Type.Object({ success: Type.Boolean(), removed: Type.Integer(), message: Type.String() }),
-    ...errors,
+    ...errorResponses(ContactsError, 404, ...BODY),
   },
 };

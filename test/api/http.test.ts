@@ -116,8 +116,14 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expectError(await t.call({ method: 'GET', url: `/api/v1/emails/${x(200)}`, auth }), 404, 'emails');
     expectError(await t.call({ method: 'DELETE', url: `/api/v1/lists/${x(65)}`, auth }), 404, 'contacts');
     expectError(await t.call({ method: 'GET', url: `/api/v1/lists/${x(5000)}`, auth }), 404, 'contacts');
-    expectError(await t.call({ method: 'GET', url: '/api/v1/lists/%zz', auth }), 400, 'contacts');
-    expectError(await t.call({ method: 'GET', url: '/api/v1/emails/%zz', auth }), 400, 'emails');
+    for (const [url, family] of [
+      ['/api/v1/lists/%zz', 'contacts'],
+      ['/api/v1/emails/%zz', 'emails'],
+    ] as const) {
+      const res = await t.call({ method: 'GET', url, auth });
+      expectError(res, 400, family);
+      expect(res.json().details).toEqual([{ field: 'path', message: 'has broken %-encoding' }]);
+    }
   });
 
   it('a lone UTF-16 surrogate in a body string or key is a 400 naming the field', async () => {
@@ -169,7 +175,50 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(Object.keys(health.responses).sort()).toEqual(['200', '503']);
     expect(doc.paths['/api/v1/openapi.json'].get.security).toEqual([]);
   });
+
+  it('the OpenAPI document names each operation, and lists the statuses and headers each can answer', async () => {
+    const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json() as {
+      paths: Record<
+        string,
+        Record<
+          string,
+          {
+            operationId?: string;
+            description?: string;
+            responses: Record<string, { description: string; headers?: Record<string, unknown> }>;
+          }
+        >
+      >;
+    };
+    const ops = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.entries(item).map(([method, op]) => ({ path, method, op })),
+    );
+    const ids = ops.map(({ op }) => op.operationId);
+    expect(ids.every((id) => typeof id === 'string' && /^[a-z][A-Za-z]+$/.test(id))).toBe(true);
+    expect(new Set(ids).size).toBe(ids.length);
+    const statuses = (path: string, method: string) => Object.keys(doc.paths[path]![method]!.responses);
+    // A page cannot conflict, find nothing or carry a body; a create reads a body and can conflict.
+    expect(statuses('/api/v1/lists', 'get')).toEqual(['200', '400', '401', '403', '429', '500', '503']);
+    expect(statuses('/api/v1/lists/{id}', 'get')).toContain('404');
+    expect(statuses('/api/v1/contacts', 'post')).toEqual(
+      expect.arrayContaining(['201', '409', '413', '415']),
+    );
+    expect(statuses('/api/v1/contacts', 'post')).not.toContain('404');
+    expect(statuses('/api/v1/emails', 'post')).toEqual(expect.arrayContaining(['200', '409', '413']));
+    expect(doc.paths['/api/v1/emails']!.post!.description).toMatch(/html and text/);
+    for (const { path, op } of ops) {
+      for (const [status, response] of Object.entries(op.responses)) {
+        expect([path, status, response.description]).not.toEqual([path, status, 'Default Response']);
+        const headers = Object.keys(response.headers ?? {});
+        if (path === '/health') expect(headers).toEqual([]);
+        else expect([path, status, headers]).toEqual([path, status, expect.arrayContaining(RATE_HEADERS)]);
+        if (status === '429') expect(headers).toContain('Retry-After');
+      }
+    }
+  });
 });
+
+const RATE_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
 
 describe.each(storeKinds())('rate limit on %s', (kind) => {
   let t: TestApp, auth: string;
