@@ -2,6 +2,7 @@ import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
 import { type Page, offsetOf } from '../http/schemas.js';
 import { prepared, rowCount } from '../store/prepared.js';
+import { dialectOf } from '../store/dialect.js';
 
 export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
   await db.insertInto('lists').values(row).execute();
@@ -72,11 +73,13 @@ export async function existingContactIds(
 ): Promise<string[]> {
   // Looked up by primary key alone and filtered here: with both conditions in SQL, SQLite may walk the
   // organisation's index (every contact it has) instead of probing 100 keys.
-  const rows = await db
-    .selectFrom('contacts')
-    .select(['id', 'organization_id'])
-    .where('id', 'in', contactIds)
-    .execute();
+  let query = db.selectFrom('contacts').select(['id', 'organization_id']).where('id', 'in', contactIds);
+  // On PostgreSQL the contacts found stay until the caller commits (FOR KEY SHARE blocks their deletion,
+  // in id order so two callers never wait on each other); one deleted meanwhile is simply not found.
+  // Otherwise each deletion committed between this read and the memberships' insert failed the insert's
+  // foreign key, and a request adding contacts that were being deleted ran out of retries (a 500).
+  if (dialectOf(db) === 'postgres') query = query.orderBy('id').forKeyShare();
+  const rows = await query.execute();
   return rows.filter((r) => r.organization_id === organizationId).map((r) => r.id);
 }
 

@@ -44,6 +44,37 @@ describe.each(storeKinds())('concurrent membership on %s', (kind) => {
     }
   });
 
+  it('adds contacts that are being deleted one by one: each deleted one is notFound, never a 500', async () => {
+    const listId = await createList(t, auth, 'racing');
+    const url = `/api/v1/lists/${listId}/contacts`;
+    const contacts = await Promise.all(Array.from({ length: 60 }, () => createContact(t, auth)));
+    const ids = contacts.map((c) => c.id);
+    // Deletions commit one after another while four clients keep adding all the contacts, as an import
+    // running beside a clean-up would.
+    let deleting = true;
+    const deletes = (async () => {
+      const out = [];
+      for (const id of ids)
+        out.push(await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id } }));
+      deleting = false;
+      return out;
+    })();
+    const adders = Array.from({ length: 4 }, async () => {
+      const out = [];
+      while (deleting) out.push(await t.call({ method: 'POST', url, auth, payload: { contactIds: ids } }));
+      return out;
+    });
+    const added = (await Promise.all(adders)).flat();
+    for (const r of [...added, ...(await deletes)]) expect(r.statusCode, r.body).toBe(200);
+    expect(added.length).toBeGreaterThan(4);
+    for (const r of added) {
+      const { notFound } = r.json() as { notFound: string[] };
+      expect(notFound.every((id) => ids.includes(id))).toBe(true);
+    }
+    expect((await getList(t, auth, listId)).contactCount).toBe(0);
+    expect(await realCount(listId)).toBe(0);
+  });
+
   it('stays exact when lists are deleted while contacts are added', async () => {
     const contacts = await Promise.all(Array.from({ length: 10 }, () => createContact(t, auth)));
     const ids = contacts.map((c) => c.id);
