@@ -170,11 +170,21 @@ export async function claimIdempotency(db: Executor, row: IdempotencyRow): Promi
   return Number(result.numInsertedOrUpdatedRows ?? 0) > 0;
 }
 
-export async function deleteIdempotency(db: Executor, organizationId: string, key: string): Promise<void> {
+/**
+ * Deletes the key if it was made before `before` (expired). Only then: a request that read the expired
+ * row must not delete the fresh claim another request made meanwhile, and send the email a second time.
+ */
+export async function deleteExpiredKey(
+  db: Executor,
+  organizationId: string,
+  key: string,
+  before: string,
+): Promise<void> {
   await db
     .deleteFrom('idempotency_keys')
     .where('organization_id', '=', organizationId)
     .where('key', '=', key)
+    .where('created_at', '<', before)
     .execute();
 }
 

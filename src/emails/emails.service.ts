@@ -125,8 +125,9 @@ export class EmailsService {
     const requestHash = createHash('sha256').update(stableStringify(body)).digest('hex');
     const result = await this.store.write(async (trx) => {
       let existing = await repo.findIdempotency(trx, orgId, idempotencyKey);
-      if (existing && existing.created_at < new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString()) {
-        await repo.deleteIdempotency(trx, orgId, idempotencyKey);
+      const expiredBefore = new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString();
+      if (existing && existing.created_at < expiredBefore) {
+        await repo.deleteExpiredKey(trx, orgId, idempotencyKey, expiredBefore);
         existing = undefined;
       }
       if (!existing) {

@@ -136,6 +136,38 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect((await post(base, x(256))).statusCode).toBe(200);
   });
 
+  it('an expired Idempotency-Key sent again by several requests at once makes one new email', async () => {
+    const { auth: own } = await t.newKey();
+    const post = (key: string) =>
+      t.call({
+        method: 'POST',
+        url: '/api/v1/emails',
+        auth: own,
+        payload: base,
+        headers: { 'idempotency-key': key },
+      });
+    const rounds = 20;
+    for (let round = 0; round < rounds; round++) {
+      const key = `expiring-${round}`;
+      const first = (await post(key)).json().id as string;
+      // 25 hours old: past the 24 h the key is kept.
+      await t.ts.store.write((trx) =>
+        trx
+          .updateTable('idempotency_keys')
+          .set({ created_at: new Date(Date.now() - 25 * 3600_000).toISOString() })
+          .where('key', '=', key)
+          .execute(),
+      );
+      const answers = await Promise.all(Array.from({ length: 6 }, () => post(key)));
+      for (const r of answers) expect(r.statusCode, r.body).toBe(200);
+      const ids = new Set(answers.map((r) => r.json().id as string));
+      expect(ids.size).toBe(1);
+      expect(ids.has(first)).toBe(false);
+    }
+    const list = await t.call({ method: 'GET', url: '/api/v1/emails?limit=100', auth: own });
+    expect(list.json().pagination.total).toBe(2 * rounds);
+  });
+
   it('from outside the MAIL_FROM domain is replaced by MAIL_FROM', async () => {
     const { id } = (await send({ ...base, from: 'Boss <boss@elsewhere.example>' })).json();
     const got = await t.call({ method: 'GET', url: `/api/v1/emails/${id}`, auth });
