@@ -245,7 +245,14 @@ export async function buildApp(
     global: true,
     max: config.rateLimitPerMinute,
     timeWindow: 60_000,
-    store: sharedLimitStore(deps.redis, 'mailroom-rl:'),
+    store: sharedLimitStore(deps.redis, 'mailroom-rl:', (shared, err) =>
+      shared
+        ? app.log.info('Redis answers again: rate limits are shared')
+        : app.log.warn(
+            { err: err?.message },
+            'Redis is not answering: rate limits are counted per instance until it does',
+          ),
+    ),
     keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${req.ip}`),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(

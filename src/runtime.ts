@@ -137,6 +137,9 @@ export function createRedis(config: Config, logger: Logger): Redis | undefined {
   if (!config.redisUrl) return undefined;
   const redis = new Redis(config.redisUrl, {
     connectTimeout: 2_000,
+    // A Redis that stops answering but keeps the connection open fails each command after this, and
+    // rate limits are then counted locally (shared-store.ts) instead of every request hanging.
+    commandTimeout: 500,
     maxRetriesPerRequest: 1,
     enableOfflineQueue: false,
     lazyConnect: false,

@@ -37,16 +37,51 @@ function endingOnWholeSecond(cb: Callback): Callback {
   };
 }
 
-export function sharedLimitStore(redis: Redis | undefined, nameSpace: string) {
+/** After Redis fails to answer, requests count locally for this long before one of them tries it again. */
+const REDIS_RETRY_MS = 5_000;
+
+/**
+ * Counters in Redis when it answers, else in this process. A Redis that stops answering without closing
+ * the connection (a dead host, a dropped route) still looks connected: its commands time out instead
+ * (runtime.ts sets the timeout), and then this process counts locally for REDIS_RETRY_MS, rather than
+ * making every request wait for a timeout. `onChange` hears when counting moves off Redis and back.
+ */
+export function sharedLimitStore(
+  redis: Redis | undefined,
+  nameSpace: string,
+  onChange: (shared: boolean, err?: Error) => void = () => undefined,
+) {
   const local = new LocalStore(false, false, 50_000);
   const remote = redis ? new RedisStore(false, false, redis, nameSpace) : undefined;
+  let failing = false;
+  let retryAt = 0;
+  let probing = false;
+  /** Whether this request asks Redis: while it fails, one request at a time after each pause. */
+  const askRedis = (): boolean => {
+    if (!remote || redis!.status !== 'ready') return false;
+    if (!failing) return true;
+    if (probing || Date.now() < retryAt) return false;
+    probing = true;
+    return true;
+  };
   return class SharedLimitStore {
     incr(key: string, done: Callback, timeWindow: number, max: number): void {
       const cb = endingOnWholeSecond(done);
-      if (!remote || redis!.status !== 'ready') return local.incr(key, cb, timeWindow, max);
-      remote.incr(
+      if (!askRedis()) return local.incr(key, cb, timeWindow, max);
+      remote!.incr(
         key,
-        (err, result) => (err ? local.incr(key, cb, timeWindow, max) : cb(null, result)),
+        (err, result) => {
+          probing = false;
+          if (err) {
+            if (!failing) onChange(false, err);
+            failing = true;
+            retryAt = Date.now() + REDIS_RETRY_MS;
+            return local.incr(key, cb, timeWindow, max);
+          }
+          if (failing) onChange(true);
+          failing = false;
+          cb(null, result);
+        },
         timeWindow,
         max,
       );

@@ -1,5 +1,6 @@
 // Two real API processes: rate limits shared through Redis, and key revocation seen by both.
 import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -67,6 +68,69 @@ describe.skipIf(!TEST_REDIS_URL)('two instances', () => {
     expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429]);
     await api.kill();
     expect(api.output()).toMatch(/Redis unreachable/);
+  }, 60_000);
+
+  it('keep serving, limited per instance, while Redis stops answering without closing the connection', async () => {
+    // Redis behind a proxy that can stop passing bytes on, as a dead host or a dropped route does: the
+    // connection stays open, so the client still looks connected, and TCP delivers everything late.
+    const upstream = new URL(TEST_REDIS_URL!);
+    let stalled = false;
+    const pairs: net.Socket[][] = [];
+    const proxy = net.createServer((client) => {
+      const server = net.connect(Number(upstream.port || 6379), upstream.hostname);
+      pairs.push([client, server]);
+      client.pipe(server);
+      server.pipe(client);
+      if (stalled) [client, server].forEach((s) => s.pause());
+      const close = () => [client, server].forEach((s) => s.destroy());
+      client.on('error', close).on('close', close);
+      server.on('error', close).on('close', close);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const stall = (on: boolean) => {
+      stalled = on;
+      for (const pair of pairs) {
+        for (const socket of pair) {
+          if (on) socket.pause();
+          else socket.resume();
+        }
+      }
+    };
+    const api = await startProcess(['serve', '--no-worker'], {
+      ...env,
+      REDIS_URL: `redis://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`,
+      RATE_LIMIT_PER_MINUTE: '1000',
+      LOG_LEVEL: 'info',
+    });
+    procs.push(api);
+    try {
+      const { auth } = await newKey();
+      const get = async () => {
+        const started = Date.now();
+        const res = await fetch(`${api.url}/api/v1/lists`, {
+          headers: { authorization: auth },
+          signal: AbortSignal.timeout(10_000),
+        });
+        return { status: res.status, ms: Date.now() - started };
+      };
+      expect((await get()).status).toBe(200);
+      stall(true);
+      // Each request is answered: the first after Redis's command timeout (0.5 s), the rest at once.
+      const during = [];
+      for (let i = 0; i < 5; i++) during.push(await get());
+      expect(during.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+      expect(during.slice(1).every((r) => r.ms < during[0]!.ms + 400)).toBe(true);
+      stall(false);
+      // Redis is asked again after 5 s of counting locally.
+      await new Promise((resolve) => setTimeout(resolve, 5_500));
+      expect((await get()).status).toBe(200);
+      expect(api.output().match(/Redis is not answering/g)).toHaveLength(1);
+      expect(api.output()).toMatch(/Redis answers again/);
+    } finally {
+      await api.kill();
+      proxy.close();
+      for (const pair of pairs) for (const socket of pair) socket.destroy();
+    }
   }, 60_000);
 
   it('refuse a key revoked on one instance on both within 5 seconds', async () => {
