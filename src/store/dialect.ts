@@ -41,7 +41,9 @@ export function isStoreUnavailable(err: unknown): boolean {
   if (code === '55000' && /not currently accepting connections/.test(messageOf(err))) return true;
   if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code))
     return true;
-  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|the database system is (starting up|shutting down)/i.test(
+  // "Query read timeout": no answer within the pool's query_timeout, as from a server that stopped
+  // answering with the connection still open.
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout|the database system is (starting up|shutting down)/i.test(
     messageOf(err),
   );
 }

@@ -38,6 +38,22 @@ describe.skipIf(!TEST_DATABASE_URL)('PostgreSQL faults', () => {
     }
   });
 
+  it('take a query the server does not answer within query_timeout for the store being unavailable', async () => {
+    // What a server that stops answering with the connection open (a dead host) looks like to the client.
+    const client = new pg.Client({ connectionString: TEST_DATABASE_URL, query_timeout: 100 });
+    await client.connect();
+    try {
+      const err = await client.query('select pg_sleep(2)').then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(String(err)).toMatch(/Query read timeout/);
+      expect(isStoreUnavailable(err)).toBe(true);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  });
+
   it('wait out another client creating pg_trgm at the same moment, then create the index', async () => {
     const db = await createTestDatabase();
     const other = new pg.Client({ connectionString: db.url });
