@@ -159,12 +159,13 @@ export class EmailsService {
   }
 
   async get(orgId: string, id: string) {
-    const row = await repo.findEmail(this.store.db, orgId, id);
+    // One snapshot: read apart, a delivery recorded in between showed an email still `sending` whose
+    // recipients were already `sent`. The recipients and events of another organisation's email are read
+    // too, and dropped with the 404.
+    const [row, recipients, events] = await this.store.snapshot((db) =>
+      Promise.all([repo.findEmail(db, orgId, id), repo.listRecipients(db, id), repo.listEvents(db, id)]),
+    );
     if (!row) throw new AppError('EMAIL_NOT_FOUND', `Email ${id} not found`);
-    const [recipients, events] = await Promise.all([
-      repo.listRecipients(this.store.db, id),
-      repo.listEvents(this.store.db, id),
-    ]);
     return {
       ...toSummary(row),
       recipients: recipients.map((r) => ({ email: r.address, status: r.status, response: r.response })),

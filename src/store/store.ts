@@ -24,6 +24,12 @@ export interface Store {
   readonly dialect: DialectName;
   /** For reads; on SQLite a separate connection, so reads never wait behind a write batch. */
   readonly db: Executor;
+  /**
+   * Reads that must agree with one another (an email with its recipients and events), from one snapshot.
+   * fn must ask for them all at once (Promise.all): on SQLite, reads asked for together share one read
+   * transaction (sqlite-reads.ts); on PostgreSQL fn runs in one REPEATABLE READ, READ ONLY transaction.
+   */
+  snapshot<T>(fn: (db: Executor) => Promise<T>): Promise<T>;
   /** Runs fn in a transaction; resolves only when the transaction is durably committed. */
   write<T>(fn: (trx: Executor) => Promise<T>): Promise<T>;
   /**
@@ -161,6 +167,9 @@ function createSqliteStore(options: StoreOptions): Store {
       }
       return reader;
     },
+    snapshot(fn) {
+      return fn(this.db);
+    },
     write: (fn) => group.run(fn),
     // The worker's claims, leases and results: as many rows as it has emails in hand.
     batch: (fn) => group.run(fn, { small: true }),
@@ -247,6 +256,8 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     batch: (fn) => group.run(fn),
     append: (rows) => appender.append(rows),
     write: (fn) => retryingConflicts(() => db.transaction().execute(fn)),
+    snapshot: (fn) =>
+      db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
     async migrate() {
       // The trigram index makes substring search on email fast; it needs the pg_trgm extension, which
       // a restricted role may not be allowed to create. Search still works without it, only slower.

@@ -116,7 +116,7 @@ describe.skipIf(!TEST_REDIS_URL)('two instances', () => {
       expect((await get()).status).toBe(200);
       stall(true);
       // Each request is answered: the first after Redis's command timeout (0.5 s), the rest at once.
-      const during = [];
+      const during: { status: number; ms: number }[] = [];
       for (let i = 0; i < 5; i++) during.push(await get());
       expect(during.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
       expect(during.slice(1).every((r) => r.ms < during[0]!.ms + 400)).toBe(true);
