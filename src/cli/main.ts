@@ -79,10 +79,12 @@ async function run(argv: string[]): Promise<void> {
   const { positionals, flags } = parse(argv);
   const [command, sub, arg] = positionals;
   const json = flags.json;
-  if (flags.help || command === undefined || command === 'help') {
+  if (flags.help || command === 'help') {
     print(json, { usage: USAGE }, USAGE);
     return;
   }
+  // A script that lost its command must not pass for one that ran it; asked for, usage is a success.
+  if (command === undefined) throw new UsageError(`a command is needed\n\n${USAGE}`);
   // `keys revoke A B` must not revoke A and quietly drop B.
   const takes =
     command === 'keys' && sub === 'revoke' ? 3 : ['serve', 'worker', 'migrate'].includes(command) ? 1 : 2;

@@ -121,6 +121,7 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       ['migrate', 'now'],
       ['orgs', 'create'],
       ['nonsense'],
+      [],
     ];
     // Independent processes: run them side by side to keep the suite quick.
     const results = await Promise.all(cases.map((args) => cli(...args, '--json')));
@@ -132,6 +133,13 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     expect(results[3]!.json.error).toBe('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
     expect(results[4]!.json.error).toMatch(/^unexpected argument "b"/);
     expect(results[5]!.json.error).toMatch(/^unexpected argument "now"/);
+    // No command at all is a usage error (2); asking for the usage is not.
+    expect([results[8]!.code, results[8]!.json.error]).toEqual([
+      2,
+      expect.stringMatching(/^a command is needed/),
+    ]);
+    const help = await cli('--help', '--json');
+    expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
   }, 60_000);
 
   it('an unknown --org is an error for keys list, as for keys create', async () => {
