@@ -43,8 +43,8 @@ const REDIS_RETRY_MS = 5_000;
 /**
  * Counters in Redis when it answers, else in this process. A Redis that stops answering without closing
  * the connection (a dead host, a dropped route) still looks connected: its commands time out instead
- * (runtime.ts sets the timeout), and then this process counts locally for REDIS_RETRY_MS, rather than
- * making every request wait for a timeout. `onChange` hears when counting moves off Redis and back.
+ * (runtime.ts sets the timeout). Once a second command fails that way, this process counts locally for
+ * REDIS_RETRY_MS rather than making every request wait for a timeout. `onChange` hears when counting moves off Redis and back.
  */
 export function sharedLimitStore(
   redis: Redis | undefined,
@@ -56,6 +56,12 @@ export function sharedLimitStore(
   let failing = false;
   let retryAt = 0;
   let probing = false;
+  /**
+   * When a command last failed (0 once one succeeds). Only a command sent after that failing too turns
+   * counting local: a stopped event loop (a long SQLite lock wait) fails every command in flight at once,
+   * their replies unread, while Redis answered in time; the next command then succeeds.
+   */
+  let failedAt = 0;
   /** Whether this request asks Redis: while it fails, one request at a time after each pause. */
   const askRedis = (): boolean => {
     if (!remote || redis!.status !== 'ready') return false;
@@ -68,16 +74,23 @@ export function sharedLimitStore(
     incr(key: string, done: Callback, timeWindow: number, max: number): void {
       const cb = endingOnWholeSecond(done);
       if (!askRedis()) return local.incr(key, cb, timeWindow, max);
+      const sentAt = Date.now();
       remote!.incr(
         key,
         (err, result) => {
           probing = false;
           if (err) {
-            if (!failing) onChange(false, err);
-            failing = true;
-            retryAt = Date.now() + REDIS_RETRY_MS;
+            const now = Date.now();
+            if (failing || (failedAt > 0 && sentAt >= failedAt)) {
+              if (!failing) onChange(false, err);
+              failing = true;
+              retryAt = now + REDIS_RETRY_MS;
+            } else if (failedAt === 0) {
+              failedAt = now;
+            }
             return local.incr(key, cb, timeWindow, max);
           }
+          failedAt = 0;
           if (failing) onChange(true);
           failing = false;
           cb(null, result);
