@@ -47,6 +47,11 @@ export class ResultRecorder {
     });
   }
 
+  /** Whether results wait to be written. */
+  holding(): boolean {
+    return this.held.length > 0;
+  }
+
   /** Writes the held results now, in one store.batch() job (so in the commit of writes made meanwhile). */
   flush(): void {
     clearTimeout(this.timer);

@@ -151,8 +151,10 @@ export class DeliveryWorker {
   }
 
   private async claimAndSend(): Promise<void> {
-    // Right after a full claim there is probably more: claim again without asking first.
-    const continuing = this.wanted;
+    // Only a worker with nothing in hand asks whether anything is due before claiming (anyDue): right
+    // after a full claim there is probably more, and held results are written anyway, in the claim's
+    // commit (a read awaited first would let them commit on their own on PostgreSQL).
+    const idle = !this.wanted && this.sending === 0 && !this.recorder.holding();
     this.wanted = false;
     const free = this.o.concurrency - this.sending;
     // All slots busy: no claim is tried, so nothing is learnt about the store either way.
@@ -160,7 +162,7 @@ export class DeliveryWorker {
       try {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();
-        const claimed = await this.claim(free, continuing);
+        const claimed = await this.claim(free, idle);
         for (const job of claimed) this.deliver(job.email, job.recipients);
         if (claimed.length === free) this.wanted = true;
       } catch (err) {
@@ -204,13 +206,13 @@ export class DeliveryWorker {
 
   private async claim(
     limit: number,
-    continuing: boolean,
+    askFirst: boolean,
   ): Promise<{ email: EmailRow; recipients: RecipientRow[] }[]> {
     const now = this.o.clock.now();
     const at = now.toISOString();
     const leaseUntil = new Date(now.getTime() + this.leaseMs).toISOString();
     // A poll of an idle queue takes no write lock (anyDue).
-    if (!continuing && !(await queue.anyDue(this.o.store.db, at))) return [];
+    if (askFirst && !(await queue.anyDue(this.o.store.db, at))) return [];
     return this.o.store.batch(async (trx) => {
       const emails = await queue.claimDue(trx, this.o.store.dialect, {
         now: at,
