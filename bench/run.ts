@@ -29,7 +29,7 @@ const CONNECTIONS = 50;
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 2000);
 const SEED_CONTACTS = 10_000;
 /** Pairs of runs (the bare route, then Mailroom) per HTTP row. */
-const PAIRS = Number(process.env.BENCH_PAIRS ?? 3);
+const PAIRS = Math.max(1, Math.floor(Number(process.env.BENCH_PAIRS ?? 3)) || 3);
 /** Delivery figures swing most on a shared machine: each is the median of this many runs. */
 const DELIVERY_RUNS = 3;
 

@@ -119,6 +119,6 @@ export const deleteContactSchema = {
   }),
   response: {
     200: Type.Object({ success: Type.Boolean(), message: Type.String() }),
-    ...errorResponses(ContactsError, 404),
+    ...errorResponses(ContactsError, 404, ...BODY),
   },
 };

@@ -51,12 +51,16 @@ export const EmailsError = Type.Object({
 
 /** What any authenticated route can answer: a bad request, no or a wrong key, limits, faults. */
 const everyRoute = [400, 401, 403, 429, 500, 503] as const;
-/** What a route adds: 404 (it looks something up), 409 (a conflict), 413 and 415 (it reads a body). */
+/**
+ * What a route adds: 404 (it looks something up), 409 (a conflict), 413 and 415 (it reads a body; a
+ * DELETE does too, since Fastify parses a body sent with one).
+ */
 type RouteStatus = 404 | 409 | 413 | 415;
 
 /**
  * The error responses a route declares, each with the family's body: what its OpenAPI operation lists.
- * A status not listed (none that a client can cause) is still sent with the same body.
+ * A status not listed is still sent with the same body (the 503 of a server shutting down is declared
+ * everywhere).
  */
 export function errorResponses(
   body: typeof ContactsError | typeof EmailsError,

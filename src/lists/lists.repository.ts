@@ -74,8 +74,9 @@ export async function existingContactIds(
   // Looked up by primary key alone and filtered here: with both conditions in SQL, SQLite may walk the
   // organisation's index (every contact it has) instead of probing 100 keys.
   let query = db.selectFrom('contacts').select(['id', 'organization_id']).where('id', 'in', contactIds);
-  // On PostgreSQL the contacts found stay until the caller commits (FOR KEY SHARE blocks their deletion,
-  // in id order so two callers never wait on each other); one deleted meanwhile is simply not found.
+  // On PostgreSQL the contacts found stay until the caller commits (FOR KEY SHARE blocks their deletion;
+  // taken in id order, as against a transaction deleting several); one deleted meanwhile is not found.
+  // Another organisation's contacts among the ids are locked too, harmlessly, and dropped below.
   // Otherwise each deletion committed between this read and the memberships' insert failed the insert's
   // foreign key, and a request adding contacts that were being deleted ran out of retries (a 500).
   if (dialectOf(db) === 'postgres') query = query.orderBy('id').forKeyShare();

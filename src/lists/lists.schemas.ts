@@ -84,7 +84,10 @@ export const deleteListSchema = {
   summary: 'Delete a contact list (its contacts are kept)',
   tags: ['lists'],
   params: IdParams,
-  response: { 200: Type.Object({ success: Type.Boolean(), message: Type.String() }), ...lookupErrors },
+  response: {
+    200: Type.Object({ success: Type.Boolean(), message: Type.String() }),
+    ...errorResponses(ContactsError, 404, ...BODY),
+  },
 };
 
 export const addContactsSchema = {
