@@ -33,6 +33,27 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
 }
 
 const KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/g;
+const HAS_KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/;
+
+/**
+ * The URL as logged: each path segment and query name or value that is, once %-decoded, shaped like an
+ * API key is masked (a client may encode any character: `%6Dr_…`), and `email` values (contacts' addresses,
+ * personal data) are left out.
+ */
+export function loggedUrl(url: string): string {
+  const masked = url.replace(/[^/?&=]+/g, (part) => {
+    let decoded = part;
+    try {
+      decoded = decodeURIComponent(part.replace(/\+/g, ' '));
+    } catch {
+      // broken %-encoding: checked as it is
+    }
+    return HAS_KEY_TEXT.test(decoded) ? decoded.replace(KEY_TEXT, 'mr_[redacted]') : part;
+  });
+  const query = masked.indexOf('?');
+  if (query < 0) return masked;
+  return masked.slice(0, query) + masked.slice(query).replace(/([?&]email=)[^&]*/gi, '$1[redacted]');
+}
 
 interface LoggedRequest {
   method?: string;
@@ -42,12 +63,12 @@ interface LoggedRequest {
   socket?: { remotePort?: number };
 }
 
-/** Fastify's request fields, with anything shaped like an API key masked in the URL. */
+/** Fastify's request fields, with anything shaped like an API key masked in the URL and host (loggedUrl). */
 function serializeRequest(req: LoggedRequest): Record<string, unknown> {
   return {
     method: req.method,
-    url: req.url?.replace(KEY_TEXT, 'mr_[redacted]'),
-    host: req.host,
+    url: req.url === undefined ? undefined : loggedUrl(req.url),
+    host: req.host?.replace(KEY_TEXT, 'mr_[redacted]'),
     remoteAddress: req.ip,
     remotePort: req.socket?.remotePort,
   };

@@ -1,5 +1,6 @@
 // Keys never reach the log: a real server process at LOG_LEVEL=trace is called with a valid key, an unknown
 // one, malformed headers and keys in places they do not belong; no key text appears in stdout or stderr.
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MailroomProcess, startProcess } from '../helpers/process.js';
 import { storeKinds } from '../helpers/stores.js';
@@ -44,12 +45,32 @@ describe.each(storeKinds())('logs on %s', (kind) => {
       headers: { authorization: `Bearer ${valid}` },
     });
     expect(inPath.status).toBe(404);
+    // Encoded as a client may encode any character, and in the Host header.
+    const encoded = `%6Dr%5F${valid.slice(3)}`;
+    expect((await fetch(`${url}/api/v1/lists?k=${encoded}`)).status).toBe(401);
+    expect(
+      (await fetch(`${url}/api/v1/lists/${encoded}`, { headers: { authorization: `Bearer ${valid}` } }))
+        .status,
+    ).toBe(404);
+    const hosted = await rawRequest(
+      url,
+      `GET /api/v1/lists HTTP/1.1\r\nHost: ${valid}\r\nConnection: close\r\n\r\n`,
+    );
+    expect(hosted).toMatch(/^HTTP\/1\.1 401/);
+    // A contact's address in a query string is personal data: not written down either.
+    const person = `logged.person.${Date.now()}@example.org`;
+    expect(
+      (await call(url, valid, 'GET', `/api/v1/contacts?email=${encodeURIComponent(person)}`)).status,
+    ).toBe(200);
 
     await server.kill('SIGTERM');
     const log = server.output();
     // The log is really at trace level: requests were logged, with their URLs.
     expect(log).toContain('incoming request');
     expect(log).toContain('/api/v1/nowhere');
+    expect(log).toContain('email=[redacted]');
+    expect(log).not.toContain(person);
+    expect(log).not.toContain(encodeURIComponent(person));
     for (const key of [valid, readOnly, unknown]) {
       // The part after the stored prefix is the secret; neither the key nor its secret may appear.
       expect(log).not.toContain(key);
@@ -57,3 +78,15 @@ describe.each(storeKinds())('logs on %s', (kind) => {
     }
   }, 20_000);
 });
+
+/** Sends one raw HTTP/1.1 request (a Host header fetch would not let through) and returns the answer. */
+function rawRequest(url: string, request: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname, () => socket.write(request));
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => (answer += chunk.toString()));
+    socket.on('end', () => resolve(answer));
+    socket.on('error', reject);
+  });
+}
