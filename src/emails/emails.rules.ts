@@ -32,6 +32,19 @@ export const REFUSED_HEADERS = new Set(
   ].map((h) => h.toLowerCase()),
 );
 
+/**
+ * Whole families Mailroom keeps for itself: every `Content-*` header describes the MIME structure it
+ * builds (`Content-Base` or `Content-Location` could point mail clients at other files), and `Resent-*`
+ * headers name senders and recipients, which would get around the From rule in the clients that show them.
+ */
+const REFUSED_PREFIXES = ['content-', 'resent-'];
+
+/** Whether a custom header name is one Mailroom sets itself (refused in an email's `headers`). */
+export function isRefusedHeader(name: string): boolean {
+  const lower = name.toLowerCase();
+  return REFUSED_HEADERS.has(lower) || REFUSED_PREFIXES.some((prefix) => lower.startsWith(prefix));
+}
+
 // RFC 5322 field name: printable US-ASCII except colon.
 const FIELD_NAME = /^[!-9;-~]+$/;
 const CRLF = /[\r\n]/;
@@ -97,8 +110,7 @@ function checkRules(body: Loose, errors: DetailCollector) {
   for (const [name, value] of Object.entries(isObject(body.headers) ? body.headers : {})) {
     const field = `headers.${name}`;
     if (!FIELD_NAME.test(name) || name.length > 100) errors.add(field, 'is not a valid header name');
-    else if (REFUSED_HEADERS.has(name.toLowerCase()))
-      errors.add(field, 'is set by Mailroom and cannot be overridden');
+    else if (isRefusedHeader(name)) errors.add(field, 'is set by Mailroom and cannot be overridden');
     else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
     else headers[name] = value;

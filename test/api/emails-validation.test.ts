@@ -30,10 +30,13 @@ const BAD_ADDRESSES = [
   '',
 ];
 
-// As contract.md lists them, written independently of the source's table, and Content-Disposition (README).
+// As contract.md lists them, written independently of the source's table, and the Content-* and Resent-*
+// families (README).
 const REFUSED = (
   'From Sender To Cc Bcc Reply-To Subject Date Message-ID Return-Path Received DKIM-Signature ' +
-  'MIME-Version Content-Type Content-Transfer-Encoding Content-Disposition'
+  'MIME-Version Content-Type Content-Transfer-Encoding Content-Disposition ' +
+  // And the families README names: every Content-* and Resent-* header.
+  'Content-Base Content-Location Content-ID content-language Resent-From Resent-Bcc RESENT-SENDER'
 ).split(' ');
 
 describe.each(storeKinds())('email validation on %s', (kind) => {
