@@ -26,7 +26,7 @@ import { OrgsService } from './orgs/orgs.service.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import type { Store } from './store/store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
-import { clientErrorHandler } from './http/client-errors.js';
+import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { useJsonBodies } from './http/json-body.js';
 import { parseQueryString } from './http/query-string.js';
@@ -225,7 +225,15 @@ export async function buildApp(
     const timer = setTimeout(() => {
       if (raw.readableEnded || raw.socket.destroyed) return;
       if (!reply.raw.headersSent) {
-        raw.socket.write('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+        // Written to the socket: the body parser still waits, so no reply can go the usual way. The
+        // contract's body and the headers every answer has, rate-limit ones included (counted by now).
+        absoluteReset(reply);
+        const limits = Object.fromEntries(
+          Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
+        );
+        const timedOut = new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+        const { status, body } = renderError(timedOut, req.url, req.id);
+        writeLastAnswer(raw.socket, status, body as object, limits);
       }
       raw.socket.destroy();
     }, config.requestTimeoutMs);

@@ -32,13 +32,29 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   // A reset connection has no one left to answer.
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const { status, body } = renderError(appErrorOf(err), pathOf(err), '');
-  const text = JSON.stringify(body);
-  if (socket.writable) {
-    socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(text)}\r\nX-Content-Type-Options: nosniff\r\n` +
-        `Cache-Control: no-store\r\nConnection: close\r\n\r\n${text}`,
-    );
-  }
+  writeLastAnswer(socket, status, body);
   socket.destroy(err);
+}
+
+/**
+ * Writes an error answer straight to the socket, for when no reply can be sent the usual way (there is no
+ * request, or its body never finished): the contract's JSON body, nosniff, no-store, `Connection: close`,
+ * and `headers` (a request's rate-limit headers). The caller closes the socket.
+ */
+export function writeLastAnswer(
+  socket: Socket,
+  status: number,
+  body: object,
+  headers: Record<string, unknown> = {},
+): void {
+  if (!socket.writable) return;
+  const text = JSON.stringify(body);
+  const extra = Object.entries(headers)
+    .map(([name, value]) => `${name}: ${String(value)}\r\n`)
+    .join('');
+  socket.write(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(text)}\r\nX-Content-Type-Options: nosniff\r\n` +
+      `Cache-Control: no-store\r\n${extra}Connection: close\r\n\r\n${text}`,
+  );
 }

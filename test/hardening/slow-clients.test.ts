@@ -81,6 +81,16 @@ describe.each(storeKinds())('slow clients on %s', (kind) => {
       for (const c of slow) {
         if (c.answer() !== '') expect(c.answer()).toMatch(/^HTTP\/1\.1 408 /);
       }
+      // A body cut off gets what every answer has: the contract's body, nosniff, no-store and the key's
+      // rate-limit headers (the request was counted when its headers arrived).
+      for (const c of bodies) {
+        const [head, text] = c.answer().split('\r\n\r\n');
+        expect(head).toMatch(/\r\nx-content-type-options: nosniff\r\n/i);
+        expect(head).toMatch(/\r\ncache-control: no-store\r\n/i);
+        expect(head).toMatch(/\r\nx-ratelimit-limit: \d+\r\n/i);
+        expect(Number(/\r\nx-ratelimit-reset: (\d+)/i.exec(head!)?.[1])).toBeGreaterThan(1e9);
+        expect(JSON.parse(text!)).toMatchObject({ success: false, error: expect.any(String) });
+      }
       expect((await call(server.url, key, 'GET', '/api/v1/lists')).status).toBe(200);
       expect(server.child.exitCode).toBeNull();
     } finally {
