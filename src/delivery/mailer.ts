@@ -7,6 +7,7 @@ import type { Worker } from 'node:worker_threads';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
 import type Mail from 'nodemailer/lib/mailer/index.js';
+import { encodeWord } from 'nodemailer/lib/mime-funcs';
 import { ConfigError } from '../config.js';
 import { startThread } from '../threads.js';
 
@@ -72,6 +73,15 @@ function checkDkim(dkim: DkimOptions | undefined): void {
   }
 }
 
+/**
+ * A subject nodemailer can fold into lines of at most 998 octets. It folds at whitespace only, so a word
+ * of 900+ characters (the API allows 998) went out on a line of 999; such a subject is given as MIME
+ * encoded-words (RFC 2047, nodemailer's own encoder), which fold between words and decode to the same text.
+ */
+export function foldableSubject(subject: string): string {
+  return /\S{900}/.test(subject) ? encodeWord(subject, 'Q', 52) : subject;
+}
+
 function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
   return {
     messageId: m.messageId,
@@ -80,7 +90,7 @@ function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Op
     to: m.to.length > 0 ? m.to : undefined,
     cc: m.cc.length > 0 ? m.cc : undefined,
     replyTo: m.replyTo.length > 0 ? m.replyTo : undefined,
-    subject: m.subject,
+    subject: foldableSubject(m.subject),
     text: m.text ?? undefined,
     html: m.html ?? undefined,
     headers: m.headers,

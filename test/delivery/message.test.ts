@@ -82,6 +82,25 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     expect(parsed.html).toBe(longHtml);
   });
 
+  it('folds a subject of one 998-character word into lines of at most 998 octets', async () => {
+    const { t, sink, auth } = d;
+    for (const subject of [
+      'S'.repeat(998),
+      `Re: ${'x'.repeat(994)}`,
+      `${'w '.repeat(40)}${'y'.repeat(900)}`,
+    ]) {
+      const to = `fold-${subject.length}-${subject.charCodeAt(0)}@example.org`;
+      const id = await sendEmail(t, auth, { to, subject, text: 'x' });
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      const delivered = sink.deliveredTo(to);
+      expect(delivered).toHaveLength(1);
+      const { raw } = delivered[0]!;
+      const lines = raw.toString('binary').split('\r\n');
+      expect(Math.max(...lines.map((l) => l.length))).toBeLessThanOrEqual(998);
+      expect((await simpleParser(raw)).subject).toBe(subject);
+    }
+  });
+
   it('writes DATA_DIR/outbox/<id>.eml, parseable, and calls the email sent when there is no relay', async () => {
     const { t, auth } = d;
     const outbox = path.join(t.ts.dataDir, 'outbox');
