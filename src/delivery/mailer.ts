@@ -272,13 +272,26 @@ export class SmtpRelay {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
         return { accepted: [], rejected: e.rejectedErrors.map(toFailure), response: e.response ?? e.message };
       }
-      throw new DeliveryError(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`, isPermanent(e));
+      throw new DeliveryError(
+        e.response ?? `${e.code ?? 'ERROR'}: ${withoutAddress(e.message)}`,
+        isPermanent(e),
+      );
     }
   }
 
   close(): void {
     this.transport.close();
   }
+}
+
+/**
+ * A socket error's text without the relay's address (`connect ECONNREFUSED 10.0.0.7:25`): it is stored as
+ * the email's lastError, which every key of the organisation can read, and the relay is the operator's.
+ */
+export function withoutAddress(message: string): string {
+  return message
+    .replace(/^((?:connect|getaddrinfo|queryA|querySrv) E[A-Z_]+) \S+/, '$1 (the relay)')
+    .replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b/g, '(the relay)');
 }
 
 /**

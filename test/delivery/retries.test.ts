@@ -183,6 +183,11 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
           const emails = await Promise.all(ids.map((id) => getEmail(t, auth, id)));
           return emails.every((e) => e.status === 'deferred' && /ECONNREFUSED/.test(e.lastError ?? ''));
         });
+        // The relay's address is the operator's: not in what every key of the organisation can read.
+        const deferred = await getEmail(t, auth, ids[0]!);
+        const shown = JSON.stringify(deferred);
+        expect(shown).not.toContain('127.0.0.1');
+        expect(shown).not.toContain(`:${port}`);
         const sink = await startSmtpSink({ port });
         try {
           const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
