@@ -37,6 +37,9 @@ function endingOnWholeSecond(cb: Callback): Callback {
   };
 }
 
+/** A failure this long after its command was sent came from a late timer (runtime.ts: 500 ms timeout). */
+const LATE_TIMER_MS = 650;
+
 /** After Redis fails to answer, requests count locally for this long before one of them tries it again. */
 const REDIS_RETRY_MS = 5_000;
 
@@ -81,6 +84,9 @@ export function sharedLimitStore(
           probing = false;
           if (err) {
             const now = Date.now();
+            // Failed well after the command timeout: its timer ran late, the event loop was stopped, and
+            // the reply may well be waiting unread. That says nothing about Redis.
+            if (now - sentAt > LATE_TIMER_MS) return local.incr(key, cb, timeWindow, max);
             if (failing || (failedAt > 0 && sentAt >= failedAt)) {
               if (!failing) onChange(false, err);
               failing = true;
@@ -90,7 +96,7 @@ export function sharedLimitStore(
             }
             return local.incr(key, cb, timeWindow, max);
           }
-          failedAt = 0;
+          if (sentAt >= failedAt) failedAt = 0;
           if (failing) onChange(true);
           failing = false;
           cb(null, result);
