@@ -236,9 +236,12 @@ function relayName(url: URL): string {
 /** The pooled nodemailer transport itself; it runs on the SMTP thread. */
 export class SmtpRelay {
   private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
+  /** What the relay and nodemailer say, as stored for the organisation (withoutAddress). */
+  private readonly scrub: (text: string) => string;
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
+    this.scrub = (text) => withoutAddress(text, url.hostname.replace(/^\[|\]$/g, ''));
     this.transport = nodemailer.createTransport({
       pool: true,
       host: url.hostname,
@@ -260,22 +263,25 @@ export class SmtpRelay {
   async send(message: OutgoingMessage): Promise<DeliveryResult> {
     try {
       const info = await this.transport.sendMail(mailOptions(message, this.options.dkim));
-      const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map(toFailure);
+      const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
+        toFailure(e, this.scrub),
+      );
       return {
         accepted: (info.accepted ?? []).map(String),
         rejected: rejectedErrors,
-        response: info.response ?? '',
+        response: this.scrub(info.response ?? ''),
       };
     } catch (err) {
       const e = err as SmtpError;
       if (e.rejectedErrors && e.rejectedErrors.length > 0) {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
-        return { accepted: [], rejected: e.rejectedErrors.map(toFailure), response: e.response ?? e.message };
+        return {
+          accepted: [],
+          rejected: e.rejectedErrors.map((r) => toFailure(r, this.scrub)),
+          response: this.scrub(e.response ?? e.message),
+        };
       }
-      throw new DeliveryError(
-        e.response ?? `${e.code ?? 'ERROR'}: ${withoutAddress(e.message)}`,
-        isPermanent(e),
-      );
+      throw new DeliveryError(this.scrub(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), isPermanent(e));
     }
   }
 
@@ -288,10 +294,23 @@ export class SmtpRelay {
  * A socket error's text without the relay's address (`connect ECONNREFUSED 10.0.0.7:25`): it is stored as
  * the email's lastError, which every key of the organisation can read, and the relay is the operator's.
  */
-export function withoutAddress(message: string): string {
-  return message
-    .replace(/^((?:connect|getaddrinfo|queryA|querySrv) E[A-Z_]+) \S+/, '$1 (the relay)')
-    .replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b/g, '(the relay)');
+export function withoutAddress(message: string, host = ''): string {
+  let text = message;
+  // The configured host name, wherever it appears (a greeting, a TLS name check, a DNS failure).
+  if (host !== '') {
+    const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    text = text.replace(new RegExp(`${literal}(?::\\d+)?`, 'g'), '(the relay)');
+  }
+  return (
+    text
+      .replace(/^((?:connect|getaddrinfo|query[A-Za-z]*) E[A-Z_]+) (?!\(the relay\))\S+/, '$1 (the relay)')
+      .replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b/g, '(the relay)')
+      // IPv6: compressed (`fd00::7`, `::1`) or with at least five groups, so that a time (12:34:56) stays.
+      .replace(
+        /\[?(?:[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?|(?:[0-9a-f]{1,4}:){4,7}[0-9a-f]{1,4})\]?(?::\d+)?/gi,
+        '(the relay)',
+      )
+  );
 }
 
 /**
@@ -304,10 +323,10 @@ function isPermanent(e: SmtpError): boolean {
   return typeof e.responseCode !== 'number' || e.responseCode >= 500;
 }
 
-function toFailure(e: SmtpError): RecipientFailure {
+function toFailure(e: SmtpError, scrub: (text: string) => string): RecipientFailure {
   return {
     address: e.recipient ?? '',
-    response: e.response ?? e.message,
+    response: scrub(e.response ?? e.message),
     permanent: typeof e.responseCode === 'number' && e.responseCode >= 500,
   };
 }
