@@ -151,10 +151,10 @@ export class DeliveryWorker {
   }
 
   private async claimAndSend(): Promise<void> {
-    // Only a worker with nothing in hand asks whether anything is due before claiming (anyDue): right
-    // after a full claim there is probably more, and held results are written anyway, in the claim's
-    // commit (a read awaited first would let them commit on their own on PostgreSQL).
-    const idle = !this.wanted && this.sending === 0 && !this.recorder.holding();
+    // A poll asks whether anything is due before claiming (anyDue), unless right after a full claim
+    // (there is probably more) or with results held: those are written anyway, in the claim's commit (a
+    // read awaited first would let them commit on their own on PostgreSQL). Sends in flight write nothing.
+    const idle = !this.wanted && !this.recorder.holding();
     this.wanted = false;
     const free = this.o.concurrency - this.sending;
     // All slots busy: no claim is tried, so nothing is learnt about the store either way.
