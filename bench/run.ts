@@ -29,7 +29,8 @@ const CONNECTIONS = 50;
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 2000);
 const SEED_CONTACTS = 10_000;
 /** Pairs of runs (the bare route, then Mailroom) per HTTP row. */
-const PAIRS = Math.max(1, Math.floor(Number(process.env.BENCH_PAIRS ?? 3)) || 3);
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 3);
+if (!Number.isInteger(PAIRS) || PAIRS < 1) throw new Error(`BENCH_PAIRS must be a whole number ≥ 1`);
 /** Delivery figures swing most on a shared machine: each is the median of this many runs. */
 const DELIVERY_RUNS = 3;
 

@@ -41,18 +41,18 @@ const HAS_KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/;
  * personal data) are left out.
  */
 export function loggedUrl(url: string): string {
-  const masked = url.replace(/[^/?&=]+/g, (part) => {
-    let decoded = part;
-    try {
-      decoded = decodeURIComponent(part.replace(/\+/g, ' '));
-    } catch {
-      // broken %-encoding: checked as it is
-    }
-    return HAS_KEY_TEXT.test(decoded) ? decoded.replace(KEY_TEXT, 'mr_[redacted]') : part;
+  // Most URLs have nothing to mask or leave out.
+  if (!/%|mr_|email/i.test(url)) return url;
+  const query = url.indexOf('?');
+  return url.replace(/([/?&])([^/?&]*)/g, (whole, sep: string, part: string, at: number) => {
+    // Each escape on its own, so that a broken one elsewhere in the token cannot turn the check off.
+    const decoded = part
+      .replace(/\+/g, ' ')
+      .replace(/%([0-9A-Fa-f]{2})/g, (_, h: string) => String.fromCharCode(parseInt(h, 16)));
+    if (query >= 0 && at >= query && /^email=/i.test(decoded))
+      return `${sep}${part.slice(0, part.indexOf('=') + 1)}[redacted]`;
+    return HAS_KEY_TEXT.test(decoded) ? sep + decoded.replace(KEY_TEXT, 'mr_[redacted]') : whole;
   });
-  const query = masked.indexOf('?');
-  if (query < 0) return masked;
-  return masked.slice(0, query) + masked.slice(query).replace(/([?&]email=)[^&]*/gi, '$1[redacted]');
 }
 
 interface LoggedRequest {

@@ -33,15 +33,19 @@ export const REFUSED_HEADERS = new Set(
 );
 
 /**
- * Whole families Mailroom keeps for itself: every `Content-*` header describes the MIME structure it
- * builds (`Content-Base` or `Content-Location` could point mail clients at other files), and `Resent-*`
+ * Whole families Mailroom keeps for itself: `Content-*` headers (all but Content-Language and
+ * Content-Description) describe the MIME structure it builds (`Content-Base` or `Content-Location` could
+ * point mail clients at other files), and `Resent-*`
  * headers name senders and recipients, which would get around the From rule in the clients that show them.
  */
 const REFUSED_PREFIXES = ['content-', 'resent-'];
+/** Content-* headers that say nothing about the structure: a localised message's language, a label. */
+const ALLOWED_CONTENT = new Set(['content-language', 'content-description']);
 
 /** Whether a custom header name is one Mailroom sets itself (refused in an email's `headers`). */
 export function isRefusedHeader(name: string): boolean {
   const lower = name.toLowerCase();
+  if (ALLOWED_CONTENT.has(lower)) return false;
   return REFUSED_HEADERS.has(lower) || REFUSED_PREFIXES.some((prefix) => lower.startsWith(prefix));
 }
 
