@@ -33,7 +33,7 @@ function flaky(store: Store): { store: Store; down: boolean; claims: number } {
   return state;
 }
 
-describe.each(storeKinds())('delivery while the store refuses claims, on %s', (kind) => {
+describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
   let t: TestApp, sink: SmtpSink, mailer: SmtpMailer, auth: string;
   beforeAll(async () => {
     t = await createTestApp(kind, TEST_ENV);
@@ -74,22 +74,8 @@ describe.each(storeKinds())('delivery while the store refuses claims, on %s', (k
       await worker.stop();
     }
   });
-});
 
-describe.each(storeKinds())('an idle worker, on %s', (kind) => {
-  let t: TestApp, sink: SmtpSink, mailer: SmtpMailer, auth: string;
-  beforeAll(async () => {
-    t = await createTestApp(kind, TEST_ENV);
-    sink = await startSmtpSink();
-    mailer = new SmtpMailer({ url: sink.url });
-    auth = (await t.newKey()).auth;
-  });
-  afterAll(async () => {
-    await mailer.close();
-    await sink.close();
-    await t.close();
-  });
-
+  // An idle worker.
   it('polls without writing, and claims once something is due', async () => {
     const counted = flaky(t.ts.store);
     const worker = startWorker(t, mailer, { store: counted.store, pollMs: 20 });
