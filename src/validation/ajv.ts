@@ -194,7 +194,7 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
       }
       // Walked before the rules: they may serialise values, which a deeply nested one would overflow.
       const shallow = part === 'headers' || characterDetails(data, details);
-      if (!validate(data)) details.push(...toDetails(validate.errors ?? [], part));
+      if (!validate(data)) details.push(...toDetails(data, validate.errors ?? [], part));
       if (rules && shallow && isObject(data)) {
         details.push(...rules(data).map((d) => ({ ...d, rank: RANK.rule })));
       }
@@ -218,13 +218,19 @@ function decodePointer(segment: string): string {
   return segment.replace(/~1/g, '/').replace(/~0/g, '~');
 }
 
-export function fieldPath(instancePath: string, child?: string): string {
+/**
+ * The field as the client wrote it, from Ajv's JSON pointer into `data`: an index into an array is `[n]`,
+ * a key of an object is `.key`, digits or not (`customFields.7`), as characterDetails names them.
+ */
+export function fieldPath(data: unknown, instancePath: string, child?: string): string {
   const segments = instancePath.split('/').slice(1).map(decodePointer);
   if (child !== undefined) segments.push(child);
   let out = '';
+  let at: unknown = data;
   for (const s of segments) {
-    if (/^\d+$/.test(s)) out += `[${s}]`;
+    if (Array.isArray(at)) out += `[${s}]`;
     else out += out === '' ? s : `.${s}`;
+    at = isObject(at) || Array.isArray(at) ? (at as Record<string, unknown>)[s] : undefined;
   }
   return out;
 }
@@ -283,7 +289,7 @@ function messageOf(e: ErrorObject): string {
 }
 
 /** Maps Ajv's errors to the contract's details, ranked by what they say. */
-function toDetails(errors: readonly ErrorObject[], part: string): Ranked[] {
+function toDetails(data: unknown, errors: readonly ErrorObject[], part: string): Ranked[] {
   // For "one of several shapes" (a string or an array of strings), report the errors of the branch whose
   // type matches what the client sent; if none matches, say which types are accepted.
   const drop = new Set<ErrorObject>();
@@ -313,15 +319,15 @@ function toDetails(errors: readonly ErrorObject[], part: string): Ranked[] {
     let message: string;
     let rank: number = RANK.schema;
     if (e.keyword === 'required') {
-      field = fieldPath(e.instancePath, String(p.missingProperty));
+      field = fieldPath(data, e.instancePath, String(p.missingProperty));
       message = 'is required';
       rank = RANK.type;
     } else if (e.keyword === 'additionalProperties') {
-      field = fieldPath(e.instancePath, String(p.additionalProperty));
+      field = fieldPath(data, e.instancePath, String(p.additionalProperty));
       message = 'is not an allowed field';
       rank = RANK.unknownField;
     } else {
-      field = fieldPath(e.instancePath);
+      field = fieldPath(data, e.instancePath);
       message = replace.get(e) ?? messageOf(e);
       if (e.keyword === 'type' || replace.has(e)) rank = RANK.type;
     }

@@ -89,6 +89,9 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     expect400(await post({ customFields: { plan: [1] } }), 'contacts', ['customFields.plan']);
     expect400(await post({ customFields: 'x' }), 'contacts', ['customFields']);
     expect400(await post({ customFields: [] }), 'contacts', ['customFields']);
+    // A key of digits is a key, however its value fails: `customFields.8`, never `customFields[8]`.
+    const digits = await post({ customFields: { 7: 'a\u0000', 8: {} } });
+    expect400(digits, 'contacts', ['customFields.7', 'customFields.8']);
   });
 
   it('body types are not coerced and unknown fields are named', async () => {

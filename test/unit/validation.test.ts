@@ -43,14 +43,22 @@ describe('addresses', () => {
 });
 
 describe('field paths', () => {
+  const body = {
+    to: ['a@x.test', 'b'],
+    tags: [{ name: 'n' }],
+    customFields: { plan: 1, 7: {} },
+    headers: { 'a/b': 1 },
+  };
   it.each([
     ['/to/1', undefined, 'to[1]'],
     ['/tags/0', 'value', 'tags[0].value'],
     ['/customFields/plan', undefined, 'customFields.plan'],
+    // A key of digits is still a key: written as characterDetails writes it.
+    ['/customFields/7', undefined, 'customFields.7'],
     ['/headers/a~1b', undefined, 'headers.a/b'],
     ['', 'contactIds', 'contactIds'],
   ])('%s + %s is %s', (pointer, child, expected) => {
-    expect(fieldPath(pointer, child)).toBe(expected);
+    expect(fieldPath(body, pointer, child)).toBe(expected);
   });
 });
 
