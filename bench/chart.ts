@@ -1,4 +1,5 @@
-// A small SVG bar chart of each figure's ratio to its ceiling, with the target marked.
+// The bench's SVG charts: each figure's ratio to its ceiling (npm run bench), and p99 against the number
+// of contacts (npm run bench:scale).
 import type { Row } from './run.js';
 
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
@@ -28,4 +29,77 @@ export function renderChart(rows: Row[]): string {
     '</svg>',
     '',
   ].join('\n');
+}
+
+const PALETTE = [
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf',
+  '#393b79',
+  '#637939',
+];
+
+/**
+ * p99 (ms) of each query at each data size, one line per query, sizes on a log scale. The y axis runs to
+ * at least 50 ms, the issue's target for page 1 of a filter, drawn dashed with the 10 ms of page 1.
+ */
+export function renderScaleChart(sizes: number[], series: { name: string; p99: number[] }[]): string {
+  const left = 60;
+  const plotW = 420;
+  const plotH = 300;
+  const top = 30;
+  const legendX = left + plotW + 30;
+  const width = legendX + 260;
+  const height = Math.max(top + plotH + 50, top + series.length * 18 + 20);
+  const yMax = Math.max(50, ...series.flatMap((s) => s.p99)) * 1.05;
+  const logs = sizes.map(Math.log10);
+  const [lo, hi] = [Math.min(...logs), Math.max(...logs)];
+  const x = (size: number) => left + (hi === lo ? plotW / 2 : ((Math.log10(size) - lo) / (hi - lo)) * plotW);
+  const y = (ms: number) => top + plotH - (ms / yMax) * plotH;
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<text x="${left}" y="16" font-weight="bold">p99 latency (ms) against contacts in the organisation</text>`,
+    `<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#888"/>`,
+    `<line x1="${left}" x2="${left + plotW}" y1="${top + plotH}" y2="${top + plotH}" stroke="#888"/>`,
+  ];
+  for (const size of sizes) {
+    out.push(
+      `<text x="${x(size)}" y="${top + plotH + 18}" text-anchor="middle">${size.toLocaleString('en')}</text>`,
+    );
+  }
+  for (const ms of [0, 10, 20, 30, 40, 50].filter((v) => v <= yMax)) {
+    out.push(`<text x="${left - 6}" y="${y(ms) + 4}" text-anchor="end">${ms}</text>`);
+  }
+  for (const [ms, label] of [
+    [10, 'target: unfiltered page 1'],
+    [50, 'target: page 1 of a filter'],
+  ] as const) {
+    out.push(
+      `<line x1="${left}" x2="${left + plotW}" y1="${y(ms)}" y2="${y(ms)}" stroke="#222" stroke-dasharray="3,2"/>`,
+      `<text x="${left + plotW}" y="${y(ms) - 4}" text-anchor="end" fill="#222">${label} (${ms} ms)</text>`,
+    );
+  }
+  series.forEach((s, i) => {
+    const colour = PALETTE[i % PALETTE.length]!;
+    const points = s.p99.map((ms, j) => `${x(sizes[j]!)},${y(ms)}`);
+    out.push(`<polyline points="${points.join(' ')}" fill="none" stroke="${colour}" stroke-width="2"/>`);
+    for (const p of points) {
+      const [px, py] = p.split(',');
+      out.push(`<circle cx="${px}" cy="${py}" r="3" fill="${colour}"/>`);
+    }
+    const ly = top + i * 18;
+    out.push(
+      `<rect x="${legendX}" y="${ly}" width="12" height="12" fill="${colour}"/>`,
+      `<text x="${legendX + 18}" y="${ly + 10}">${esc(s.name)}</text>`,
+    );
+  });
+  out.push('</svg>', '');
+  return out.join('\n');
 }

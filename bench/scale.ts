@@ -1,10 +1,10 @@
 // `npm run bench:scale`: latency of the contact reads as one organisation grows to 10k, 100k and 1M
 // contacts (BENCH_SCALE_SIZES to change), against the real server on the embedded store. Written to the
-// "scale" section of BENCHMARKS.md. Seeding goes straight through the store (bench/seed.ts). At each size
-// the search index file is built again from zero, timed (what a restore or a lost index file costs), so
-// the substring rows always read a complete index.
+// "scale" section of BENCHMARKS.md, with bench/scale.svg (p99 against size). Seeding goes straight through
+// the store (bench/seed.ts). At each size the search index file is built again from zero, timed (what a
+// restore or a lost index file costs), so the substring rows always read a complete index.
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
@@ -14,6 +14,7 @@ import { openStore } from '../src/runtime.js';
 import { SEARCH_FILE, SearchIndexer, removeSearchFile } from '../src/store/search-index.js';
 import { benchDataDir, freePort, ROOT, rssMiB, startChild, waitHealthy } from './lib.js';
 import { writeSection } from './report.js';
+import { renderScaleChart } from './chart.js';
 import { seedContacts } from './seed.js';
 
 const SIZES = (process.env.BENCH_SCALE_SIZES ?? '10000,100000,1000000').split(',').map(Number);
@@ -97,10 +98,15 @@ async function main(): Promise<void> {
         measure(name, { url: `${base}/api/v1/contacts?${query}`, headers });
       rows.push(await get('contacts page 1', 'limit=20'));
       rows.push(await get('contacts page 500', 'limit=20&page=500'));
+      // `7777` matches few contacts (1 in 5,000); `example1` matches about 1 in 9 (example1, example10–19),
+      // enough at 1M for a page 500 (10,000 matches before it).
       rows.push(await get('email substring, page 1', 'limit=20&email=7777'));
+      rows.push(await get('email substring (1 in 9), page 1', 'limit=20&email=example1'));
+      rows.push(await get('email substring (1 in 9), page 500', 'limit=20&email=example1&page=500'));
       rows.push(await get('tag, page 1', 'limit=20&tag=vip'));
       rows.push(await get('tag, page 500', 'limit=20&tag=vip&page=500'));
       rows.push(await get('unsubscribed, page 1', 'limit=20&unsubscribed=true'));
+      rows.push(await get('unsubscribed, page 500', 'limit=20&unsubscribed=true&page=500'));
       rows.push(await measure('list-all lists', { url: `${base}/api/v1/lists`, headers }));
       rows.push(
         await measure('add 100 contacts to a list', {
@@ -141,7 +147,16 @@ async function main(): Promise<void> {
     `| server RSS after the run (MiB) | ${results.map((r) => r.rss).join(' | ')} |`,
     `| search index built from zero (s) | ${results.map((r) => r.indexSeconds).join(' | ')} |`,
     '',
+    '![p99 latency against the number of contacts](bench/scale.svg)',
+    '',
   ];
+  writeFileSync(
+    path.join(ROOT, 'bench', 'scale.svg'),
+    renderScaleChart(
+      results.map((r) => r.size),
+      names.map((name, i) => ({ name, p99: results.map((r) => r.rows[i]!.p99) })),
+    ),
+  );
   writeSection('scale', lines.join('\n'));
   console.log(lines.join('\n'));
 }

@@ -12,8 +12,9 @@ export function useJsonBodies(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     if (body === '') return done(null, undefined);
     parseJson(req, body as string, (err, value) => {
-      // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong.
-      if (err && /"(__proto__|constructor)"\s*:/.test(body as string)) {
+      // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong. Only
+      // text that is valid JSON was refused for its keys: `{"constructor":1,}` is just broken JSON.
+      if (err && /"(__proto__|constructor)"\s*:/.test(body as string) && isJson(body as string)) {
         return done(
           validationError(
             [{ field: 'body', message: 'must not contain __proto__ or constructor.prototype keys' }],
@@ -25,4 +26,13 @@ export function useJsonBodies(app: FastifyInstance): void {
       done(err, value);
     });
   });
+}
+
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
 }

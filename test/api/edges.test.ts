@@ -255,6 +255,16 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     });
     expect400(res, 'contacts', ['body']);
     expect(res.json().error).toMatch(/forbidden key/);
+    // Broken JSON that happens to hold such a key is broken JSON.
+    const broken = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      headers: { 'content-type': 'application/json' },
+      payload: '{"email":"p@example.com","constructor":"x",}',
+    });
+    expect400(broken, 'contacts', ['body']);
+    expect(broken.json().error).toBe('Request body is not valid JSON');
   });
 
   it('reports a bad Idempotency-Key under the name clients send', async () => {
