@@ -4,6 +4,12 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseConfiguredMailbox } from './validation/addresses.js';
 
+/**
+ * DELIVERY_LEASE_MS's default. Short, because it bounds how long a crash delays mail; a live worker renews
+ * its leases every quarter of it, so a slow relay never makes a send look abandoned.
+ */
+export const DEFAULT_LEASE_MS = 30_000;
+
 export interface Config {
   port: number;
   host: string;
@@ -118,7 +124,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     deliveryRetryBaseMs: int(env, 'DELIVERY_RETRY_BASE_MS', 30_000, 1, 86_400_000),
     deliveryMaxAttempts: int(env, 'DELIVERY_MAX_ATTEMPTS', 12, 1, 100),
     deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),
-    deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', 30_000, 1000, 86_400_000),
+    deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', DEFAULT_LEASE_MS, 1000, 86_400_000),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     requestTimeoutMs: int(env, 'REQUEST_TIMEOUT_MS', 30_000, 1000, 600_000),
     logLevel,

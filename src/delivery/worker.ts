@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock, Ids } from '../clock.js';
+import { DEFAULT_LEASE_MS } from '../config.js';
 import {
   type EventRow,
   type RecipientRow,
@@ -10,6 +11,7 @@ import {
   deleteExpiredIdempotency,
   insertEvents,
 } from '../emails/emails.repository.js';
+import { IDEMPOTENCY_TTL_MS } from '../emails/emails.service.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
@@ -38,11 +40,6 @@ export interface WorkerOptions {
   random?: () => number;
 }
 
-/**
- * Short, because it bounds how long a crash delays mail; a live worker renews its leases every quarter of
- * it, so a slow relay never makes a send look abandoned.
- */
-export const DEFAULT_LEASE_MS = 20_000;
 export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
 /** How long a result may wait for company before it is written alone. */
 const RESULT_HOLD_MS = 20;
@@ -60,8 +57,12 @@ export class DeliveryWorker {
   private sending = 0;
   /** Attempts not yet recorded (sending, or their result waiting for its commit). */
   private inflight = new Set<Promise<void>>();
-  /** Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. */
-  private leased = new Set<string>();
+  /**
+   * Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. Counted:
+   * after a lost lease the same email can be claimed again while the first attempt still runs, and that
+   * attempt's end must not stop the renewals of the second.
+   */
+  private leased = new Map<string, number>();
   /**
    * Claims wait until this many slots are free, so a busy worker claims (and records) in batches that share
    * a commit, instead of one small transaction per finished send.
@@ -198,7 +199,9 @@ export class DeliveryWorker {
     const leaseUntil = new Date(this.o.clock.now().getTime() + this.leaseMs).toISOString();
     try {
       // Batched with the results, so renewals and results never lock the same rows in opposite orders.
-      await this.o.store.batch((trx) => queue.renewLeases(trx, this.owner, [...this.leased], leaseUntil));
+      await this.o.store.batch((trx) =>
+        queue.renewLeases(trx, this.owner, [...this.leased.keys()], leaseUntil),
+      );
     } catch (err) {
       this.o.logger.warn({ err }, 'delivery: renewing leases failed');
     }
@@ -247,10 +250,12 @@ export class DeliveryWorker {
    * held (and renewed) until the result is committed.
    */
   private deliver(email: EmailRow, recipients: RecipientRow[]): void {
-    this.leased.add(email.id);
+    this.leased.set(email.id, (this.leased.get(email.id) ?? 0) + 1);
     this.sending++;
     const attempt = this.attempt(email, recipients).finally(() => {
-      this.leased.delete(email.id);
+      const holds = this.leased.get(email.id)! - 1;
+      if (holds === 0) this.leased.delete(email.id);
+      else this.leased.set(email.id, holds);
       this.inflight.delete(attempt);
     });
     this.inflight.add(attempt);
@@ -343,7 +348,7 @@ export class DeliveryWorker {
     const now = this.o.clock.now().getTime();
     if (now - this.lastCleanup < 10 * 60_000) return;
     this.lastCleanup = now;
-    const cutoff = new Date(now - 24 * 60 * 60 * 1000).toISOString();
+    const cutoff = new Date(now - IDEMPOTENCY_TTL_MS).toISOString();
     // Asked first, like a poll (claim): most runs find nothing to delete and then take no write lock.
     if (!(await anyExpiredIdempotency(this.o.store.db, cutoff))) return;
     await this.o.store.write((trx) => deleteExpiredIdempotency(trx, cutoff));

@@ -1,12 +1,13 @@
 // The worker while its store refuses every claim (PostgreSQL down, a full disk): it backs off instead of
 // retrying every poll, logs the fault once rather than at every try, and delivers what is due once the
 // store answers again. The outage is a fake: a real store cannot be made to refuse on cue in-process.
+// A worker that lost a lease and claims the same email again keeps renewing the new lease.
 // And while another process holds SQLite's write lock: an idle worker's polls do not wait for it.
 import Database from 'better-sqlite3';
 import path from 'node:path';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SmtpMailer } from '../../src/delivery/mailer.js';
+import { type Mailer, SmtpMailer } from '../../src/delivery/mailer.js';
 import type { Store } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
@@ -87,6 +88,46 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       expect((await settled(t, auth, id)).status).toBe('sent');
       expect(counted.claims).toBeGreaterThan(0);
     } finally {
+      await worker.stop();
+    }
+  });
+
+  it('keeps renewing the lease of a second claim when the first, stale attempt of the same email ends', async () => {
+    // Each send of the email waits for its own release: a relay slower than the lease.
+    const gates: (() => void)[] = [];
+    const slow: Mailer = {
+      description: mailer.description,
+      close: async () => undefined,
+      send: async (message) => {
+        await new Promise<void>((release) => gates.push(release));
+        return mailer.send(message);
+      },
+    };
+    const worker = startWorker(t, slow, { leaseMs: 200, sendTimeoutMs: 30_000 });
+    try {
+      const id = await sendEmail(t, auth, basicEmail('twice-claimed@example.org'));
+      await eventually(() => gates.length === 1, 5_000, 'first send started');
+      // The lease runs out before a renewal lands (a store outage longer than the lease): written here
+      // directly, since which comes first after an outage, the renewal or a claim, is a race.
+      const past = new Date(Date.now() - 1_000).toISOString();
+      await t.ts.store.write((trx) =>
+        trx
+          .updateTable('emails')
+          .set({ lease_owner: 'lost', lease_until: past, next_attempt_at: past })
+          .where('id', '=', id)
+          .execute(),
+      );
+      await eventually(() => gates.length === 2, 5_000, 'claimed again by the same worker');
+      // The first attempt ends; its result is refused (the lease moved on). The second's lease must
+      // still be renewed: three lease periods later, nobody has claimed the email a third time.
+      gates[0]!();
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(gates).toHaveLength(2);
+      gates[1]!();
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      expect(gates).toHaveLength(2);
+    } finally {
+      for (const release of gates) release();
       await worker.stop();
     }
   });
