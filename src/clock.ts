@@ -12,7 +12,3 @@ export interface Ids {
 
 export const systemClock: Clock = { now: () => new Date() };
 export const uuidIds: Ids = { next: () => uuidv7() };
-
-export function iso(date: Date): string {
-  return date.toISOString();
-}

@@ -31,16 +31,19 @@ export type ErrorCode = keyof typeof STATUS;
 export class AppError extends Error {
   readonly code: ErrorCode;
   readonly details: ErrorDetail[] | undefined;
+  /** A client error of Fastify's own (408, 431, …) keeps its status rather than its code's. */
+  private readonly statusOverride: number | undefined;
 
-  constructor(code: ErrorCode, message: string, details?: ErrorDetail[]) {
+  constructor(code: ErrorCode, message: string, details?: ErrorDetail[], statusOverride?: number) {
     super(message);
     this.name = 'AppError';
     this.code = code;
     this.details = details;
+    this.statusOverride = statusOverride;
   }
 
   get status(): number {
-    return STATUS[this.code];
+    return this.statusOverride ?? STATUS[this.code];
   }
 }
 

@@ -134,7 +134,8 @@ export function openStore(config: Config, { logger, use = 'long-running' }: Stor
 }
 
 export function createMailer(config: Config): Mailer {
-  // Enough connections that claimed emails do not wait inside nodemailer while holding their leases.
+  // At most 10 connections to the relay (relays limit connections per client); further claims in flight
+  // wait in the pool's queue, under leases the worker keeps renewing.
   const maxConnections = Math.min(config.deliveryConcurrency, 10);
   if (config.smtpUrl) return new SmtpMailer({ url: config.smtpUrl, dkim: config.dkim, maxConnections });
   return new FileOutboxMailer(path.join(config.dataDir, 'outbox'), config.dkim);

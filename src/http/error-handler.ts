@@ -1,6 +1,6 @@
 // Turns any error into the contract's status and body: `{ success: false, error, details? }` for lists and
 // contacts, `{ error, details? }` for emails. Internals (stacks, SQL) never reach a response.
-import { AppError, type ErrorDetail, STATUS } from '../errors.js';
+import { AppError, type ErrorDetail } from '../errors.js';
 import { isStoreUnavailable } from '../store/dialect.js';
 
 interface FastifyishError {
@@ -36,8 +36,7 @@ function classify(err: unknown): AppError {
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     // A client error raised by Fastify itself (e.g. prototype poisoning in JSON, or a body the client
     // aborted, whose ECONNRESET is the client's socket and not the store's): keep its status.
-    const err4xx = new AppError('VALIDATION_FAILED', e.message ?? 'Bad request');
-    return Object.assign(err4xx, { overrideStatus: e.statusCode });
+    return new AppError('VALIDATION_FAILED', e.message ?? 'Bad request', undefined, e.statusCode);
   }
   if (isStoreUnavailable(err))
     return new AppError('STORE_UNAVAILABLE', 'The store is unavailable; try again shortly');
@@ -55,7 +54,7 @@ export function renderError(
   requestId: string,
 ): { status: number; body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } } {
   const appErr = classify(err);
-  const status = (appErr as AppError & { overrideStatus?: number }).overrideStatus ?? STATUS[appErr.code];
+  const status = appErr.status;
   // Key order matters to readers: success first, as in the spec's examples.
   const body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } = isEmailsPath(
     url,

@@ -1,6 +1,7 @@
 // Schema migrations, run by kysely's Migrator at start-up and by `mailroom migrate`. The DDL is written with
-// kysely's schema builder so the same migration runs on SQLite and PostgreSQL; the two dialect-specific
-// pieces (count triggers, the trigram index) are chosen by the `dialect` argument.
+// kysely's schema builder so the same migration runs on SQLite and PostgreSQL; the dialect-specific pieces
+// (count triggers, the search index's tables) are chosen by the `dialect` argument. PostgreSQL's trigram
+// index is not a migration: it needs an extension a restricted role may not create (store.ts, migrate).
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';

@@ -259,9 +259,9 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     snapshot: (fn) =>
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
     async migrate() {
+      const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
       // The trigram index makes substring search on email fast; it needs the pg_trgm extension, which
       // a restricted role may not be allowed to create. Search still works without it, only slower.
-      const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
       // One Mailroom process at a time: two running `if not exists` together can both decide to create,
       // and the loser's unique violation looked exactly like a role that may not create the extension.
       // Another client creating it meanwhile is the same race: so a failure is tried once more.
