@@ -136,3 +136,22 @@ export async function countByEmailIndex(
   const n = rows[0]?.n;
   return n === null || n === undefined ? undefined : Number(n);
 }
+
+/**
+ * A value that changes whenever a contact is added, deleted or readdressed, in any organisation, and never
+ * comes back: the highest search key issued and the highest retired id (migration 0009). A count of an
+ * email filter alone depends on nothing else, so it holds while this does. SQLite only: undefined on
+ * PostgreSQL, which has no such keys.
+ */
+export async function addressesVersion(
+  db: Executor,
+  dialect: DialectName | undefined,
+): Promise<string | undefined> {
+  if (dialect !== 'sqlite') return undefined;
+  const { rows } = await sql<{ v: string }>`select
+      (select max(retired_to, (select coalesce(max(search_key), 0) from contacts)) from contacts_search_state)
+      || ':' || coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0) as v`.execute(
+    db,
+  );
+  return rows[0]?.v;
+}

@@ -12,6 +12,7 @@ import {
   updateRules,
 } from './contacts.rules.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
+import { addressesVersion } from './contact-search.repository.js';
 import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
 
@@ -68,7 +69,12 @@ function emailTaken(email: string): AppError {
   ]);
 }
 
+/** How many email searches' totals are kept (count, below). */
+const KEPT_TOTALS = 256;
+
 export class ContactsService {
+  private readonly totals = new Map<string, { version: string; total: number }>();
+
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
@@ -127,10 +133,31 @@ export class ContactsService {
     const total =
       maintained ??
       learned ??
-      (page === 1 && contacts.length < limit
-        ? contacts.length
-        : await repo.countContacts(this.store.db, orgId, filter, this.store.dialect));
+      (page === 1 && contacts.length < limit ? contacts.length : await this.count(orgId, filter));
     return { contacts, pagination: pagination({ page, limit }, total) };
+  }
+
+  /**
+   * The filter's total, counted. An email substring alone that many contacts match is counted by scanning
+   * the organisation (about 0.1 s at a million contacts), so its total is kept, with the version of the
+   * addresses it was counted at, and used again (the next pages of the same search) until any contact is
+   * added, deleted or readdressed. The version is read before counting: a write committed in between
+   * changes it, so a count that saw the write is never kept under the version before it.
+   */
+  private async count(orgId: string, filter: repo.ContactFilter): Promise<number> {
+    const db = this.store.db;
+    const alone = filter.email !== undefined && filter.tag === undefined && filter.unsubscribed === undefined;
+    const version = alone ? await addressesVersion(db, this.store.dialect) : undefined;
+    if (version === undefined) return repo.countContacts(db, orgId, filter, this.store.dialect);
+    const key = `${orgId}\n${filter.email!.toLowerCase()}`;
+    const kept = this.totals.get(key);
+    if (kept?.version === version) return kept.total;
+    const total = await repo.countContacts(db, orgId, filter, this.store.dialect);
+    this.totals.delete(key);
+    this.totals.set(key, { version, total });
+    // Oldest first (insertion order): a bounded cache of recent searches.
+    if (this.totals.size > KEPT_TOTALS) this.totals.delete(this.totals.keys().next().value!);
+    return total;
   }
 
   async update(orgId: string, input: UpdateContactInput): Promise<Contact> {

@@ -149,4 +149,75 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
     expect(del.statusCode).toBe(200);
     expect((await search({ email: 'wombat' })).ids).toEqual([]);
   });
+
+  it('gives the right total for the same search as contacts are added, deleted or readdressed, by anyone', async () => {
+    // More matches than the index takes for a page of 2, and than it counts: the total is counted by the
+    // walk, and on SQLite kept for the next request until the addresses change.
+    const ids: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const res = await t.call({
+        method: 'POST',
+        url: '/api/v1/contacts',
+        auth,
+        payload: { email: `kept-total${i}@herd.test` },
+      });
+      ids.push(res.json().contact.id as string);
+    }
+    const total = async (want: number, step: string) => {
+      for (let i = 0; i < 2; i++) {
+        const got = await search({ email: 'KEPT-TOTAL', limit: '2' });
+        expect(got.pagination.total, `${step}, request ${i + 1}`).toBe(want);
+        expect(got.ids).toHaveLength(2);
+      }
+    };
+    await total(12, 'created');
+    await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: 'kept-total-x@herd.test' },
+    });
+    await total(13, 'one more');
+    await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: ids[0]! } });
+    await total(12, 'one deleted');
+    await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id: ids[1], email: 'away@herd.test' },
+    });
+    await total(11, 'one readdressed away');
+    await t.call({
+      method: 'PUT',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { id: ids[1], email: 'kept-totalz@herd.test' },
+    });
+    await total(12, 'and back');
+    // Written on a connection of its own, as another process (the CLI, a second server) would.
+    const other = t.ts.reopen();
+    try {
+      const at = new Date().toISOString();
+      const row: ContactRow = {
+        id: `${org}-other`,
+        organization_id: org,
+        email: 'kept-total-other@herd.test',
+        email_lower: 'kept-total-other@herd.test',
+        first_name: null,
+        last_name: null,
+        unsubscribed: 0,
+        custom_fields: '{}',
+        tags: '[]',
+        created_at: at,
+        updated_at: at,
+        json: null,
+      };
+      await other.write((trx) => insertContacts(trx, [{ row, tags: [] }]));
+      await total(13, 'one more from another connection');
+      await other.write((trx) => trx.deleteFrom('contacts').where('id', '=', row.id).execute());
+      await total(12, 'deleted from another connection');
+    } finally {
+      await other.close();
+    }
+  });
 });
