@@ -2,7 +2,7 @@ import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
-import { type DialectName, containsPattern, dialectOf, forUpdate } from '../store/dialect.js';
+import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../http/schemas.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
@@ -78,7 +78,7 @@ export function findContactByEmail(
 }
 
 /** Conditions on the contact row itself; the tag filter decides which table the query walks. */
-function rowConditions(filter: ContactFilter): RawBuilder<SqlBool>[] {
+function rowConditions(filter: ContactFilter, dialect: DialectName): RawBuilder<SqlBool>[] {
   const conditions: RawBuilder<SqlBool>[] = [];
   if (filter.unsubscribed !== undefined) {
     // A literal: SQLite matches it to migration 0007's index of unsubscribed contacts without re-planning
@@ -86,12 +86,13 @@ function rowConditions(filter: ContactFilter): RawBuilder<SqlBool>[] {
     conditions.push(sql<SqlBool>`contacts.unsubscribed = ${sql.lit(filter.unsubscribed ? 1 : 0)}`);
   }
   if (filter.email !== undefined) {
-    // ESCAPE makes `%` and `_` in the filter literal; kysely has no LIKE … ESCAPE operator, hence raw SQL.
-    const pattern = containsPattern(filter.email.toLowerCase());
-    conditions.push(sql<SqlBool>`contacts.email_lower like ${pattern} escape '\\'`);
+    conditions.push(containsText(dialect, 'contacts.email_lower', filter.email.toLowerCase()));
   }
   return conditions;
 }
+
+const hasRowConditions = (filter: ContactFilter) =>
+  filter.unsubscribed !== undefined || filter.email !== undefined;
 
 function byTag(db: Executor, organizationId: string, tag: string, filter: ContactFilter) {
   return db
@@ -99,14 +100,14 @@ function byTag(db: Executor, organizationId: string, tag: string, filter: Contac
     .innerJoin('contacts', 'contacts.id', 'contact_tags.contact_id')
     .where('contact_tags.organization_id', '=', organizationId)
     .where('contact_tags.tag', '=', tag)
-    .where((eb) => eb.and(rowConditions(filter)));
+    .where((eb) => eb.and(rowConditions(filter, dialectOf(db))));
 }
 
 function byOrganization(db: Executor, organizationId: string, filter: ContactFilter) {
   return db
     .selectFrom('contacts')
     .where('contacts.organization_id', '=', organizationId)
-    .where((eb) => eb.and(rowConditions(filter)));
+    .where((eb) => eb.and(rowConditions(filter, dialectOf(db))));
 }
 
 export interface ContactPage {
@@ -131,7 +132,7 @@ export async function pageContacts(
   // An email substring that matches few contacts: read the matches through SQLite's trigram index.
   const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
   if (indexed) return indexed;
-  if (filter.tag !== undefined && rowConditions(filter).length === 0) {
+  if (filter.tag !== undefined && !hasRowConditions(filter)) {
     return { contacts: jsonOf(await tagPage.all(db, organizationId, filter.tag, page.limit, offset)) };
   }
   if (filter.tag !== undefined) {
@@ -145,10 +146,9 @@ export async function pageContacts(
       .execute();
     return { contacts: jsonOf(rows) };
   }
-  const rows =
-    rowConditions(filter).length === 0
-      ? await unfilteredPage.all(db, organizationId, page.limit, offset)
-      : await organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db)).execute();
+  const rows = !hasRowConditions(filter)
+    ? await unfilteredPage.all(db, organizationId, page.limit, offset)
+    : await organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db)).execute();
   return { contacts: jsonOf(rows) };
 }
 

@@ -5,6 +5,7 @@ import {
   PostgresAdapter,
   type RawBuilder,
   type SelectQueryBuilder,
+  type SqlBool,
   sql,
 } from 'kysely';
 
@@ -79,6 +80,17 @@ export function forUpdate<DB, TB extends keyof DB, O>(
 /** LIKE pattern for a literal substring: `%` and `_` (and the escape itself) match only themselves. */
 export function containsPattern(value: string): string {
   return `%${value.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}
+
+/**
+ * `column` holds `term` as a literal substring (both already lowercased). SQLite: instr, a plain byte
+ * search, about a fifth cheaper per row than LIKE when a count scans a million addresses. PostgreSQL: LIKE,
+ * which its pg_trgm index can answer.
+ */
+export function containsText(dialect: DialectName, column: string, term: string): RawBuilder<SqlBool> {
+  return dialect === 'sqlite'
+    ? sql<SqlBool>`instr(${sql.ref(column)}, ${term}) > 0`
+    : sql<SqlBool>`${sql.ref(column)} like ${containsPattern(term)} escape '\\'`;
 }
 
 /** FTS5 query for a literal substring: one string in double quotes (inner ones doubled), no operators. */
