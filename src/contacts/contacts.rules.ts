@@ -23,7 +23,8 @@ function checkEmail(errors: DetailCollector, value: unknown): void {
 function checkCustomFields(errors: DetailCollector, fields: unknown): void {
   if (!isObject(fields)) return;
   for (const [key, value] of Object.entries(fields)) {
-    if (key.trim() === '' || key.length > 100)
+    // Characters, as every other length in the API (Ajv's maxLength counts code points).
+    if (key.trim() === '' || [...key].length > 100)
       errors.add(`customFields.${key}`, 'key must be 1 to 100 characters');
     if (typeof value === 'number' && !Number.isFinite(value))
       errors.add(`customFields.${key}`, 'must be a finite number');

@@ -123,7 +123,8 @@ export class ContactsService {
   /** A page of contacts, each as its API JSON text (the store renders them: contactJson). */
   async page(orgId: string, query: Page & repo.ContactFilter) {
     const { page, limit, email, tag, unsubscribed } = query;
-    // An empty value (`?tag=`, as query builders send an unset field) filters nothing, for every filter.
+    // An empty `email` or `tag` (`?tag=`, as query builders send an unset field) filters nothing; an empty
+    // `unsubscribed` was refused by its schema (true or false only, as the contract says).
     const filter: repo.ContactFilter = { email: email || undefined, tag: tag || undefined, unsubscribed };
     const [{ contacts, total: learned }, maintained] = await Promise.all([
       repo.pageContacts(this.store.db, orgId, filter, { page, limit }, this.store.dialect),

@@ -56,6 +56,13 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     expect400(await put({ id: c.id, firstName: x(101) }), 'contacts', ['firstName']);
   });
 
+  it('lengths are characters (code points), not UTF-16 units: names and custom field keys alike', async () => {
+    const emoji = (n: number) => '😀'.repeat(n);
+    expect((await post({ firstName: emoji(100), customFields: { [emoji(100)]: 1 } })).statusCode).toBe(201);
+    expect400(await post({ firstName: emoji(101) }), 'contacts', ['firstName']);
+    expect400(await post({ customFields: { [emoji(101)]: 1 } }), 'contacts', [`customFields.${emoji(101)}`]);
+  });
+
   it('tags: 50 accepted, 51 refused; 64 characters accepted, 65 refused', async () => {
     const tags = (n: number) => Array.from({ length: n }, (_, i) => `t${i}`);
     expect((await post({ tags: tags(50) })).statusCode).toBe(201);
