@@ -12,6 +12,7 @@ import { deferredContactSearch } from './migrations-0006.js';
 import { unsubscribedOnlyIndex } from './migrations-0007.js';
 import { storedContactJson } from './migrations-0008.js';
 import { searchIndexFile } from './migrations-0009.js';
+import { createdIndexWithAddress } from './migrations-0010.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -240,6 +241,7 @@ class StaticProvider implements MigrationProvider {
       '0007_unsubscribed_only_index': unsubscribedOnlyIndex(this.dialect),
       '0008_stored_contact_json': storedContactJson(this.dialect),
       '0009_search_index_file': searchIndexFile(this.dialect),
+      '0010_created_index_with_address': createdIndexWithAddress(this.dialect),
     };
   }
 }

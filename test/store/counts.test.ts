@@ -185,6 +185,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0007_unsubscribed_only_index',
         '0008_stored_contact_json',
         '0009_search_index_file',
+        '0010_created_index_with_address',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,
