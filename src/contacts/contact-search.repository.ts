@@ -75,12 +75,15 @@ export async function pageByEmailIndex(
   organizationId: string,
   filter: ContactFilter,
   page: Page,
+  knownTotal?: number,
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
   const term = indexedTerm(dialect, filter);
   if (term === undefined) return undefined;
   // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
   const reach = page.page * page.limit;
   const cap = Math.floor(Math.sqrt((reach * (await organizationSize(db, organizationId))) / MATCH_COST));
+  // The organisation's matches already known (a kept total) and too many: walk, without probing for them.
+  if (knownTotal !== undefined && knownTotal > cap) return undefined;
   // One statement, so one snapshot: an address change gives the contact a new key, and a second
   // statement could find neither its old key (gone) nor its new one (not collected). The keys are
   // collected once (materialized), and past the cap the join is never run: a WHERE term on no table of

@@ -127,10 +127,12 @@ export async function pageContacts(
   filter: ContactFilter,
   page: Page,
   dialect?: DialectName,
+  /** How many contacts of the organisation the filter matches, when the caller knows it already. */
+  knownTotal?: number,
 ): Promise<ContactPage> {
   const offset = offsetOf(page);
   // An email substring that matches few contacts: read the matches through SQLite's trigram index.
-  const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page);
+  const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page, knownTotal);
   if (indexed) return indexed;
   if (filter.tag !== undefined && !hasRowConditions(filter)) {
     return { contacts: jsonOf(await tagPage.all(db, organizationId, filter.tag, page.limit, offset)) };

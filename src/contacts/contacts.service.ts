@@ -69,8 +69,11 @@ function emailTaken(email: string): AppError {
   ]);
 }
 
-/** How many email searches' totals are kept (count, below). */
+/** How many email searches' totals are kept (keptTotal, below). */
 const KEPT_TOTALS = 256;
+
+const totalKey = (orgId: string, filter: { email?: string | undefined }) =>
+  `${orgId}\n${filter.email?.toLowerCase()}`;
 
 export class ContactsService {
   private readonly totals = new Map<string, { version: string; total: number }>();
@@ -126,39 +129,49 @@ export class ContactsService {
     // An empty `email` or `tag` (`?tag=`, as query builders send an unset field) filters nothing; an empty
     // `unsubscribed` was refused by its schema (true or false only, as the contract says).
     const filter: repo.ContactFilter = { email: email || undefined, tag: tag || undefined, unsubscribed };
+    const db = this.store.db;
+    const kept = await this.keptTotal(orgId, filter);
     const [{ contacts, total: learned }, maintained] = await Promise.all([
-      repo.pageContacts(this.store.db, orgId, filter, { page, limit }, this.store.dialect),
-      findMaintainedCount(this.store.db, orgId, filter),
+      // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
+      repo.pageContacts(db, orgId, filter, { page, limit }, this.store.dialect, kept.total),
+      findMaintainedCount(db, orgId, filter),
     ]);
     // A short first page is the whole result: no need to count at all.
     const total =
       maintained ??
+      kept.total ??
       learned ??
-      (page === 1 && contacts.length < limit ? contacts.length : await this.count(orgId, filter));
+      (page === 1 && contacts.length < limit
+        ? contacts.length
+        : await repo.countContacts(db, orgId, filter, this.store.dialect));
+    if (kept.version !== undefined && kept.total === undefined) this.keep(orgId, filter, kept.version, total);
     return { contacts, pagination: pagination({ page, limit }, total) };
   }
 
   /**
-   * The filter's total, counted. An email substring alone that many contacts match is counted by scanning
-   * the organisation (about 0.1 s at a million contacts), so its total is kept, with the version of the
-   * addresses it was counted at, and used again (the next pages of the same search) until any contact is
-   * added, deleted or readdressed. The version is read before counting: a write committed in between
-   * changes it, so a count that saw the write is never kept under the version before it.
+   * An email substring alone that many contacts match is counted by scanning the organisation (about 0.1 s
+   * at a million contacts), so its total is kept with the version of the addresses it was counted at, and
+   * used again (the next pages of the same search) until any contact is added, deleted or readdressed. The
+   * version is read here, before the page and the count: a write committed after it changes it, so a total
+   * that saw the write is never kept under the version before it. Nothing for other filters.
    */
-  private async count(orgId: string, filter: repo.ContactFilter): Promise<number> {
-    const db = this.store.db;
+  private async keptTotal(
+    orgId: string,
+    filter: repo.ContactFilter,
+  ): Promise<{ version?: string; total?: number }> {
     const alone = filter.email !== undefined && filter.tag === undefined && filter.unsubscribed === undefined;
-    const version = alone ? await addressesVersion(db, this.store.dialect) : undefined;
-    if (version === undefined) return repo.countContacts(db, orgId, filter, this.store.dialect);
-    const key = `${orgId}\n${filter.email!.toLowerCase()}`;
-    const kept = this.totals.get(key);
-    if (kept?.version === version) return kept.total;
-    const total = await repo.countContacts(db, orgId, filter, this.store.dialect);
+    const version = alone ? await addressesVersion(this.store.db, this.store.dialect) : undefined;
+    if (version === undefined) return {};
+    const kept = this.totals.get(totalKey(orgId, filter));
+    return { version, total: kept?.version === version ? kept.total : undefined };
+  }
+
+  private keep(orgId: string, filter: repo.ContactFilter, version: string, total: number): void {
+    const key = totalKey(orgId, filter);
     this.totals.delete(key);
     this.totals.set(key, { version, total });
     // Oldest first (insertion order): a bounded cache of recent searches.
     if (this.totals.size > KEPT_TOTALS) this.totals.delete(this.totals.keys().next().value!);
-    return total;
   }
 
   async update(orgId: string, input: UpdateContactInput): Promise<Contact> {
