@@ -10,7 +10,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
-import type { Page } from '../http/schemas.js';
+import type { Page } from '../paging.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';

@@ -3,7 +3,7 @@ import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
-import { type Page, offsetOf } from '../http/schemas.js';
+import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { contactJson } from './contact-fields.js';

@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError, DetailCollector, type ErrorDetail, validationError } from '../errors.js';
-import { type Page, pagination } from '../http/schemas.js';
+import { type Page, pagination } from '../paging.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 import type { Executor, Store } from '../store/store.js';

@@ -9,7 +9,7 @@ import type {
   IdempotencyKeysTable,
   NewEmail,
 } from '../store/schema.js';
-import { type Page, offsetOf } from '../http/schemas.js';
+import { type Page, offsetOf } from '../paging.js';
 import { maintainedCounts } from '../store/counts.js';
 import { prepared, rowCount } from '../store/prepared.js';
 

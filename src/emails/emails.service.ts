@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, pagination } from '../http/schemas.js';
+import { type Page, pagination } from '../paging.js';
 import type { NewEmail } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validation/addresses.js';

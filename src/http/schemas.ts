@@ -1,4 +1,4 @@
-// Schemas shared by several routes: paging, error bodies, ids.
+// Schemas shared by several routes: paging parameters, error bodies, ids.
 import { Type } from 'typebox';
 
 export const Id = Type.String({ minLength: 1, maxLength: 64, description: 'Opaque identifier' });
@@ -71,17 +71,3 @@ export function errorResponses(
 
 /** Statuses of a route that reads a JSON body. */
 export const BODY: RouteStatus[] = [413, 415];
-
-export interface Page {
-  page: number;
-  limit: number;
-}
-
-/** Rows before the page: what a repository skips. */
-export function offsetOf(page: Page): number {
-  return (page.page - 1) * page.limit;
-}
-
-export function pagination(page: Page, total: number) {
-  return { page: page.page, limit: page.limit, total, pages: Math.ceil(total / page.limit) };
-}

@@ -1,6 +1,6 @@
 import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
-import { type Page, offsetOf } from '../http/schemas.js';
+import { type Page, offsetOf } from '../paging.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { dialectOf } from '../store/dialect.js';
 

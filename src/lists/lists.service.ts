@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, pagination } from '../http/schemas.js';
+import { type Page, pagination } from '../paging.js';
 import type { ListRow } from '../store/schema.js';
 import { isForeignKeyViolation } from '../store/dialect.js';
 import type { Executor, Store } from '../store/store.js';
