@@ -181,7 +181,7 @@ export class ContactsService {
 
     try {
       return await this.store.write(async (trx) => {
-        const row = await this.findForWrite(trx, orgId, input);
+        const row = await this.getForWrite(trx, orgId, input);
         const changes: Partial<ContactRow> = { updated_at: this.clock.now().toISOString() };
         if (newEmail !== undefined) {
           changes.email = newEmail;
@@ -221,7 +221,7 @@ export class ContactsService {
       ]);
     }
     await this.store.write(async (trx) => {
-      const row = await this.findForWrite(trx, orgId, by);
+      const row = await this.getForWrite(trx, orgId, by);
       // Both given: they must name the same contact. Deleting by the id alone could delete the wrong one.
       if (
         by.id !== undefined &&
@@ -234,7 +234,7 @@ export class ContactsService {
     });
   }
 
-  private async findForWrite(
+  private async getForWrite(
     trx: Executor,
     orgId: string,
     by: { id?: string | undefined; email?: string | undefined },
