@@ -71,6 +71,8 @@ export class DeliveryWorker {
   private timer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private running = false;
+  /** stop() gave up waiting for the sends in flight; their failures are not recorded (send). */
+  private abandoned = false;
   private ticking: Promise<void> | undefined;
   private wanted = false;
   private lastCleanup = 0;
@@ -128,6 +130,7 @@ export class DeliveryWorker {
     clearTimeout(deadline);
     clearInterval(this.heartbeat);
     if (!finished) {
+      this.abandoned = true;
       this.o.logger.warn(
         { inflight: this.inflight.size },
         'delivery stopped with sends in flight; they are sent again after their lease',
@@ -264,8 +267,10 @@ export class DeliveryWorker {
   private async attempt(email: EmailRow, recipients: RecipientRow[]): Promise<void> {
     let recorded: Promise<void>;
     try {
-      // Queued with the recorder at once, before the flush below can look for it.
-      recorded = this.record(email, recipients, await this.send(recipients, email));
+      const judged = await this.send(recipients, email);
+      // Queued with the recorder at once, before the flush below can look for it. Nothing to record for
+      // a send cut off by the shutdown: it keeps its lease and goes out again after it, as stop() says.
+      recorded = judged ? this.record(email, recipients, judged) : Promise.resolve();
     } finally {
       this.sending--;
       // The last send out: nothing else will come to share a commit with the held results.
@@ -280,13 +285,18 @@ export class DeliveryWorker {
     }
   }
 
-  /** Per-recipient verdicts of one attempt; a failed send is a verdict too, never an exception. */
-  private async send(recipients: RecipientRow[], email: EmailRow): Promise<Map<number, Verdict>> {
+  /**
+   * Per-recipient verdicts of one attempt; a failed send is a verdict too, never an exception. Undefined
+   * for a send that failed after stop() gave up on it: the mailer closing under it is no verdict on the
+   * email, and recording one would defer it with that text instead of leaving it to its lease.
+   */
+  private async send(recipients: RecipientRow[], email: EmailRow): Promise<Map<number, Verdict> | undefined> {
     const pending = pendingRecipients(recipients);
     if (pending.length === 0) return new Map();
     try {
       return judgeResult(pending, await this.sendBounded(toMessage(email, pending)));
     } catch (err) {
+      if (this.abandoned) return undefined;
       return judgeFailure(pending, err);
     }
   }

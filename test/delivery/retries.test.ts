@@ -203,6 +203,29 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       }
     }));
 
+  it('leaves a send that outlives the worker stop to its lease, recording nothing about it', () =>
+    withApp(async (t, auth) => {
+      const sink = await startSmtpSink({ dataDelayMs: 5_000 });
+      const mailer = new SmtpMailer({ url: sink.url });
+      const worker = startWorker(t, mailer);
+      try {
+        const id = await sendEmail(t, auth, basicEmail('cut-off@example.org'));
+        await untilStatus(t, auth, id, 'sending');
+        // The stop gives up on the send; closing the mailer then cuts it. That is no verdict on the email.
+        await worker.stop(100);
+        await mailer.close();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const email = await getEmail(t, auth, id);
+        expect(email.status).toBe('sending');
+        expect(email.lastError).toBeNull();
+        expect(types(email.events)).toEqual(['queued', 'sending']);
+      } finally {
+        await worker.stop();
+        await mailer.close();
+        await sink.close();
+      }
+    }));
+
   it('defers, and releases the lease, when the relay accepts the connection and never answers', () =>
     withApp(async (t, auth) => {
       const relay = await startSilentRelay();
