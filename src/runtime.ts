@@ -33,7 +33,8 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
 }
 
 const KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/g;
-const HAS_KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/;
+/** The same shape, for a test: a global regex's test() would carry lastIndex from one string to the next. */
+const HAS_KEY_TEXT = new RegExp(KEY_TEXT.source);
 
 /**
  * The URL as logged: each path segment and query name or value that is, once %-decoded, shaped like an

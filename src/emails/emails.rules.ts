@@ -35,8 +35,8 @@ export const REFUSED_HEADERS = new Set(
 /**
  * Whole families Mailroom keeps for itself: `Content-*` headers (all but Content-Language and
  * Content-Description) describe the MIME structure it builds (`Content-Base` or `Content-Location` could
- * point mail clients at other files), and `Resent-*`
- * headers name senders and recipients, which would get around the From rule in the clients that show them.
+ * point mail clients at other files), and `Resent-*` headers name senders and recipients, which would get
+ * around the From rule in the clients that show them.
  */
 const REFUSED_PREFIXES = ['content-', 'resent-'];
 /** Content-* headers that say nothing about the structure: a localised message's language, a label. */

@@ -47,7 +47,8 @@ const REDIS_RETRY_MS = 5_000;
  * Counters in Redis when it answers, else in this process. A Redis that stops answering without closing
  * the connection (a dead host, a dropped route) still looks connected: its commands time out instead
  * (runtime.ts sets the timeout). Once a second command fails that way, this process counts locally for
- * REDIS_RETRY_MS rather than making every request wait for a timeout. `onChange` hears when counting moves off Redis and back.
+ * REDIS_RETRY_MS rather than making every request wait for a timeout. `onChange` hears when counting
+ * moves off Redis and back.
  */
 export function sharedLimitStore(
   redis: Redis | undefined,
