@@ -5,11 +5,13 @@
 // readdressed since); the join to contacts drops them. The index finds every match fast, but a match then
 // costs a row lookup and a place in the sort; when most contacts match, walking the organisation's
 // created_at index (the caller's plain LIKE path) finds a page after a few rows instead. So: count the
-// matches up to a cap first, and take the index only when it is the cheaper way. undefined means "use the
-// plain path".
+// matches up to a cap first, and take the index only when it is the cheaper way. A total of many matches
+// is counted in the index file's address chunks instead (store/address-chunks.ts). undefined means "use
+// the plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
+import { isChunkCountable } from '../store/address-chunks.js';
 import type { Page } from '../paging.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
@@ -116,24 +118,54 @@ export async function pageByEmailIndex(
   return { contacts: found.map((r) => r.json!), total: found[0]?.match_total ?? undefined };
 }
 
+/** Keys retired and not yet taken out of the chunks, above which a count scans instead (a big delete). */
+const STALE_MAX = 10_000;
+
+/**
+ * The organisation's contacts whose address holds `term`, counted in the index file's address chunks
+ * (store/address-chunks.ts), with the contacts above the watermark read from contacts: NULL while more
+ * than STALE_MAX retired keys wait to be taken out, which the count would have to carry along.
+ */
+function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
+  const staleKeys = sql`from contacts_search_retired
+    where id > (select retired_seen from search.search_state)`;
+  const stale = sql`(select json_group_array(search_key) ${staleKeys})`;
+  return sql<number | null>`(select case when (select count(*) ${staleKeys}) > ${STALE_MAX} then null else
+      (select coalesce(sum(coalesce(
+          mailroom_chunk_count(ch.addresses, ch.first_key, ch.last_key, ${term}, ${stale}),
+          mailroom_chunk_count_except(ch.addresses, ch.keys, ${term}, ${stale}))), 0)
+        from search.address_chunks ch where ch.organization_id = ${organizationId})
+      + (select count(*) from contacts c
+        where c.search_key > (select indexed_to from search.search_state)
+          and +c.organization_id = ${organizationId} and instr(c.email_lower, ${term}) > 0)
+    end)`;
+}
+
 export async function countByEmailIndex(
   db: Executor,
   dialect: DialectName | undefined,
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number | undefined> {
-  const term = indexedTerm(dialect, filter);
-  if (term === undefined) return undefined;
-  // The plain count scans the organisation's (organization_id, email_lower) index once, which costs as
-  // much as joining size / MATCH_COST matches. The index counts only up to a seventh of that (1 % of
-  // the organisation), where it is clearly cheaper and where counting matches in vain before a scan
-  // adds little (~3 %). One statement: the index is searched once, and the join runs only under the
-  // cap (CASE evaluates lazily).
-  const cap = Math.floor((await organizationSize(db, organizationId)) / 100);
-  const query = sql<{ n: number | null }>`with m as materialized (${matchingKeys(term, cap + 1)})
-    select case when (select count(*) from m) > ${cap} then null else (
-      select count(*) from m cross join contacts c on c.search_key = m.k
-      where ${contactConditions(organizationId, filter)}) end as n`;
+  if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  const term = filter.email.toLowerCase();
+  // The chunks know addresses only: a subscription filter beside the term takes the FTS5 count or a scan.
+  const chunks = filter.unsubscribed === undefined && isChunkCountable(term);
+  let query: RawBuilder<{ n: number | null }>;
+  if (!isTrigramSearchable(term)) {
+    if (!chunks) return undefined;
+    query = sql`select ${chunkCount(organizationId, term)} as n`;
+  } else {
+    // Few matches are counted through the FTS5 index and a join: up to 1 % of the organisation, where
+    // that is clearly cheaper than reading every chunk. One statement: the index is searched once, and
+    // only one branch runs (CASE evaluates lazily).
+    const cap = Math.floor((await organizationSize(db, organizationId)) / 100);
+    const many = chunks ? chunkCount(organizationId, term) : sql`null`;
+    query = sql`with m as materialized (${matchingKeys(term, cap + 1)})
+      select case when (select count(*) from m) > ${cap} then ${many} else (
+        select count(*) from m cross join contacts c on c.search_key = m.k
+        where ${contactConditions(organizationId, filter)}) end as n`;
+  }
   const rows = await unlessDamaged(() => query.execute(db).then((r) => r.rows));
   if (rows === undefined) return undefined;
   const n = rows[0]?.n;

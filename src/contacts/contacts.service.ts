@@ -149,8 +149,8 @@ export class ContactsService {
   }
 
   /**
-   * An email substring alone that many contacts match is counted by scanning the organisation (about 0.1 s
-   * at a million contacts), so its total is kept with the version of the addresses it was counted at, and
+   * An email substring alone that many contacts match is counted by reading all the organisation's
+   * addresses (on SQLite, packed in chunks: about 40 ms at a million contacts), so its total is kept with the version of the addresses it was counted at, and
    * used again (the next pages of the same search) until any contact is added, deleted or readdressed. The
    * version is read here, before the page and the count: a write committed after it changes it, so a total
    * that saw the write is never kept under the version before it. Nothing for other filters.

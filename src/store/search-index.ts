@@ -12,6 +12,7 @@
 import { closeSync, openSync, rmSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal } from './sqlite-driver.js';
+import { AddressChunks, CHUNK_SCHEMA, registerTermCount } from './address-chunks.js';
 
 /** The index file's name, in DATA_DIR beside mailroom.sqlite. */
 export const SEARCH_FILE = 'mailroom-search.sqlite';
@@ -22,7 +23,7 @@ export const INDEX_BATCH = 1000;
 export const RETIRE_BATCH = 5000;
 
 /** The index file's layout; a file of another one (an earlier build's) is emptied and laid out anew. */
-const SCHEMA_VERSION = 1;
+const SCHEMA_VERSION = 2;
 
 const SCHEMA = `
   drop table if exists search_state;
@@ -43,7 +44,8 @@ const SCHEMA = `
   -- case_sensitive 1: both sides are lowercased by the service already, so a match is exactly
   -- instr(email_lower, term) > 0; contentless_delete lets a key be taken out without its text.
   create virtual table contacts_search using fts5(email_lower,
-    tokenize = 'trigram case_sensitive 1', content = '', contentless_delete = 1);`;
+    tokenize = 'trigram case_sensitive 1', content = '', contentless_delete = 1);
+  ${CHUNK_SCHEMA}`;
 
 function openIndexFile(file: string): BetterSqlite3.Database {
   // Contacts' addresses: for this user only, as the database is (store.ts).
@@ -110,6 +112,7 @@ export function removeSearchFile(file: string): void {
  */
 export function attachSearchFile(conn: BetterSqlite3.Database, file: string): void {
   conn.prepare('attach database ? as search').run(file);
+  registerTermCount(conn);
 }
 
 export interface IndexStep {
@@ -164,12 +167,16 @@ export interface SearchIndexerOptions {
 export class SearchIndexer {
   private readonly source: BetterSqlite3.Database;
   private readonly index: BetterSqlite3.Database;
+  private readonly chunks: AddressChunks;
   private readonly indexBatch: number;
   private readonly retireBatch: number;
   private reads?: {
     state: BetterSqlite3.Statement<[], SourceState>;
     retired: BetterSqlite3.Statement<[number, number], { id: number; search_key: number }>;
-    fresh: BetterSqlite3.Statement<[number, number], { search_key: number; email_lower: string }>;
+    fresh: BetterSqlite3.Statement<
+      [number, number],
+      { search_key: number; organization_id: string; email_lower: string }
+    >;
   };
   private readonly writes: {
     state: BetterSqlite3.Statement<[], IndexState>;
@@ -187,6 +194,7 @@ export class SearchIndexer {
     this.source.pragma('query_only = ON');
     this.source.pragma('busy_timeout = 10000');
     this.index = openSearchFile(indexFile);
+    this.chunks = new AddressChunks(this.index);
     this.writes = {
       state: this.index.prepare(
         'select source, indexed_to, retired_seen, issued_key, issued_retired from search_state',
@@ -216,7 +224,8 @@ export class SearchIndexer {
         'select id, search_key from contacts_search_retired where id > ? order by id limit ?',
       ),
       fresh: this.source.prepare(
-        'select search_key, email_lower from contacts where search_key > ? order by search_key limit ?',
+        `select search_key, organization_id, email_lower from contacts where search_key > ?
+          order by search_key limit ?`,
       ),
     };
     return this.reads;
@@ -258,7 +267,7 @@ export class SearchIndexer {
       // One read transaction: the retired keys and the new contacts as of the same commit.
       this.source.exec('begin');
       let retired: { id: number; search_key: number }[];
-      let fresh: { search_key: number; email_lower: string }[];
+      let fresh: { search_key: number; organization_id: string; email_lower: string }[];
       let rebuilt = false;
       try {
         const source = reads.state.get()!;
@@ -266,6 +275,7 @@ export class SearchIndexer {
         // was restored from a backup): what it holds cannot be trusted, so it starts over.
         if (isStale(state, source)) {
           this.writes.clear.run();
+          this.chunks.clear();
           Object.assign(state, { source: source.source, indexed_to: 0, retired_seen: source.issued_retired });
           rebuilt = true;
         }
@@ -277,8 +287,11 @@ export class SearchIndexer {
         this.source.exec('commit');
       }
       // A key above the watermark was never indexed; one at or below it was, under that key.
-      for (const r of retired) if (r.search_key <= state.indexed_to) this.writes.remove.run(r.search_key);
+      const out = retired.filter((r) => r.search_key <= state.indexed_to).map((r) => r.search_key);
+      for (const key of out) this.writes.remove.run(key);
+      this.chunks.remove(out);
       for (const c of fresh) this.writes.add.run(c.search_key, c.email_lower);
+      this.chunks.add(fresh);
       state.indexed_to = fresh.at(-1)?.search_key ?? state.indexed_to;
       state.retired_seen = retired.at(-1)?.id ?? state.retired_seen;
       this.writes.setState.run(state);

@@ -6,6 +6,7 @@ import type { TestApp } from '../helpers/app.js';
 import { useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import { contactRow } from '../helpers/rows.js';
 import type { ContactRow } from '../../src/store/schema.js';
 
 const BASE = Date.parse('2030-01-01T00:00:00.000Z');
@@ -28,19 +29,15 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       const email = label === '' ? address(i) : `${label}${address(i)}`;
       // Not in insertion order, so the page order must come from created_at and not from the index.
       const at = new Date(BASE + ((i * 37) % count) * 1000).toISOString();
+      // Stored without its JSON text, as before migration 0008: every page renders these.
       const row: ContactRow = {
-        id: `${organizationId}-${String(i).padStart(4, '0')}`,
-        organization_id: organizationId,
-        email,
-        email_lower: email.toLowerCase(),
-        first_name: null,
-        last_name: null,
-        unsubscribed: i % 4 === 0 ? 1 : 0,
-        custom_fields: '{}',
-        tags: '[]',
-        created_at: at,
-        updated_at: at,
-        // Stored without its JSON text, as before migration 0008: every page renders these.
+        ...contactRow(
+          organizationId,
+          `${organizationId}-${String(i).padStart(4, '0')}`,
+          email,
+          at,
+          i % 4 === 0,
+        ),
         json: null,
       };
       return { row, tags: [] };

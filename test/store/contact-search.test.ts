@@ -27,27 +27,14 @@ import type { NewContact, Database } from '../../src/store/schema.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { createTestStore } from '../helpers/stores.js';
+import { readChunks } from '../helpers/chunks.js';
+import { contactRow } from '../helpers/rows.js';
 
 const BASE = Date.parse('2031-01-01T00:00:00.000Z');
 
 function contact(org: string, i: number, email: string): { row: NewContact; tags: string[] } {
   const at = new Date(BASE + ((i * 7919) % 1000) * 1000 + i).toISOString();
-  return {
-    row: {
-      id: `${org}-${i}`,
-      organization_id: org,
-      email,
-      email_lower: email.toLowerCase(),
-      first_name: null,
-      last_name: null,
-      unsubscribed: i % 3 === 0 ? 1 : 0,
-      custom_fields: '{}',
-      tags: '[]',
-      created_at: at,
-      updated_at: at,
-    },
-    tags: [],
-  };
+  return { row: contactRow(org, `${org}-${i}`, email, at, i % 3 === 0), tags: [] };
 }
 
 async function seed(
@@ -124,6 +111,14 @@ function expectIndexExact(dir: string): void {
     }[];
     const match = index.prepare('select rowid from contacts_search where contacts_search match ?').pluck();
     for (const r of rows) expect(match.all(ftsPhrase(r.email_lower))).toContain(r.search_key);
+    // The address chunks hold the same contacts, each once, under its organisation and address.
+    const indexed = db
+      .prepare(
+        `select organization_id as organizationId, search_key as key, email_lower as address
+        from contacts where search_key <= ? order by search_key`,
+      )
+      .all(watermark);
+    expect(readChunks(indexFile(dir))).toEqual(indexed);
   } finally {
     db.close();
     index.close();
