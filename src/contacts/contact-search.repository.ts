@@ -1,4 +1,4 @@
-// Email substring search on SQLite through the trigram index in its own file (store/search-index.ts,
+// Email substring search on SQLite through the trigram index in its own file (store/search-file.ts,
 // attached to the store's reader as `search`, keyed by contacts.search_key), with the contacts not in it yet
 // (above its watermark: written or readdressed in the last moments) read from contacts directly, so the
 // answer is exact either way. The index may still hold keys no contact has any more (deleted or
@@ -16,7 +16,7 @@ import type { Page } from '../paging.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
-import { isUnreadable } from '../store/search-index.js';
+import { isUnreadable } from '../store/search-file.js';
 import type { ContactFilter } from './contacts.repository.js';
 
 /**

@@ -1,5 +1,5 @@
 // Each organisation's addresses packed into chunks of about 16k characters, in the search index file
-// (search-index.ts), for counting the contacts whose address holds a substring that many of them hold.
+// (search-file.ts), for counting the contacts whose address holds a substring that many of them hold.
 // SQLite steps through an index at about 0.05 µs a row however little it does with each, so counting
 // through the contacts' (organization_id, email_lower) index took about 0.1 s at a million contacts. A
 // chunk is one row, searched as one string: about 40 ms at a million, half of it reading the chunks.
@@ -17,7 +17,7 @@ export const CHUNK_CHARS = 16_384;
 /** Ends every address in a chunk; no valid address holds it (validation/addresses.ts). */
 const END = '\n';
 
-/** The tables, laid out with the rest of the index file (search-index.ts SCHEMA). */
+/** The tables, laid out with the rest of the index file (search-file.ts SCHEMA). */
 export const CHUNK_SCHEMA = `
   drop table if exists address_chunks;
   drop table if exists address_chunk_keys;

@@ -2,7 +2,8 @@
 // on connections of its own, so that neither the server's event loop nor the database's write lock ever
 // waits for an index flush or merge.
 import { parentPort, workerData } from 'node:worker_threads';
-import { SearchIndexer, isUnreadable } from './search-index.js';
+import { SearchIndexer } from './search-index.js';
+import { isUnreadable } from './search-file.js';
 
 export interface SearchThreadData {
   databaseFile: string;

@@ -15,7 +15,8 @@ import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
-import { SEARCH_FILE, SearchIndexer, attachSearchFile, openSearchFile } from './search-index.js';
+import { SearchIndexer } from './search-index.js';
+import { SEARCH_FILE, attachSearchFile, openSearchFile } from './search-file.js';
 import { type IndexingThread, startSearchIndexer } from './search-indexer.js';
 
 export type Executor = Kysely<Database>;

@@ -7,7 +7,7 @@ import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { type StoreUse, openMigratedStore } from '../../src/runtime.js';
-import { SEARCH_FILE } from '../../src/store/search-index.js';
+import { SEARCH_FILE } from '../../src/store/search-file.js';
 import type { Store } from '../../src/store/store.js';
 
 const dirs: string[] = [];
