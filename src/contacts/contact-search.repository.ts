@@ -11,7 +11,8 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
-import { isChunkCountable } from '../store/address-chunks.js';
+import { isChunkSearchable } from '../store/address-chunks.js';
+import { chunkCount, pageByChunks, walkNewest } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
@@ -24,13 +25,6 @@ import type { ContactFilter } from './contacts.repository.js';
  * order or scanned in the email index (measured at 1M contacts: ~3 µs against ~0.2 µs).
  */
 const MATCH_COST = 15;
-
-/** The lowercased term when the index can answer this filter, else undefined. */
-function indexedTerm(dialect: DialectName | undefined, filter: ContactFilter): string | undefined {
-  if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
-  const term = filter.email.toLowerCase();
-  return isTrigramSearchable(term) ? term : undefined;
-}
 
 /**
  * Keys of every contact (all organisations) whose address holds the term, at most `limit` of them: from
@@ -71,21 +65,19 @@ function contactConditions(organizationId: string, filter: ContactFilter): RawBu
   return sql`c.organization_id = ${organizationId} ${unsubscribed}`;
 }
 
-export async function pageByEmailIndex(
+/**
+ * A page through the FTS5 index, with the filter's total, when at most `cap` contacts (of every
+ * organisation) hold the term; undefined when more do.
+ */
+async function pageByTrigrams(
   db: Executor,
-  dialect: DialectName | undefined,
   organizationId: string,
   filter: ContactFilter,
+  term: string,
   page: Page,
-  knownTotal?: number,
+  cap: number,
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
-  const term = indexedTerm(dialect, filter);
-  if (term === undefined) return undefined;
-  // A walk reads about (offset + limit) × size / m contacts to fill the page; the index m matches.
   const reach = page.page * page.limit;
-  const cap = Math.floor(Math.sqrt((reach * (await organizationSize(db, organizationId))) / MATCH_COST));
-  // The organisation's matches already known (a kept total) and too many: walk, without probing for them.
-  if (knownTotal !== undefined && knownTotal > cap) return undefined;
   // One statement, so one snapshot: an address change gives the contact a new key, and a second
   // statement could find neither its old key (gone) nor its new one (not collected). The keys are
   // collected once (materialized), and past the cap the join is never run: a WHERE term on no table of
@@ -109,8 +101,7 @@ export async function pageByEmailIndex(
       limit ${rowCount(page.limit)} offset ${rowCount(reach - page.limit)}) p on 1
     left join contacts c on c.rowid = p.r
     order by p.ord`;
-  const rows = await unlessDamaged(() => query.execute(db).then((r) => r.rows));
-  if (rows === undefined) return undefined;
+  const { rows } = await query.execute(db);
   const keys = rows[0]?.keys ?? 0;
   if (keys > cap) return undefined;
   if (keys === 0) return { contacts: [], total: 0 };
@@ -118,27 +109,53 @@ export async function pageByEmailIndex(
   return { contacts: found.map((r) => r.json!), total: found[0]?.match_total ?? undefined };
 }
 
-/** Keys retired and not yet taken out of the chunks, above which a count scans instead (a big delete). */
-const STALE_MAX = 10_000;
-
 /**
- * The organisation's contacts whose address holds `term`, counted in the index file's address chunks
- * (store/address-chunks.ts), with the contacts above the watermark read from contacts: NULL while more
- * than STALE_MAX retired keys wait to be taken out, which the count would have to carry along.
+ * How many of the newest contacts a walk may test before the chunks are read instead: twice what
+ * the page takes when the matches are spread evenly, and at least a few thousand (well under 1 ms).
  */
-function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
-  const staleKeys = sql`from contacts_search_retired
-    where id > (select retired_seen from search.search_state)`;
-  const stale = sql`(select json_group_array(search_key) ${staleKeys})`;
-  return sql<number | null>`(select case when (select count(*) ${staleKeys}) > ${STALE_MAX} then null else
-      (select coalesce(sum(coalesce(
-          mailroom_chunk_count(ch.addresses, ch.first_key, ch.last_key, ${term}, ${stale}),
-          mailroom_chunk_count_except(ch.addresses, ch.keys, ${term}, ${stale}))), 0)
-        from search.address_chunks ch where ch.organization_id = ${organizationId})
-      + (select count(*) from contacts c
-        where c.search_key > (select indexed_to from search.search_state)
-          and +c.organization_id = ${organizationId} and instr(c.email_lower, ${term}) > 0)
-    end)`;
+function walkBudget(reach: number, size: number, total: number): number {
+  return Math.max(5_000, Math.ceil((2 * reach * size) / Math.max(total, 1)));
+}
+
+export async function pageByEmailIndex(
+  db: Executor,
+  dialect: DialectName | undefined,
+  organizationId: string,
+  filter: ContactFilter,
+  page: Page,
+  knownTotal?: number,
+): Promise<{ contacts: string[]; total?: number } | undefined> {
+  if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  const term = filter.email.toLowerCase();
+  const size = await organizationSize(db, organizationId);
+  const reach = page.page * page.limit;
+  return unlessDamaged(async () => {
+    if (isTrigramSearchable(term)) {
+      // A walk reads about reach × size / m contacts to fill the page; the index m matches.
+      const cap = Math.floor(Math.sqrt((reach * size) / MATCH_COST));
+      // The organisation's matches already known (a kept total) and too many: no probe for them.
+      if (knownTotal === undefined || knownTotal <= cap) {
+        const found = await pageByTrigrams(db, organizationId, filter, term, page, cap);
+        if (found) return found;
+      }
+    }
+    // Many matches, or a term too short for the index. The chunks know addresses only: with a
+    // subscription filter beside the term, the caller walks.
+    if (filter.unsubscribed !== undefined || !isChunkSearchable(term)) return undefined;
+    if (knownTotal !== undefined) {
+      // Matches spread through time fill a page after a short walk of the newest contacts; matches that
+      // are all old (a domain imported long ago) would make the walk long: the chunks find those.
+      const offset = reach - page.limit;
+      if (offset >= knownTotal) return { contacts: [], total: knownTotal };
+      const budget = walkBudget(reach, size, knownTotal);
+      // A budget past the organisation's size walks all of it (no limit: a contact may have come since).
+      const whole = budget >= size;
+      const walked = await walkNewest(db, organizationId, term, page, whole ? -1 : budget);
+      // A full page is the page; a short one is, only when the walk went through every contact.
+      if (walked.length === page.limit || whole) return { contacts: walked };
+    }
+    return pageByChunks(db, organizationId, term, page);
+  });
 }
 
 export async function countByEmailIndex(
@@ -150,7 +167,7 @@ export async function countByEmailIndex(
   if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = filter.email.toLowerCase();
   // The chunks know addresses only: a subscription filter beside the term takes the FTS5 count or a scan.
-  const chunks = filter.unsubscribed === undefined && isChunkCountable(term);
+  const chunks = filter.unsubscribed === undefined && isChunkSearchable(term);
   let query: RawBuilder<{ n: number | null }>;
   if (!isTrigramSearchable(term)) {
     if (!chunks) return undefined;

@@ -7,7 +7,8 @@
 import { closeSync, openSync, rmSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal } from './sqlite-driver.js';
-import { CHUNK_SCHEMA, registerTermCount } from './address-chunks.js';
+import { CHUNK_SCHEMA } from './address-chunks.js';
+import { registerChunkFunctions } from './chunk-functions.js';
 
 /** The index file's name, in DATA_DIR beside mailroom.sqlite. */
 export const SEARCH_FILE = 'mailroom-search.sqlite';
@@ -102,7 +103,7 @@ export function removeSearchFile(file: string): void {
  */
 export function attachSearchFile(conn: BetterSqlite3.Database, file: string): void {
   conn.prepare('attach database ? as search').run(file);
-  registerTermCount(conn);
+  registerChunkFunctions(conn);
 }
 
 /**

@@ -8,7 +8,7 @@
 // watermark are not in the index yet, and a search reads them from contacts (contact-search.repository.ts).
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite } from './sqlite-driver.js';
-import { AddressChunks } from './address-chunks.js';
+import { AddressChunks, type IndexedContact } from './address-chunks.js';
 import { layOutAnew, openSearchFile } from './search-file.js';
 
 /** How many contacts one step indexes: large enough to be cheap per contact, small enough to be brief. */
@@ -74,10 +74,7 @@ export class SearchIndexer {
   private reads?: {
     state: BetterSqlite3.Statement<[], SourceState>;
     retired: BetterSqlite3.Statement<[number, number], { id: number; search_key: number }>;
-    fresh: BetterSqlite3.Statement<
-      [number, number],
-      { search_key: number; organization_id: string; email_lower: string }
-    >;
+    fresh: BetterSqlite3.Statement<[number, number], IndexedContact>;
   };
   private readonly writes: {
     state: BetterSqlite3.Statement<[], IndexState>;
@@ -125,7 +122,7 @@ export class SearchIndexer {
         'select id, search_key from contacts_search_retired where id > ? order by id limit ?',
       ),
       fresh: this.source.prepare(
-        `select search_key, organization_id, email_lower from contacts where search_key > ?
+        `select search_key, organization_id, email_lower, created_at from contacts where search_key > ?
           order by search_key limit ?`,
       ),
     };
@@ -168,7 +165,7 @@ export class SearchIndexer {
       // One read transaction: the retired keys and the new contacts as of the same commit.
       this.source.exec('begin');
       let retired: { id: number; search_key: number }[];
-      let fresh: { search_key: number; organization_id: string; email_lower: string }[];
+      let fresh: IndexedContact[];
       let rebuilt = false;
       try {
         const source = reads.state.get()!;

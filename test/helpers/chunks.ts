@@ -5,11 +5,14 @@ export interface ChunkEntry {
   organizationId: string;
   key: number;
   address: string;
+  /** created_at as epoch ms */
+  created: number;
 }
 
 /**
  * Every entry of every chunk, sorted by key; throws when a chunk is malformed: its addresses and keys
- * disagree in number, its keys are out of order or outside its bounds, or address_chunk_keys places a
+ * disagree in number, its keys are out of order or outside its bounds, its newest is not its entries'
+ * newest, or address_chunk_keys places a
  * key in another chunk.
  */
 export function readChunks(indexFile: string): ChunkEntry[] {
@@ -17,14 +20,17 @@ export function readChunks(indexFile: string): ChunkEntry[] {
   try {
     index.exec('begin');
     const chunks = index
-      .prepare('select id, organization_id, first_key, last_key, addresses, keys from address_chunks')
+      .prepare(
+        'select id, organization_id, first_key, last_key, newest, addresses, entries from address_chunks',
+      )
       .all() as {
       id: number;
       organization_id: string;
       first_key: number;
       last_key: number;
+      newest: number;
       addresses: string;
-      keys: Buffer;
+      entries: Buffer;
     }[];
     const places = new Map(
       (
@@ -37,14 +43,21 @@ export function readChunks(indexFile: string): ChunkEntry[] {
       const text = c.addresses;
       if (!text.endsWith('\n')) throw new Error(`chunk ${c.id}: addresses not ended by a newline`);
       const addresses = text.slice(0, -1).split('\n');
-      const keys = Array.from(new Float64Array(new Uint8Array(c.keys).buffer));
+      const pairs = Array.from(new Float64Array(new Uint8Array(c.entries).buffer));
+      const keys = pairs.filter((_, i) => i % 2 === 0);
+      const created = pairs.filter((_, i) => i % 2 === 1);
       if (addresses.length !== keys.length)
         throw new Error(`chunk ${c.id}: ${addresses.length} addresses, ${keys.length} keys`);
       keys.forEach((key, i) => {
         if (i > 0 && key <= keys[i - 1]!) throw new Error(`chunk ${c.id}: keys out of order`);
         if (places.get(key) !== c.id)
           throw new Error(`chunk ${c.id}: key ${key} placed in ${places.get(key)}`);
-        entries.push({ organizationId: c.organization_id, key, address: addresses[i]! });
+        entries.push({
+          organizationId: c.organization_id,
+          key,
+          address: addresses[i]!,
+          created: created[i]!,
+        });
       });
       if (keys[0] !== c.first_key || keys.at(-1) !== c.last_key)
         throw new Error(`chunk ${c.id}: wrong bounds`);

@@ -6,8 +6,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { countContacts, insertContacts } from '../../src/contacts/contacts.repository.js';
-import { countByEmailIndex } from '../../src/contacts/contact-search.repository.js';
+import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
+import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
+import { pageByChunks } from '../../src/contacts/contact-chunks.repository.js';
+import { MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
 import { CHUNK_CHARS } from '../../src/store/address-chunks.js';
 import { SearchIndexer } from '../../src/store/search-index.js';
 import { SEARCH_FILE } from '../../src/store/search-file.js';
@@ -184,6 +186,165 @@ describe('counting an email substring in address chunks', () => {
     expect(await countByEmailIndex(store.db, 'sqlite', BIG, { email: 'e\n' })).toBeUndefined();
     for (const email of ['e\n', 'example\nperson', '.example\n']) {
       expect(await countContacts(store.db, BIG, { email }, 'sqlite'), email).toBe(0);
+    }
+  });
+});
+
+describe('a page of an email substring from address chunks', () => {
+  const ORG = 'org-pages';
+  const T0 = Date.parse('2031-01-01T00:00:00.000Z');
+  let dir: string;
+  let store: Store;
+  const at = (ms: number) => new Date(T0 + ms).toISOString();
+  const catchUp = () => {
+    const ix = new SearchIndexer(path.join(dir, 'mailroom.sqlite'), path.join(dir, SEARCH_FILE));
+    try {
+      ix.catchUp();
+    } finally {
+      ix.close();
+    }
+  };
+  const contact = (i: number, email: string, created: number) => ({
+    row: contactRow(ORG, `${ORG}-${String(i).padStart(5, '0')}`, email, at(created)),
+    tags: [],
+  });
+  const write = async (rows: ReturnType<typeof contact>[]) => {
+    for (let i = 0; i < rows.length; i += 500) {
+      await store.write((trx) => insertContacts(trx, rows.slice(i, i + 500)));
+    }
+  };
+
+  const TERMS = ['olddomain', 'example', 'late', '7', 'person1', 'tied', 'moved', 'zzz'];
+  const PAGES = [
+    { page: 1, limit: 20 },
+    { page: 3, limit: 7 },
+    { page: 50, limit: 20 },
+    { page: 1, limit: 100 },
+    { page: 400, limit: 20 },
+  ];
+
+  /** Every term and page, through the chunks, and through the index with and without a known total. */
+  async function expectPagesExact(): Promise<void> {
+    for (const email of TERMS) {
+      const total = await countContacts(store.db, ORG, { email });
+      for (const page of PAGES) {
+        const plain = (await pageContacts(store.db, ORG, { email }, page)).contacts;
+        const what = `${email} page ${page.page} of ${page.limit}`;
+        const chunked = await pageByChunks(store.db, ORG, email, page);
+        expect(chunked, what).toEqual({ contacts: plain, total });
+        for (const known of [undefined, total]) {
+          const found = await pageByEmailIndex(store.db, 'sqlite', ORG, { email }, page, known);
+          expect(found?.contacts, `${what}, total known: ${known}`).toEqual(plain);
+          if (found?.total !== undefined) expect(found.total, what).toBe(total);
+        }
+      }
+    }
+  }
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'mailroom-chunk-pages-'));
+    store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    await store.migrate();
+    await store.write((trx) =>
+      trx.insertInto('organizations').values({ id: ORG, name: ORG, created_at: AT }).execute(),
+    );
+    // One second apart, oldest first: the oldest 300 at one domain (a list imported long ago), 50 made in
+    // the same millisecond, then 200 written last but dated before all others (key order is not time).
+    await write(
+      Array.from({ length: 4000 }, (_, i) => {
+        const domain = i < 300 ? 'olddomain' : `site${i % 7}`;
+        const created = i >= 1000 && i < 1050 ? 1_000_000 : i * 1000;
+        const local = i >= 1000 && i < 1050 ? `tied${i}` : `person${i}`;
+        return contact(i, `${local}@${domain}.example`, created);
+      }),
+    );
+    await write(Array.from({ length: 200 }, (_, i) => contact(5000 + i, `late${i}@site.example`, -1000 - i)));
+    catchUp();
+  });
+  afterAll(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('equals the plain path for matches old, new, out of key order and tied, on every page', async () => {
+    await expectPagesExact();
+  });
+
+  it('equals it with keys retired and contacts not indexed yet', async () => {
+    // Old contacts readdressed take new keys but keep their time; some of each kind go; new ones come.
+    await store.write(async (trx) => {
+      for (const i of [3, 250, 1020, 3999]) {
+        const email = `moved${i}@olddomain.example`;
+        await trx
+          .updateTable('contacts')
+          .set({ email, email_lower: email })
+          .where('id', '=', `${ORG}-${String(i).padStart(5, '0')}`)
+          .execute();
+      }
+      await trx
+        .deleteFrom('contacts')
+        .where('id', 'in', [`${ORG}-00010`, `${ORG}-01001`, `${ORG}-03998`, `${ORG}-05003`])
+        .execute();
+    });
+    await write([
+      contact(9000, 'fresh.person1@olddomain.example', 5_000_000),
+      contact(9001, 'late.x@x.example', -1),
+    ]);
+    await expectPagesExact();
+    catchUp();
+    await expectPagesExact();
+  });
+
+  it('walks only the newest contacts for a known total, then reads the chunks for matches further back', async () => {
+    // Newer than all the others: a walk of the newest thousands finds none of the old domain's.
+    await write(
+      Array.from({ length: 10_000 }, (_, i) => contact(30_000 + i, `filler${i}@new.example`, 6_000_000 + i)),
+    );
+    catchUp();
+    for (const email of ['olddomain', 'late', 'filler99']) {
+      const total = await countContacts(store.db, ORG, { email });
+      for (const page of [PAGES[0]!, PAGES[1]!, { page: 2, limit: 100 }]) {
+        const plain = (await pageContacts(store.db, ORG, { email }, page)).contacts;
+        const found = await pageByEmailIndex(store.db, 'sqlite', ORG, { email }, page, total);
+        expect(found?.contacts, `${email} page ${page.page}`).toEqual(plain);
+      }
+    }
+  });
+
+  it('declines when more contacts share the page boundary millisecond than it would carry', async () => {
+    const many = Array.from({ length: MAX_TIES + 100 }, (_, i) =>
+      contact(50_000 + i, `same${i}@tie.example`, 9_000_000),
+    );
+    await write(many);
+    catchUp();
+    expect(await pageByChunks(store.db, ORG, 'tie.example', { page: 1, limit: 20 })).toBeUndefined();
+    const plain = (await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 }))
+      .contacts;
+    const page = await pageContacts(
+      store.db,
+      ORG,
+      { email: 'tie.example' },
+      { page: 1, limit: 20 },
+      'sqlite',
+    );
+    expect(page.contacts).toEqual(plain);
+  });
+});
+
+describe('the newest created_at values a page search keeps', () => {
+  it('are the reach greatest seen, whatever the order they come in', () => {
+    let seed = 7;
+    const random = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+    for (const reach of [1, 5, 64]) {
+      const newest = new Newest(reach);
+      const seen: number[] = [];
+      for (let i = 0; i < 1000; i++) {
+        const created = Math.floor(random() * 500);
+        seen.push(created);
+        newest.offer(created);
+        const sorted = [...seen].sort((a, b) => b - a);
+        expect(newest.boundary).toBe(sorted.length < reach ? -Infinity : sorted[reach - 1]);
+      }
     }
   });
 });

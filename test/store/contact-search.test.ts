@@ -112,13 +112,15 @@ function expectIndexExact(dir: string): void {
     }[];
     const match = index.prepare('select rowid from contacts_search where contacts_search match ?').pluck();
     for (const r of rows) expect(match.all(ftsPhrase(r.email_lower))).toContain(r.search_key);
-    // The address chunks hold the same contacts, each once, under its organisation and address.
-    const indexed = db
-      .prepare(
-        `select organization_id as organizationId, search_key as key, email_lower as address
-        from contacts where search_key <= ? order by search_key`,
-      )
-      .all(watermark);
+    // The address chunks hold the same contacts, each once, under its organisation, address and time.
+    const indexed = (
+      db
+        .prepare(
+          `select organization_id as organizationId, search_key as key, email_lower as address, created_at
+          from contacts where search_key <= ? order by search_key`,
+        )
+        .all(watermark) as { created_at: string }[]
+    ).map(({ created_at, ...c }) => ({ ...c, created: Date.parse(created_at) }));
     expect(readChunks(indexFile(dir))).toEqual(indexed);
   } finally {
     db.close();
@@ -204,16 +206,17 @@ describe('contact email index on sqlite', () => {
         expect(count ?? total).toBe(total);
       }
     }
-    // Both strategies were taken; a term that matches most contacts walks instead.
     expect(indexedPages).toBeGreaterThan(10);
     expect(indexedCounts).toBeGreaterThan(5);
-    expect(await pageByEmailIndex(db, 'sqlite', org, { email: 'example' }, { page: 1, limit: 20 })).toBe(
-      undefined,
-    );
+    // Both strategies were taken. A term that most contacts match is read from the address chunks, and
+    // walks with a subscription filter beside it, which the chunks do not know.
+    const first = { page: 1, limit: 20 };
+    for (const email of ['example', 'pe']) {
+      const total = await countContacts(db, org, { email });
+      expect((await pageByEmailIndex(db, 'sqlite', org, { email }, first))?.total).toBe(total);
+      expect(await pageByEmailIndex(db, 'sqlite', org, { email, unsubscribed: true }, first)).toBe(undefined);
+    }
     expect(await search(db, org, 'WE"IRD%_X@')).toEqual([`${org}-5`]);
-    expect(await pageByEmailIndex(db, 'sqlite', org, { email: 'pe' }, { page: 1, limit: 20 })).toBe(
-      undefined,
-    );
     expect(await pageByEmailIndex(db, 'postgres', org, { email: 'person1' }, { page: 1, limit: 20 })).toBe(
       undefined,
     );
