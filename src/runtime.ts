@@ -4,7 +4,9 @@ import { Redis } from 'ioredis';
 import pino, { type Logger } from 'pino';
 import { systemClock, uuidIds } from './clock.js';
 import { type Config, ConfigError } from './config.js';
-import { FileOutboxMailer, type Mailer, SmtpMailer } from './delivery/mailer.js';
+import { FileOutboxMailer } from './delivery/file-outbox.js';
+import type { Mailer } from './delivery/mailer.js';
+import { SmtpMailer } from './delivery/smtp-mailer.js';
 import { DeliveryWorker } from './delivery/worker.js';
 import { type Store, createStore } from './store/store.js';
 

@@ -1,12 +1,8 @@
 // The SMTP thread: one pooled nodemailer transport, answering SmtpMailer's messages with relay answers.
 import { parentPort, workerData } from 'node:worker_threads';
-import {
-  DeliveryError,
-  SmtpRelay,
-  type SmtpMailerOptions,
-  type ThreadReply,
-  type ThreadRequest,
-} from './mailer.js';
+import { DeliveryError } from './mailer.js';
+import type { ThreadReply, ThreadRequest } from './smtp-mailer.js';
+import { SmtpRelay, type SmtpMailerOptions } from './smtp-relay.js';
 
 const port = parentPort!;
 const relay = new SmtpRelay(workerData as SmtpMailerOptions);

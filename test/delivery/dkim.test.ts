@@ -3,7 +3,7 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { dkimVerify } from 'mailauth';
 import { describe, expect, it } from 'vitest';
-import { SmtpMailer } from '../../src/delivery/mailer.js';
+import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import { storeKinds } from '../helpers/stores.js';
 import { sendEmail, settled, useDelivery } from './harness.js';
 

@@ -3,7 +3,9 @@
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import { systemClock, uuidIds } from '../../src/clock.js';
-import { type Mailer, SmtpMailer, type SmtpMailerOptions } from '../../src/delivery/mailer.js';
+import type { Mailer } from '../../src/delivery/mailer.js';
+import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
+import type { SmtpMailerOptions } from '../../src/delivery/smtp-relay.js';
 import { DeliveryWorker, type WorkerOptions } from '../../src/delivery/worker.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { type SinkOptions, type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';

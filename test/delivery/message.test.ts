@@ -3,7 +3,7 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { type AddressObject, simpleParser } from 'mailparser';
 import { describe, expect, it } from 'vitest';
-import { FileOutboxMailer } from '../../src/delivery/mailer.js';
+import { FileOutboxMailer } from '../../src/delivery/file-outbox.js';
 import { eventually } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
 import { sendEmail, settled, startWorker, useDelivery } from './harness.js';

@@ -1,7 +1,8 @@
 // How the relay's answers become statuses: temporary failures retried, permanent ones final, per recipient,
 // and nothing lost while the relay is down, hangs, or the worker stops mid-send.
 import { describe, expect, it } from 'vitest';
-import { type Mailer, SmtpMailer } from '../../src/delivery/mailer.js';
+import type { Mailer } from '../../src/delivery/mailer.js';
+import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { pool } from '../helpers/process.js';
 import { eventually, freePort, startSilentRelay, startSmtpSink } from '../helpers/smtp.js';

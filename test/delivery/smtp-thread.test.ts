@@ -1,9 +1,10 @@
-// SMTP runs on a thread of its own (src/delivery/mailer.ts). A thread that dies is a fault no real relay
+// SMTP runs on a thread of its own (src/delivery/smtp-mailer.ts). A thread that dies is a fault no real relay
 // can cause on demand, so the test ends it by hand: its unanswered send must come back as a temporary
 // failure (retried, never lost), and the next send must go out through a new thread.
 import type { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { DeliveryError, type OutgoingMessage, SmtpMailer } from '../../src/delivery/mailer.js';
+import { DeliveryError, type OutgoingMessage } from '../../src/delivery/mailer.js';
+import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import { startSmtpSink } from '../helpers/smtp.js';
 
 function message(to: string): OutgoingMessage {

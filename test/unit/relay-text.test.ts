@@ -1,6 +1,6 @@
 // What an organisation may read of a relay failure: the error, never where the operator's relay is.
 import { describe, expect, it } from 'vitest';
-import { withoutAddress } from '../../src/delivery/mailer.js';
+import { withoutAddress } from '../../src/delivery/smtp-relay.js';
 
 describe('withoutAddress', () => {
   it('takes out IPv4 and IPv6 addresses and the configured host name', () => {

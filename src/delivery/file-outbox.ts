@@ -1,0 +1,59 @@
+// The Mailer used when no SMTP relay is configured: every message is written as a file, nothing is sent.
+import { mkdir, open, rename } from 'node:fs/promises';
+import path from 'node:path';
+import nodemailer from 'nodemailer';
+import {
+  type DeliveryResult,
+  type DkimOptions,
+  type Mailer,
+  type OutgoingMessage,
+  checkDkim,
+  mailOptions,
+} from './mailer.js';
+
+/** Writes each message as DATA_DIR/outbox/<id>.eml (synced, then renamed into place) and calls it sent. */
+export class FileOutboxMailer implements Mailer {
+  readonly description: string;
+  private readonly transport = nodemailer.createTransport({
+    streamTransport: true,
+    buffer: true,
+    newline: 'unix',
+  });
+
+  constructor(
+    private readonly dir: string,
+    private readonly dkim?: DkimOptions,
+  ) {
+    checkDkim(dkim);
+    this.description = `file outbox ${dir}`;
+  }
+
+  async send(message: OutgoingMessage): Promise<DeliveryResult> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const info = await this.transport.sendMail(mailOptions(message, this.dkim));
+    const file = path.join(this.dir, `${message.id}.eml`);
+    const tmp = `${file}.tmp`;
+    const handle = await open(tmp, 'w', 0o600);
+    try {
+      await handle.writeFile(info.message as Buffer);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+    // The rename is durable only once the directory entry is on disk too.
+    const dir = await open(this.dir, 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+    return {
+      accepted: message.recipients,
+      rejected: [],
+      response: `written to outbox/${path.basename(file)}`,
+    };
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,126 @@
+// SMTP delivery as the worker sees it: a Mailer whose sends run on a thread of their own (smtp-thread.ts),
+// and the messages that pass between the two.
+import type { Worker } from 'node:worker_threads';
+import { startThread } from '../threads.js';
+import {
+  DeliveryError,
+  type DeliveryResult,
+  type Mailer,
+  type OutgoingMessage,
+  checkDkim,
+} from './mailer.js';
+import type { SmtpMailerOptions } from './smtp-relay.js';
+
+/**
+ * SMTP through a pooled nodemailer transport on a thread of its own: building the MIME and speaking SMTP is
+ * most of the CPU a delivery costs, and on the main thread it would compete with the HTTP API and the
+ * store. The thread only turns messages into relay answers; claims, leases and results stay here.
+ */
+export class SmtpMailer implements Mailer {
+  readonly description: string;
+  private thread: SmtpThread;
+  private closed = false;
+
+  constructor(private readonly options: SmtpMailerOptions) {
+    checkDkim(options.dkim);
+    this.description = relayName(new URL(options.url));
+    this.thread = new SmtpThread(options);
+  }
+
+  send(message: OutgoingMessage): Promise<DeliveryResult> {
+    if (this.closed) return Promise.reject(new DeliveryError('the mailer is closed', false));
+    // A thread that died (it should not) is replaced at the next send; its unanswered sends were deferred.
+    if (this.thread.gone) this.thread = new SmtpThread(this.options);
+    return this.thread.send(message);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.thread.close();
+  }
+}
+
+const CLOSE_GRACE_MS = 1_000;
+
+/** One SMTP thread and the sends it has not answered yet. */
+class SmtpThread {
+  gone = false;
+  private readonly worker: Worker;
+  private readonly waiting = new Map<
+    number,
+    { resolve: (r: DeliveryResult) => void; reject: (e: Error) => void }
+  >();
+  private nextId = 0;
+  private readonly exited: Promise<void>;
+
+  constructor(options: SmtpMailerOptions) {
+    this.worker = startThread(import.meta.url, 'smtp-thread', options);
+    // Idle, the thread keeps nothing alive; a send in progress does (see send).
+    this.worker.unref();
+    this.worker.on('message', (reply: ThreadReply) => {
+      const waiter = this.waiting.get(reply.id);
+      if (!waiter) return;
+      this.settled(reply.id);
+      if (reply.result) waiter.resolve(reply.result);
+      else waiter.reject(new DeliveryError(reply.error!.message, reply.error!.permanent));
+    });
+    let failure = 'it stopped';
+    this.worker.on('error', (err) => {
+      failure = err.message;
+    });
+    this.exited = new Promise((resolve) => {
+      this.worker.once('exit', () => {
+        this.gone = true;
+        // Sends the thread never answered are temporary failures: they are retried.
+        for (const [id, waiter] of this.waiting) {
+          this.settled(id);
+          waiter.reject(new DeliveryError(`SMTP thread: ${failure} before the relay answered`, false));
+        }
+        resolve();
+      });
+    });
+  }
+
+  send(message: OutgoingMessage): Promise<DeliveryResult> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      if (this.waiting.size === 0) this.worker.ref();
+      this.waiting.set(id, { resolve, reject });
+      this.worker.postMessage({ id, message } satisfies ThreadRequest);
+    });
+  }
+
+  private settled(id: number): void {
+    this.waiting.delete(id);
+    if (this.waiting.size === 0) this.worker.unref();
+  }
+
+  /** Closes the pool (QUIT on idle connections); a connection still stuck after a second is cut. */
+  async close(): Promise<void> {
+    if (this.gone) return;
+    this.worker.postMessage({ close: true } satisfies ThreadRequest);
+    let grace: NodeJS.Timeout | undefined;
+    const cut = new Promise<void>((resolve) => {
+      grace = setTimeout(() => void this.worker.terminate().then(() => resolve()), CLOSE_GRACE_MS);
+    });
+    await Promise.race([this.exited, cut]);
+    clearTimeout(grace);
+    await this.exited;
+  }
+}
+
+export interface ThreadRequest {
+  id?: number;
+  message?: OutgoingMessage;
+  close?: boolean;
+}
+
+export interface ThreadReply {
+  id: number;
+  result?: DeliveryResult;
+  error?: { message: string; permanent: boolean };
+}
+
+function relayName(url: URL): string {
+  return `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;
+}

@@ -1,0 +1,126 @@
+// The pooled nodemailer transport that speaks to the relay (it runs on the SMTP thread), and how its
+// answers and errors become delivery results, with the relay's address kept out of what is stored.
+import nodemailer, { type Transporter } from 'nodemailer';
+import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
+import {
+  DeliveryError,
+  type DeliveryResult,
+  type DkimOptions,
+  type OutgoingMessage,
+  type RecipientFailure,
+  mailOptions,
+} from './mailer.js';
+
+interface SmtpError extends Error {
+  code?: string;
+  responseCode?: number;
+  response?: string;
+  rejectedErrors?: SmtpError[];
+  recipient?: string;
+}
+
+export interface SmtpMailerOptions {
+  url: string;
+  dkim?: DkimOptions | undefined;
+  maxConnections?: number;
+  connectionTimeoutMs?: number;
+  socketTimeoutMs?: number;
+}
+
+/** The pooled nodemailer transport itself; it runs on the SMTP thread. */
+export class SmtpRelay {
+  private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
+  /** What the relay and nodemailer say, as stored for the organisation (withoutAddress). */
+  private readonly scrub: (text: string) => string;
+
+  constructor(private readonly options: SmtpMailerOptions) {
+    const url = new URL(options.url);
+    this.scrub = (text) => withoutAddress(text, url.hostname.replace(/^\[|\]$/g, ''));
+    this.transport = nodemailer.createTransport({
+      pool: true,
+      host: url.hostname,
+      port: url.port ? Number(url.port) : url.protocol === 'smtps:' ? 465 : 587,
+      secure: url.protocol === 'smtps:',
+      auth: url.username
+        ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
+        : undefined,
+      maxConnections: options.maxConnections ?? 5,
+      maxMessages: Infinity,
+      connectionTimeout: options.connectionTimeoutMs ?? 30_000,
+      greetingTimeout: options.connectionTimeoutMs ?? 30_000,
+      socketTimeout: options.socketTimeoutMs ?? 60_000,
+      disableFileAccess: true,
+      disableUrlAccess: true,
+    });
+  }
+
+  async send(message: OutgoingMessage): Promise<DeliveryResult> {
+    try {
+      const info = await this.transport.sendMail(mailOptions(message, this.options.dkim));
+      const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
+        toFailure(e, this.scrub),
+      );
+      return {
+        accepted: (info.accepted ?? []).map(String),
+        rejected: rejectedErrors,
+        response: this.scrub(info.response ?? ''),
+      };
+    } catch (err) {
+      const e = err as SmtpError;
+      if (e.rejectedErrors && e.rejectedErrors.length > 0) {
+        // Every recipient was refused at RCPT TO: each gets its own verdict.
+        return {
+          accepted: [],
+          rejected: e.rejectedErrors.map((r) => toFailure(r, this.scrub)),
+          response: this.scrub(e.response ?? e.message),
+        };
+      }
+      throw new DeliveryError(this.scrub(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), isPermanent(e));
+    }
+  }
+
+  close(): void {
+    this.transport.close();
+  }
+}
+
+/**
+ * A socket error's text without the relay's address (`connect ECONNREFUSED 10.0.0.7:25`): it is stored as
+ * the email's lastError, which every key of the organisation can read, and the relay is the operator's.
+ */
+export function withoutAddress(message: string, host = ''): string {
+  let text = message;
+  // The configured host name, wherever it appears (a greeting, a TLS name check, a DNS failure).
+  if (host !== '') {
+    const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    text = text.replace(new RegExp(`${literal}(?::\\d+)?`, 'g'), '(the relay)');
+  }
+  return (
+    text
+      .replace(/^((?:connect|getaddrinfo|query[A-Za-z]*) E[A-Z_]+) (?!\(the relay\))\S+/, '$1 (the relay)')
+      .replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b/g, '(the relay)')
+      // IPv6: compressed (`fd00::7`, `::1`) or with at least five groups, so that a time (12:34:56) stays.
+      .replace(
+        /\[?(?:[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?|(?:[0-9a-f]{1,4}:){4,7}[0-9a-f]{1,4})\]?(?::\d+)?/gi,
+        '(the relay)',
+      )
+  );
+}
+
+/**
+ * Only a refusal of this message (its envelope or its data) is final. A 5xx to AUTH, EHLO or the greeting
+ * says the relay or its credentials are wrong, which an operator can fix: those emails wait, they do not fail.
+ */
+function isPermanent(e: SmtpError): boolean {
+  if (e.code !== 'EENVELOPE' && e.code !== 'EMESSAGE') return false;
+  // No reply code: nodemailer refused the message itself (an invalid address, too large for the relay).
+  return typeof e.responseCode !== 'number' || e.responseCode >= 500;
+}
+
+function toFailure(e: SmtpError, scrub: (text: string) => string): RecipientFailure {
+  return {
+    address: e.recipient ?? '',
+    response: scrub(e.response ?? e.message),
+    permanent: typeof e.responseCode === 'number' && e.responseCode >= 500,
+  };
+}
