@@ -1,5 +1,5 @@
-// The delivery worker: claims due emails with a lease, sends each through the Mailer outside any
-// transaction, and records per-recipient results. Many workers (processes) can share one database.
+// The delivery worker: claims due emails with a lease (leases.ts), sends each through the Mailer outside
+// any transaction, and records per-recipient results. Many workers (processes) can share one database.
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock, Ids } from '../clock.js';
@@ -9,14 +9,13 @@ import {
   type RecipientRow,
   anyExpiredIdempotency,
   deleteExpiredIdempotency,
-  insertEvents,
 } from '../emails/emails.repository.js';
 import { IDEMPOTENCY_TTL_MS } from '../emails/emails.service.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
-import * as queue from './queue.repository.js';
+import { Leases } from './leases.js';
 import { ResultRecorder } from './recorder.js';
 import { retryDelayMs } from './retry.js';
 
@@ -57,19 +56,13 @@ export class DeliveryWorker {
   private sending = 0;
   /** Attempts not yet recorded (sending, or their result waiting for its commit). */
   private inflight = new Set<Promise<void>>();
-  /**
-   * Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. Counted:
-   * after a lost lease the same email can be claimed again while the first attempt still runs, and that
-   * attempt's end must not stop the renewals of the second.
-   */
-  private leased = new Map<string, number>();
+  private readonly leases: Leases;
   /**
    * Claims wait until this many slots are free, so a busy worker claims (and records) in batches that share
    * a commit, instead of one small transaction per finished send.
    */
   private readonly claimBatch: number;
   private timer: NodeJS.Timeout | undefined;
-  private heartbeat: NodeJS.Timeout | undefined;
   private running = false;
   /** stop() gave up waiting for the sends in flight; their failures are not recorded (send). */
   private abandoned = false;
@@ -88,13 +81,14 @@ export class DeliveryWorker {
     this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
     this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
+    const { store, clock, ids, logger } = o;
+    this.leases = new Leases({ store, clock, ids, logger, owner: this.owner, leaseMs: this.leaseMs });
   }
 
   start(): void {
     if (this.running) return;
     this.running = true;
-    this.heartbeat = setInterval(() => void this.renewLeases(), Math.max(10, this.leaseMs / 4));
-    this.heartbeat.unref();
+    this.leases.start();
     this.notify();
   }
 
@@ -128,7 +122,7 @@ export class DeliveryWorker {
     });
     const finished = await Promise.race([drained, timedOut]);
     clearTimeout(deadline);
-    clearInterval(this.heartbeat);
+    this.leases.stop();
     if (!finished) {
       this.abandoned = true;
       this.o.logger.warn(
@@ -166,7 +160,7 @@ export class DeliveryWorker {
       try {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();
-        const claimed = await this.claim(free, idle);
+        const claimed = await this.leases.claim(free, idle);
         for (const job of claimed) this.deliver(job.email, job.recipients);
         if (claimed.length === free) this.wanted = true;
       } catch (err) {
@@ -197,68 +191,15 @@ export class DeliveryWorker {
     }
   }
 
-  private async renewLeases(): Promise<void> {
-    if (this.leased.size === 0) return;
-    const leaseUntil = new Date(this.o.clock.now().getTime() + this.leaseMs).toISOString();
-    try {
-      // Batched with the results, so renewals and results never lock the same rows in opposite orders.
-      await this.o.store.batch((trx) =>
-        queue.renewLeases(trx, this.owner, [...this.leased.keys()], leaseUntil),
-      );
-    } catch (err) {
-      this.o.logger.warn({ err }, 'delivery: renewing leases failed');
-    }
-  }
-
-  private async claim(
-    limit: number,
-    askFirst: boolean,
-  ): Promise<{ email: EmailRow; recipients: RecipientRow[] }[]> {
-    const now = this.o.clock.now();
-    const at = now.toISOString();
-    const leaseUntil = new Date(now.getTime() + this.leaseMs).toISOString();
-    // A poll of an idle queue takes no write lock (anyDue).
-    if (askFirst && !(await queue.anyDue(this.o.store.db, at))) return [];
-    return this.o.store.batch(async (trx) => {
-      const emails = await queue.claimDue(trx, this.o.store.dialect, {
-        now: at,
-        leaseUntil,
-        owner: this.owner,
-        limit,
-      });
-      if (emails.length === 0) return [];
-      const recipients = await queue.recipientsOf(
-        trx,
-        emails.map((e) => e.id),
-      );
-      await insertEvents(
-        trx,
-        emails.map((e) => ({
-          id: this.o.ids.next(),
-          email_id: e.id,
-          type: 'sending',
-          at,
-          detail: `attempt ${e.attempts}`,
-        })),
-      );
-      return emails.map((email) => ({
-        email,
-        recipients: recipients.filter((r) => r.email_id === email.id),
-      }));
-    });
-  }
-
   /**
    * Sends one claimed email and records its result. The slot is free once the send is over; the lease is
    * held (and renewed) until the result is committed.
    */
   private deliver(email: EmailRow, recipients: RecipientRow[]): void {
-    this.leased.set(email.id, (this.leased.get(email.id) ?? 0) + 1);
+    this.leases.hold(email.id);
     this.sending++;
     const attempt = this.attempt(email, recipients).finally(() => {
-      const holds = this.leased.get(email.id)! - 1;
-      if (holds === 0) this.leased.delete(email.id);
-      else this.leased.set(email.id, holds);
+      this.leases.release(email.id);
       this.inflight.delete(attempt);
     });
     this.inflight.add(attempt);

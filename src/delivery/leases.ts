@@ -1,0 +1,99 @@
+// A worker's leases: claiming due emails under a lease (with a `sending` event each), then holding those
+// leases, renewed on a heartbeat, until each email's result is recorded.
+import type { Logger } from 'pino';
+import type { Clock, Ids } from '../clock.js';
+import { type RecipientRow, insertEvents } from '../emails/emails.repository.js';
+import type { EmailRow } from '../store/schema.js';
+import type { Store } from '../store/store.js';
+import * as queue from './queue.repository.js';
+
+export interface ClaimedEmail {
+  email: EmailRow;
+  recipients: RecipientRow[];
+}
+
+export interface LeaseOptions {
+  store: Store;
+  clock: Clock;
+  ids: Ids;
+  logger: Logger;
+  /** The worker whose leases these are. */
+  owner: string;
+  leaseMs: number;
+}
+
+export class Leases {
+  /**
+   * Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. Counted:
+   * after a lost lease the same email can be claimed again while the first attempt still runs, and that
+   * attempt's end must not stop the renewals of the second.
+   */
+  private held = new Map<string, number>();
+  private heartbeat: NodeJS.Timeout | undefined;
+
+  constructor(private readonly o: LeaseOptions) {}
+
+  /** Renews the held leases every quarter of a lease until stop(). */
+  start(): void {
+    this.heartbeat = setInterval(() => void this.renew(), Math.max(10, this.o.leaseMs / 4));
+    this.heartbeat.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.heartbeat);
+  }
+
+  hold(emailId: string): void {
+    this.held.set(emailId, (this.held.get(emailId) ?? 0) + 1);
+  }
+
+  release(emailId: string): void {
+    const holds = this.held.get(emailId)! - 1;
+    if (holds === 0) this.held.delete(emailId);
+    else this.held.set(emailId, holds);
+  }
+
+  async claim(limit: number, askFirst: boolean): Promise<ClaimedEmail[]> {
+    const { store, owner } = this.o;
+    const now = this.o.clock.now();
+    const at = now.toISOString();
+    const leaseUntil = new Date(now.getTime() + this.o.leaseMs).toISOString();
+    // A poll of an idle queue takes no write lock (anyDue).
+    if (askFirst && !(await queue.anyDue(store.db, at))) return [];
+    return store.batch(async (trx) => {
+      const emails = await queue.claimDue(trx, store.dialect, { now: at, leaseUntil, owner, limit });
+      if (emails.length === 0) return [];
+      const recipients = await queue.recipientsOf(
+        trx,
+        emails.map((e) => e.id),
+      );
+      await insertEvents(
+        trx,
+        emails.map((e) => ({
+          id: this.o.ids.next(),
+          email_id: e.id,
+          type: 'sending',
+          at,
+          detail: `attempt ${e.attempts}`,
+        })),
+      );
+      return emails.map((email) => ({
+        email,
+        recipients: recipients.filter((r) => r.email_id === email.id),
+      }));
+    });
+  }
+
+  private async renew(): Promise<void> {
+    if (this.held.size === 0) return;
+    const leaseUntil = new Date(this.o.clock.now().getTime() + this.o.leaseMs).toISOString();
+    try {
+      // Batched with the results, so renewals and results never lock the same rows in opposite orders.
+      await this.o.store.batch((trx) =>
+        queue.renewLeases(trx, this.o.owner, [...this.held.keys()], leaseUntil),
+      );
+    } catch (err) {
+      this.o.logger.warn({ err }, 'delivery: renewing leases failed');
+    }
+  }
+}
