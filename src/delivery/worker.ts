@@ -4,13 +4,8 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock, Ids } from '../clock.js';
 import { DEFAULT_LEASE_MS } from '../config.js';
-import {
-  type EventRow,
-  type RecipientRow,
-  anyExpiredIdempotency,
-  deleteExpiredIdempotency,
-} from '../emails/emails.repository.js';
-import { IDEMPOTENCY_TTL_MS } from '../emails/emails.service.js';
+import type { EventRow, RecipientRow } from '../emails/emails.repository.js';
+import { removeExpiredIdempotencyKeys } from '../emails/emails.service.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
@@ -296,12 +291,9 @@ export class DeliveryWorker {
   }
 
   private async cleanupIdempotency(): Promise<void> {
-    const now = this.o.clock.now().getTime();
-    if (now - this.lastCleanup < 10 * 60_000) return;
-    this.lastCleanup = now;
-    const cutoff = new Date(now - IDEMPOTENCY_TTL_MS).toISOString();
-    // Asked first, like a poll (claim): most runs find nothing to delete and then take no write lock.
-    if (!(await anyExpiredIdempotency(this.o.store.db, cutoff))) return;
-    await this.o.store.write((trx) => deleteExpiredIdempotency(trx, cutoff));
+    const now = this.o.clock.now();
+    if (now.getTime() - this.lastCleanup < 10 * 60_000) return;
+    this.lastCleanup = now.getTime();
+    await removeExpiredIdempotencyKeys(this.o.store, now);
   }
 }

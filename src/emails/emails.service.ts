@@ -182,3 +182,11 @@ export class EmailsService {
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }
 }
+
+/** Deletes idempotency records older than IDEMPOTENCY_TTL_MS; the delivery worker calls it now and then. */
+export async function removeExpiredIdempotencyKeys(store: Store, now: Date): Promise<void> {
+  const cutoff = new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString();
+  // Asked first, like a delivery poll: most runs find nothing to delete and then take no write lock.
+  if (!(await repo.anyExpiredIdempotency(store.db, cutoff))) return;
+  await store.write((trx) => repo.deleteExpiredIdempotency(trx, cutoff));
+}
