@@ -9,7 +9,7 @@ import Fastify, {
   type FastifyServerOptions,
 } from 'fastify';
 import type { Redis } from 'ioredis';
-import { KeysService, type Principal } from './auth/keys.service.js';
+import { KeysService } from './auth/keys.service.js';
 import type { Permission } from './auth/keys.js';
 import { type Clock, type Ids, systemClock, uuidIds } from './clock.js';
 import type { Config } from './config.js';
@@ -26,20 +26,11 @@ import { OrgsService } from './orgs/orgs.service.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import type { Store } from './store/store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
+import { identifyCaller, permissionFault } from './http/auth.js';
 import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { useJsonBodies } from './http/json-body.js';
 import { parseQueryString } from './http/query-string.js';
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    principal: Principal | null;
-    authFault: unknown;
-  }
-  interface FastifyContextConfig {
-    permission?: Permission;
-  }
-}
 
 export interface AppDeps {
   config: Readonly<Config>;
@@ -99,9 +90,6 @@ export function routeTable(s: Services): [Method, string, Permission, AnyEndpoin
   return table;
 }
 
-// The auth scheme is case-insensitive and followed by one or more spaces (RFC 7235: 1*SP); the key is exact.
-const BEARER = /^Bearer +([^\s]+)$/i;
-
 export async function buildApp(
   deps: AppDeps,
   services: Services = createServices(deps),
@@ -110,29 +98,7 @@ export async function buildApp(
 
   // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
   // reported by the permission check, after the rate-limit headers are set.
-  // Unknown /api/ routes look the key up too, so a keyed client's 404s count against its key, not its address.
-  // Callback style, settled synchronously when the key's lookup is cached: no promise on most requests.
-  const identify = (req: FastifyRequest, done: () => void): void => {
-    if (!req.routeOptions.config?.permission && !req.url.startsWith('/api/')) return done();
-    const match = BEARER.exec(req.headers.authorization ?? '');
-    if (!match) return done();
-    const key = match[1]!;
-    const known = services.keys.known(key);
-    if (known !== undefined) {
-      req.principal = known;
-      return done();
-    }
-    services.keys.authenticate(key).then(
-      (principal) => {
-        req.principal = principal;
-        done();
-      },
-      (err: unknown) => {
-        req.authFault = err;
-        done();
-      },
-    );
-  };
+  const identify = identifyCaller(services.keys);
   // @fastify/rate-limit reports seconds until the window ends; the API promises the unix time it ends.
   // Converted as soon as the plugin has set it, within the same second (see ratelimit/shared-store.ts).
   const absoluteReset = (reply: FastifyReply): void => {
@@ -309,28 +275,6 @@ export async function buildApp(
   }
 
   return app;
-}
-
-/** Why the caller may not use this route (no key, a bad key, a missing permission), if it may not. */
-function permissionFault(req: FastifyRequest): Error | null {
-  const permission = req.routeOptions.config.permission;
-  if (!permission) return null;
-  if (req.authFault) return req.authFault as Error;
-  if (!req.principal) {
-    const header = req.headers.authorization;
-    return new AppError(
-      'UNAUTHORIZED',
-      header === undefined
-        ? 'Missing Authorization header; send Authorization: Bearer <API key>'
-        : BEARER.test(header)
-          ? 'Invalid or revoked API key'
-          : 'Malformed Authorization header; expected Bearer <API key>',
-    );
-  }
-  if (!req.principal.permissions.has(permission)) {
-    return new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
-  }
-  return null;
 }
 
 let counter = 0;

@@ -1,0 +1,70 @@
+// Who is calling, from the Authorization header, and whether that caller may use the route. app.ts wires
+// these into its hooks; the route table gives each route the permission it needs.
+import type { FastifyRequest } from 'fastify';
+import type { KeysService, Principal } from '../auth/keys.service.js';
+import type { Permission } from '../auth/keys.js';
+import { AppError } from '../errors.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null;
+    authFault: unknown;
+  }
+  interface FastifyContextConfig {
+    permission?: Permission;
+  }
+}
+
+// The auth scheme is case-insensitive and followed by one or more spaces (RFC 7235: 1*SP); the key is exact.
+const BEARER = /^Bearer +([^\s]+)$/i;
+
+/**
+ * Sets req.principal from a Bearer key, or req.authFault when the lookup itself failed. Unknown /api/ routes
+ * look the key up too, so a keyed client's 404s count against its key, not its address.
+ * Callback style, settled synchronously when the key's lookup is cached: no promise on most requests.
+ */
+export function identifyCaller(keys: KeysService): (req: FastifyRequest, done: () => void) => void {
+  return (req, done) => {
+    if (!req.routeOptions.config?.permission && !req.url.startsWith('/api/')) return done();
+    const match = BEARER.exec(req.headers.authorization ?? '');
+    if (!match) return done();
+    const key = match[1]!;
+    const known = keys.known(key);
+    if (known !== undefined) {
+      req.principal = known;
+      return done();
+    }
+    keys.authenticate(key).then(
+      (principal) => {
+        req.principal = principal;
+        done();
+      },
+      (err: unknown) => {
+        req.authFault = err;
+        done();
+      },
+    );
+  };
+}
+
+/** Why the caller may not use this route (no key, a bad key, a missing permission), if it may not. */
+export function permissionFault(req: FastifyRequest): Error | null {
+  const permission = req.routeOptions.config.permission;
+  if (!permission) return null;
+  if (req.authFault) return req.authFault as Error;
+  if (!req.principal) {
+    const header = req.headers.authorization;
+    return new AppError(
+      'UNAUTHORIZED',
+      header === undefined
+        ? 'Missing Authorization header; send Authorization: Bearer <API key>'
+        : BEARER.test(header)
+          ? 'Invalid or revoked API key'
+          : 'Malformed Authorization header; expected Bearer <API key>',
+    );
+  }
+  if (!req.principal.permissions.has(permission)) {
+    return new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
+  }
+  return null;
+}
