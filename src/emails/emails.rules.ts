@@ -3,6 +3,7 @@
 import type { Static } from 'typebox';
 import { DetailCollector, type ErrorDetail } from '../errors.js';
 import { type ParsedAddress, domainOf, formatMailbox, parseMailbox } from '../validation/addresses.js';
+import { isObject } from '../validation/guards.js';
 import type { SendEmailBody } from './emails.schemas.js';
 
 export const MAX_TO = 50;
@@ -77,7 +78,6 @@ export interface NormalizedEmail {
 type Loose = Record<string, unknown>;
 
 const asList = (v: unknown): unknown[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
-const isObject = (v: unknown): v is Loose => typeof v === 'object' && v !== null && !Array.isArray(v);
 const missing = (v: unknown): boolean => v === undefined || v === null || v === '';
 
 /** Parses the strings among `value`; values of another type are left for the schema to report. */

@@ -9,6 +9,7 @@ import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
 import { AppError, type ErrorDetail, validationError } from '../errors.js';
 import { BROKEN_MESSAGE, brokenParameters } from '../http/query-string.js';
+import { isObject } from './guards.js';
 
 // ajv-formats is CommonJS; under NodeNext its default export arrives wrapped.
 const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (
@@ -38,9 +39,6 @@ export function withRules<T extends object>(schema: T, rules: Rules): T {
   (schema as Record<symbol, Rules>)[RULES] = rules;
   return schema;
 }
-
-const isObject = (v: unknown): v is Record<string, unknown> =>
-  typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Deeper than any body or query the API takes; the walk below stops there instead of following an attack. */
 export const MAX_DEPTH = 32;
