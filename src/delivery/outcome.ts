@@ -1,6 +1,7 @@
 // Pure rules of one delivery attempt: which message goes out, and what the relay's answer means for each
 // recipient and for the email. No I/O here, so the rules are read (and tested) in one place.
 import type { RecipientRow } from '../emails/emails.repository.js';
+import { parseList } from '../emails/emails.service.js';
 import type { EmailRow } from '../store/schema.js';
 import { parseConfiguredMailbox } from '../validation/addresses.js';
 import { DeliveryError, type DeliveryResult, type OutgoingMessage } from './mailer.js';
@@ -20,8 +21,6 @@ export interface Settlement {
   /** One line per recipient, grouped by verdict, for the email's events. */
   details: Partial<Record<RecipientStatus, string>>;
 }
-
-const parseList = (text: string): string[] => JSON.parse(text) as string[];
 
 /** Recipients still owed a delivery: never re-send to one who was accepted or refused for good. */
 export function pendingRecipients(recipients: RecipientRow[]): RecipientRow[] {

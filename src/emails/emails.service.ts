@@ -27,7 +27,8 @@ function stableStringify(value: unknown): string {
   return JSON.stringify(value) ?? 'null';
 }
 
-const parseList = (text: string): string[] => JSON.parse(text) as string[];
+/** An address list column (to, cc, bcc, reply-to) as `send` stores it: JSON text of an array of strings. */
+export const parseList = (text: string): string[] => JSON.parse(text) as string[];
 
 function toSummary(r: repo.EmailSummaryRow) {
   return {
