@@ -1,7 +1,7 @@
 // Pure rules: address parsing, field paths in error details, the emails family of paths, LIKE escaping.
 import { describe, expect, it } from 'vitest';
 import { parseMailbox, isValidEmail, formatMailbox } from '../../src/validation/addresses.js';
-import { fieldPath } from '../../src/validation/ajv.js';
+import { fieldPath } from '../../src/validation/ajv-errors.js';
 import { isEmailsPath, renderError } from '../../src/http/error-handler.js';
 import { emailBodyRules } from '../../src/emails/emails.rules.js';
 import { createRules, updateRules, mergeFields } from '../../src/contacts/contacts.rules.js';

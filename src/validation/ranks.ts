@@ -1,0 +1,27 @@
+// Several checks may find something wrong with one field (its type, its characters, a schema bound, a rule
+// beside the schema); the client is told the most telling problem of each field, once.
+import type { ErrorDetail } from '../errors.js';
+
+/** A detail with how much it says: per field, the lowest rank is the one the client sees. */
+export interface Ranked extends ErrorDetail {
+  rank: number;
+}
+// A wrong type or a missing field first; then characters no store keeps; then the schema's other bounds;
+// then the rules beside the schema; "not an allowed field" last (a bad header name is better said by a rule).
+export const RANK = { type: 0, chars: 1, schema: 2, rule: 3, unknownField: 4 } as const;
+
+/** One detail per field, the most telling; nothing under a field whose type is already wrong. */
+export function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
+  const best = new Map<string, Ranked>();
+  for (const d of details) {
+    const held = best.get(d.field);
+    if (!held || d.rank < held.rank) best.set(d.field, d);
+  }
+  const wrongType = [...best.values()].filter((d) => d.rank === RANK.type).map((d) => d.field);
+  // The part itself (a body that is not an object) has no field of its own to be under.
+  const under = (field: string, parent: string) =>
+    parent === part ? field !== part : field.startsWith(`${parent}.`) || field.startsWith(`${parent}[`);
+  return [...best.values()]
+    .filter((d) => !wrongType.some((parent) => under(d.field, parent)))
+    .map(({ field, message }) => ({ field, message }));
+}
