@@ -90,7 +90,7 @@ export class KeysService {
    */
   known(key: string): Principal | null | undefined {
     const cached = this.cache.get(key);
-    if (cached && cached.expires > Date.now()) return cached.principal;
+    if (cached && cached.expires > this.clock.now().getTime()) return cached.principal;
     return looksLikeKey(key) ? undefined : null;
   }
 
@@ -99,7 +99,7 @@ export class KeysService {
     const known = this.known(key);
     if (known !== undefined) return known;
     const hash = hashKey(key);
-    const now = Date.now();
+    const now = this.clock.now().getTime();
     const row = await repo.findKeyByHash(this.store.db, hash);
     const principal =
       row && row.revoked_at === null && sameHash(row.key_hash, hash)

@@ -34,7 +34,10 @@ const PERMISSIONS: Permission[] = ['readContacts', 'writeContacts', 'sendEmails'
 describe.each(storeKinds())('auth on %s', (kind) => {
   let t: TestApp, auth: string;
   useApp(kind, (app, key) => ([t, auth] = [app, key]));
-  afterEach(() => vi.restoreAllMocks());
+  afterEach(() => {
+    vi.restoreAllMocks();
+    vi.useRealTimers();
+  });
 
   it.each(ROUTES)('%o needs a valid key (401) holding %s (403)', async (route, permission) => {
     const fam = family(route.url);
@@ -92,8 +95,8 @@ describe.each(storeKinds())('auth on %s', (kind) => {
     const get = () => t.call({ method: 'GET', url: '/api/v1/lists', auth: key });
     expect((await get()).statusCode).toBe(200);
     await t.services.keys.revoke(keyId);
-    const start = Date.now();
-    vi.spyOn(Date, 'now').mockImplementation(() => start + 5_000);
+    // The key cache reads the injected clock (systemClock: new Date()), so Date moves on; timers stay real.
+    vi.setSystemTime(Date.now() + 5_000);
     expectError(await get(), 401, 'contacts');
   });
 
