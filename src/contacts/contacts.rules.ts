@@ -3,6 +3,7 @@
 // schema (withRules) and one 400 lists every offending field; the service runs them again for its callers.
 import { DetailCollector, type ErrorDetail } from '../errors.js';
 import { isValidEmail } from '../validation/addresses.js';
+import { isObject } from '../validation/guards.js';
 
 export const MAX_TAGS = 50;
 export const MAX_CUSTOM_FIELDS = 50;
@@ -12,7 +13,6 @@ export type CustomValue = string | number | boolean | null;
 export type CustomFields = Record<string, CustomValue>;
 type Loose = Record<string, unknown>;
 
-const isObject = (v: unknown): v is Loose => typeof v === 'object' && v !== null && !Array.isArray(v);
 const CHANGES = ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'];
 
 function checkEmail(errors: DetailCollector, value: unknown): void {
