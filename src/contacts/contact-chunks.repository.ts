@@ -11,11 +11,28 @@ import { rowCount } from '../store/prepared.js';
 
 /** Keys retired and not yet taken out of the chunks, above which these reads decline (a big delete). */
 const STALE_MAX = 10_000;
+/**
+ * Keys issued above the index's watermark, above which these reads decline: the contacts above it are
+ * looked up by key, in every organisation (the index being built, after an upgrade or a repair).
+ */
+const BEHIND_MAX = 10_000;
 
 const staleKeys = sql`from contacts_search_retired where id > (select retired_seen from search.search_state)`;
-/** The stale keys as a JSON array, for the chunk functions. */
-const stale = sql`(select json_group_array(search_key) ${staleKeys})`;
-const crowded = sql`(select count(*) ${staleKeys}) > ${STALE_MAX}`;
+/** Whether the chunks are too far behind the contacts to be read (the caller scans instead). */
+const unready = sql`((select count(*) ${staleKeys}) > ${STALE_MAX}
+  or coalesce((select max(search_key) from contacts), 0) - (select indexed_to from search.search_state)
+    > ${BEHIND_MAX})`;
+
+/**
+ * The stale keys held in the organisation's chunks, as a JSON array for the chunk functions: those of
+ * other organisations would only make its chunks be read address by address.
+ */
+function stale(organizationId: string): RawBuilder<string> {
+  return sql`(select json_group_array(r.search_key) from contacts_search_retired r
+    cross join search.address_chunk_keys k on k.key = r.search_key
+    cross join search.address_chunks held on held.id = k.chunk
+    where r.id > (select retired_seen from search.search_state) and held.organization_id = ${organizationId})`;
+}
 
 /** Contacts of the organisation above the index's watermark whose address holds the term. */
 function tail(organizationId: string, term: string): RawBuilder<{ k: number }> {
@@ -26,14 +43,15 @@ function tail(organizationId: string, term: string): RawBuilder<{ k: number }> {
 }
 
 /**
- * The organisation's contacts whose address holds `term`, counted in the chunks: NULL while more than
- * STALE_MAX retired keys wait to be taken out, which the count would have to carry along.
+ * The organisation's contacts whose address holds `term`, counted in the chunks: NULL while they are too
+ * far behind the contacts (unready).
  */
 export function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
-  return sql<number | null>`(select case when ${crowded} then null else
+  const held = stale(organizationId);
+  return sql<number | null>`(select case when ${unready} then null else
       (select coalesce(sum(coalesce(
-          mailroom_chunk_count(ch.addresses, ch.first_key, ch.last_key, ${term}, ${stale}),
-          mailroom_chunk_count_except(ch.addresses, ch.entries, ${term}, ${stale}))), 0)
+          mailroom_chunk_count(ch.addresses, ch.first_key, ch.last_key, ${term}, ${held}),
+          mailroom_chunk_count_except(ch.addresses, ch.entries, ${term}, ${held}))), 0)
         from search.address_chunks ch where ch.organization_id = ${organizationId})
       + (select count(*) from (${tail(organizationId, term)}))
     end)`;
@@ -45,8 +63,8 @@ let searches = 0;
 /**
  * A page of the organisation's contacts whose address holds `term`, and their total, from one pass over
  * its chunks, newest first: past the chunks that may hold the page, each is only counted. Undefined when
- * the chunks cannot say (too many stale keys, or too many contacts created in the same millisecond as
- * the page's last); then the caller walks.
+ * the chunks cannot say (too far behind the contacts, or too many contacts created in the same
+ * millisecond as the page's last); then the caller walks.
  */
 export async function pageByChunks(
   db: Executor,
@@ -57,20 +75,22 @@ export async function pageByChunks(
   const nonce = ++searches;
   const reach = page.page * page.limit;
   // The chunks newest first (their LIMIT keeps the ORDER BY, which SQLite may drop from a subquery that
-  // an aggregate reads): the page's matches are found first, and the older chunks are only counted. The
-  // sort carries rowids only; the page's rows are read again to be rendered.
-  const query = sql<{ crowded: number; total: number | null; r: number | null; json: string | null }>`
+  // an aggregate reads; the order only saves work): the page's matches are found first, and the older
+  // chunks are only counted. The sort carries rowids only; the page's rows are read again to be rendered.
+  const held = stale(organizationId);
+  // Each chunk's entries are read only when `wants` says it may hold the page (the CASE is lazy).
+  const query = sql<{ unready: number; total: number | null; r: number | null; json: string | null }>`
     with agg as materialized (
       select mailroom_chunk_page(${nonce}, ch.addresses,
-          case when mailroom_chunk_wants(${nonce}, ch.newest, ch.first_key, ch.last_key, ${stale})
-            then ch.entries end,
-          ch.first_key, ch.last_key, ${term}, ${stale}, ${reach}) as r
-        from (select addresses, entries, newest, first_key, last_key from search.address_chunks
+          case when mailroom_chunk_wants(${nonce}, ch.newest, ch.first_key, ch.last_key, ${held})
+            then (select entries from search.address_chunks e where e.id = ch.id) end,
+          ch.first_key, ch.last_key, ${term}, ${held}, ${reach}) as r
+        from (select id, addresses, newest, first_key, last_key from search.address_chunks
           where organization_id = ${organizationId} order by first_key desc limit 1000000000) ch
-        where not ${crowded}),
+        where not ${unready}),
       t as materialized (${tail(organizationId, term)}),
       candidates as (select value as k from agg, json_each(agg.r, '$.keys') union all select k from t)
-    select ${crowded} as crowded,
+    select ${unready} as unready,
       (select json_extract(r, '$.n') from agg) + (select count(*) from t) as total, p.r,
       ${contactJson('sqlite', 'c')} as json
     from (select 1) left join (
@@ -82,7 +102,7 @@ export async function pageByChunks(
     order by p.created_at desc, p.id desc`;
   const rows = (await query.execute(db)).rows;
   const first = rows[0];
-  if (!first || first.crowded || first.total === null) return undefined;
+  if (!first || first.unready || first.total === null) return undefined;
   return { contacts: rows.filter((r) => r.r !== null).map((r) => r.json!), total: Number(first.total) };
 }
 

@@ -115,6 +115,9 @@ async function pageByTrigrams(
  */
 const DEEP_WALK = 20_000;
 
+/** The deepest page (offset + limit) read from the chunks without a known total. */
+const DEEP_REACH = 2_000;
+
 export async function pageByEmailIndex(
   db: Executor,
   dialect: DialectName | undefined,
@@ -155,6 +158,9 @@ export async function pageByEmailIndex(
       // A full page is the page; a short one is, only when the walk went through every contact.
       if (walked.length === page.limit || whole) return { contacts: walked };
     }
+    // A deep page (or one past the end) would carry every match before it out of the chunks: the
+    // caller's walk, and a count, cost less.
+    if (knownTotal === undefined && reach > DEEP_REACH) return undefined;
     return pageByChunks(db, organizationId, term, page);
   });
 }

@@ -68,9 +68,32 @@ interface ChunkRow {
   entries: Buffer;
 }
 
+/**
+ * created_at as epoch ms, where its order as text (the page's sort) is its order as a number: the form
+ * the API writes (toISOString). Anything else, written some other way, is Infinity: never passed over.
+ */
+function sortableTime(createdAt: string): number {
+  const ms = Date.parse(createdAt);
+  return !Number.isNaN(ms) && new Date(ms).toISOString() === createdAt ? ms : Infinity;
+}
+
+const DAMAGED = 'SQLITE_CORRUPT_CHUNK';
+
+/** A chunk whose columns do not agree: the file is damaged (isUnreadable takes it as such). */
+function damaged(): Error {
+  return Object.assign(new Error('an address chunk of the search index file is damaged'), { code: DAMAGED });
+}
+
+/** Whether `err` is a damaged chunk, which SQLite's quick check cannot see. */
+export function isDamagedChunk(err: unknown): boolean {
+  return (err as { code?: unknown }).code === DAMAGED;
+}
+
 /** A chunk's entries, from its two columns. */
 export function decode(addresses: string, entries: Buffer): Entry[] {
   const text = addresses.split(END);
+  // Every address ends with END, so the split leaves one empty string after the last.
+  if (entries.byteLength % 16 !== 0 || text.length !== entries.byteLength / 16 + 1) throw damaged();
   // Copied: a blob's bytes need not be aligned for a Float64Array.
   const pairs = new Float64Array(
     entries.buffer.slice(entries.byteOffset, entries.byteOffset + entries.byteLength),
@@ -136,12 +159,7 @@ export class AddressChunks {
     for (const c of contacts) {
       let entries = byOrganization.get(c.organization_id);
       if (!entries) byOrganization.set(c.organization_id, (entries = []));
-      const created = Date.parse(c.created_at);
-      entries.push({
-        key: c.search_key,
-        address: c.email_lower,
-        created: Number.isNaN(created) ? Infinity : created,
-      });
+      entries.push({ key: c.search_key, address: c.email_lower, created: sortableTime(c.created_at) });
     }
     for (const [organizationId, fresh] of byOrganization) {
       const last = this.statements.last.get(organizationId);

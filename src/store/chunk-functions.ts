@@ -96,11 +96,14 @@ class PageSearch {
   n = 0;
   readonly newest: Newest;
   candidates: Entry[] = [];
+  /** The candidates' count at which they are next pruned: doubled each time, so ties cost linear time. */
+  private pruneAt: number;
   constructor(
     readonly nonce: unknown,
     readonly reach: number,
   ) {
     this.newest = new Newest(reach);
+    this.pruneAt = 2 * reach + MAX_TIES;
   }
 
   /** Whether a chunk whose entries were created at `newest` or before may hold an entry of the page. */
@@ -116,12 +119,13 @@ class PageSearch {
       this.newest.offer(entry.created);
     }
     this.candidates.push(entry);
-    if (this.candidates.length > 2 * this.reach + MAX_TIES) this.prune();
+    if (this.candidates.length > this.pruneAt) this.prune();
   }
 
   prune(): void {
     const boundary = this.newest.boundary;
     this.candidates = this.candidates.filter((e) => e.created >= boundary);
+    this.pruneAt = Math.max(this.pruneAt, 2 * this.candidates.length);
   }
 }
 

@@ -4,6 +4,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { SearchIndexer } from './search-index.js';
 import { isUnreadable } from './search-file.js';
+import { isDamagedChunk } from './address-chunks.js';
 
 export interface SearchThreadData {
   databaseFile: string;
@@ -62,7 +63,7 @@ const round = (): void => {
     // Told once per run of failures; the next round tries again. Damage is repaired only when it is
     // the index file's (a damaged database is the operator's to see to, not a reason to drop the index).
     if (!failing) {
-      if (isUnreadable(err) && !intact()) repair(err);
+      if (isDamagedChunk(err) || (isUnreadable(err) && !intact())) repair(err);
       else port.postMessage({ error: String(err) } satisfies SearchThreadReport);
     }
     failing = true;

@@ -830,6 +830,30 @@ describe('the index file', () => {
     expectIndexExact(dir);
   });
 
+  it('is laid out anew by the thread when an address chunk is damaged (which the quick check misses)', async () => {
+    const dir = freshDir();
+    await indexedDatabase(dir, many);
+    const index = new Sqlite(indexFile(dir));
+    index
+      .prepare('update address_chunks set entries = ? where id = (select max(id) from address_chunks)')
+      .run(Buffer.alloc(12));
+    index.close();
+    const errors: string[] = [];
+    const store = createStore({ dataDir: dir, onBackgroundError: (err) => errors.push(String(err)) });
+    try {
+      await store.migrate();
+      // The next contact goes to the damaged chunk: the thread's step finds the damage.
+      await seed(store, ORG, ['after.damage@damage0.example'], many.length);
+      await until(() =>
+        errors.some((e) => /address chunk .* damaged; the index is being built again/.test(e)),
+      );
+      await until(async () => (await search(store.db, ORG, 'after.damage@')).length === 1);
+    } finally {
+      await store.close();
+    }
+    expectIndexExact(dir);
+  });
+
   it('is read around while damaged: searches take the plain path', async () => {
     const dir = freshDir();
     await indexedDatabase(dir, many);
