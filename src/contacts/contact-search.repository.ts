@@ -5,9 +5,9 @@
 // readdressed since); the join to contacts drops them. The index finds every match fast, but a match then
 // costs a row lookup and a place in the sort; when most contacts match, walking the organisation's
 // created_at index (the caller's plain LIKE path) finds a page after a few rows instead. So: count the
-// matches up to a cap first, and take the index only when it is the cheaper way. A total of many matches
-// is counted in the index file's address chunks instead (store/address-chunks.ts). undefined means "use
-// the plain path".
+// matches up to a cap first, and take the index only when it is the cheaper way. Many matches are
+// counted, and paged when a walk would be long (matches that are all old), through the index file's
+// address chunks instead (contact-chunks.repository.ts). undefined means "use the plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
