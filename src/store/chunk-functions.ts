@@ -154,6 +154,9 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
     if (!Buffer.isBuffer(value)) throw new TypeError('mailroom chunk functions: entries expected');
     return value;
   };
+  /** A chunk's entries whose address holds `term`, but for stale keys: address by address. */
+  const liveMatches = (addresses: string, pairs: Buffer, term: string): Entry[] =>
+    decode(addresses, pairs).filter((e) => !stale.has(e.key) && e.address.includes(term));
   const options = { deterministic: true, directOnly: true };
   conn.function(
     'mailroom_chunk_count',
@@ -169,11 +172,7 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
     (addresses: unknown, pairs: unknown, term: unknown, staleJson: unknown) => {
       const t = text(term, 'a term');
       stale.read(staleJson);
-      let n = 0;
-      for (const e of decode(text(addresses, 'a chunk'), entries(pairs))) {
-        if (!stale.has(e.key) && e.address.includes(t)) n++;
-      }
-      return n;
+      return liveMatches(text(addresses, 'a chunk'), entries(pairs), t).length;
     },
   );
   conn.function(
@@ -215,9 +214,7 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
       }
       // A chunk without a match (most, for a rare term) is passed over as one string.
       if (countIn(chunk, t) === 0) return state;
-      for (const e of decode(chunk, entries(pairs))) {
-        if (!stale.has(e.key) && e.address.includes(t)) s.take(e);
-      }
+      for (const e of liveMatches(chunk, entries(pairs), t)) s.take(e);
       return state;
     },
     result: (state: State): string | null => {
