@@ -15,6 +15,7 @@ import { isChunkSearchable } from '../store/address-chunks.js';
 import { chunkCount, pageByChunks, walkNewest } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
+import { maintainedCounts } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from '../store/search-file.js';
@@ -25,6 +26,8 @@ import type { ContactFilter } from './contacts.repository.js';
  * order or scanned in the email index (measured at 1M contacts: ~3 µs against ~0.2 µs).
  */
 const MATCH_COST = 15;
+
+const addressChanges = maintainedCounts('contact_counts');
 
 /**
  * Keys of every contact (all organisations) whose address holds the term, at most `limit` of them: from
@@ -197,15 +200,17 @@ export async function countByEmailIndex(
 }
 
 /**
- * A value that changes whenever a contact is added, deleted or readdressed, in any organisation, and never
- * comes back: the highest search key issued and the highest retired id (migration 0009). A count of an
- * email filter alone depends on nothing else, so it holds while this does. SQLite only: undefined on
- * PostgreSQL, which has no such keys.
+ * A value that changes whenever a contact of the organisation is added, deleted or readdressed, and never
+ * comes back. A count of an email filter alone depends on nothing else, so it holds while this does.
+ * SQLite: the highest search key issued and the highest retired id (migration 0009), for every
+ * organisation at once. PostgreSQL: the organisation's count of such changes (migration 0011).
  */
 export async function addressesVersion(
   db: Executor,
   dialect: DialectName | undefined,
+  organizationId: string,
 ): Promise<string | undefined> {
+  if (dialect === 'postgres') return String(await addressChanges(db, organizationId, 'addresses'));
   if (dialect !== 'sqlite') return undefined;
   const { rows } = await sql<{ v: string }>`select
       (select max(retired_to, (select coalesce(max(search_key), 0) from contacts)) from contacts_search_state)

@@ -32,7 +32,7 @@ interface Counted {
   updatable?: (r: string) => string[];
 }
 
-const COUNTED: Counted[] = [
+export const COUNTED: Counted[] = [
   {
     table: 'contacts',
     countsTable: 'contact_counts',
@@ -51,14 +51,14 @@ const COUNTED: Counted[] = [
 const ORG_EXISTS = (org: string) => `EXISTS (SELECT 1 FROM organizations o WHERE o.id = ${org})`;
 
 /** Rows of (organization_id, bucket, delta) for the rows in `rows`, each adding `sign`. */
-function deltas(rows: 'new_rows' | 'old_rows', buckets: (r: string) => string[], sign: 1 | -1): string {
+export function deltas(rows: 'new_rows' | 'old_rows', buckets: (r: string) => string[], sign: 1 | -1): string {
   return buckets('r')
     .map((b) => `SELECT r.organization_id, ${b} AS bucket, ${sign} AS delta FROM ${rows} r`)
     .join(' UNION ALL ');
 }
 
 /** One upsert per bucket the statement changed, into the shard of this connection. */
-function upsert(countsTable: string, changes: string, onlyLiveOrgs: boolean): string {
+export function upsert(countsTable: string, changes: string, onlyLiveOrgs: boolean): string {
   return `INSERT INTO ${countsTable} AS c (organization_id, bucket, shard, n)
     SELECT organization_id, bucket, pg_backend_pid(), sum(delta)
     FROM (${changes}) d ${onlyLiveOrgs ? `WHERE ${ORG_EXISTS('d.organization_id')}` : ''}
@@ -66,7 +66,7 @@ function upsert(countsTable: string, changes: string, onlyLiveOrgs: boolean): st
     ON CONFLICT (organization_id, bucket, shard) DO UPDATE SET n = c.n + EXCLUDED.n;`;
 }
 
-async function statementTrigger(
+export async function statementTrigger(
   db: Kysely<unknown>,
   name: string,
   event: 'INSERT' | 'UPDATE' | 'DELETE',

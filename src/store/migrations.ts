@@ -13,6 +13,7 @@ import { unsubscribedOnlyIndex } from './migrations-0007.js';
 import { storedContactJson } from './migrations-0008.js';
 import { searchIndexFile } from './migrations-0009.js';
 import { createdIndexWithAddress } from './migrations-0010.js';
+import { addressVersions } from './migrations-0011.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -242,6 +243,7 @@ class StaticProvider implements MigrationProvider {
       '0008_stored_contact_json': storedContactJson(this.dialect),
       '0009_search_index_file': searchIndexFile(this.dialect),
       '0010_created_index_with_address': createdIndexWithAddress(this.dialect),
+      '0011_address_versions': addressVersions(this.dialect),
     };
   }
 }

@@ -1,7 +1,8 @@
 // The counts that triggers keep (migrations 0002, 0004, 0005) against the rows themselves, on both stores:
 // through an upgrade of a store that already holds contacts and emails, through deleting an organisation,
 // and under multi-row writes from two processes at once (on PostgreSQL, 0002's per-row counters could
-// deadlock there).
+// deadlock there). Also the version of an organisation's addresses (0009 on SQLite, 0011 on PostgreSQL),
+// under which an email search's total is kept.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -11,6 +12,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
 import { foldCountShards } from '../../src/store/counts.js';
+import { addressesVersion } from '../../src/contacts/contact-search.repository.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import type { NewContact, Database, NewEmail } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
@@ -78,6 +80,8 @@ async function bucketSums(db: Executor, table: 'contact_counts' | 'email_counts'
     .selectFrom(table)
     .select(['bucket', (eb) => eb.fn.sum<number | string>('n').as('n')])
     .where('organization_id', '=', org)
+    // Not a count: the version of the organisation's addresses (migration 0011), tested on its own.
+    .where('bucket', '<>', 'addresses')
     .groupBy('bucket')
     .execute();
   return nonZero(rows);
@@ -186,6 +190,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0008_stored_contact_json',
         '0009_search_index_file',
         '0010_created_index_with_address',
+        '0011_address_versions',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,
@@ -370,5 +375,80 @@ describe.skipIf(!TEST_DATABASE_URL)('maintained counts on postgres, with concurr
       await Promise.all([holder.end(), other.end()]);
     }
     expect(await bucketSums(ts.store.db, 'email_counts', org)).toEqual({ all: 32, 'status:sending': 32 });
+  });
+});
+
+describe.each(storeKinds())("the version of an organisation's addresses on %s", (kind) => {
+  let ts: TestStore;
+  useStore(kind, (opened) => (ts = opened));
+
+  it('is new after every contact added, deleted or readdressed, by any connection, and the same otherwise', async () => {
+    const { store } = ts;
+    const org = await newOrg(store, 'v1');
+    const other = await newOrg(store, 'v2');
+    const version = () => addressesVersion(store.db, kind, org);
+    const seen = new Set<string>();
+    const expectNew = async (step: string) => {
+      const v = await version();
+      expect(v, step).toBeDefined();
+      expect([...seen], step).not.toContain(v);
+      seen.add(v!);
+      return v;
+    };
+    const readdress = (id: string, email: string, email_lower = email) =>
+      store.write((trx) => trx.updateTable('contacts').set({ email, email_lower }).where('id', '=', id).execute());
+
+    let v = await expectNew('no contacts');
+    await store.write((trx) => insertContacts(trx, [0, 1, 2, 3].map((i) => contact(org, i))));
+    v = await expectNew('four added in one statement');
+    await insertContact(store, contact(org, 4).row, []);
+    v = await expectNew('one appended');
+
+    // Everything but the address: subscription, names, tags, JSON, and the address's case alone.
+    await store.write((trx) =>
+      trx
+        .updateTable('contacts')
+        .set({ unsubscribed: 1, first_name: 'x', tags: '["z"]', json: null })
+        .where('organization_id', '=', org)
+        .execute(),
+    );
+    await readdress(`${org}-c1`, 'C1@V1.EXAMPLE', 'c1@v1.example');
+    await store.write((trx) => trx.deleteFrom('contact_tags').where('organization_id', '=', org).execute());
+    expect(await version(), 'nothing but addresses changed').toBe(v);
+
+    await readdress(`${org}-c1`, 'new@v1.example');
+    v = await expectNew('readdressed');
+    await readdress(`${org}-c1`, 'c1@v1.example');
+    v = await expectNew('readdressed back');
+    await store.write((trx) =>
+      trx
+        .updateTable('contacts')
+        .set({ email_lower: sql<string>`'x' || email_lower` })
+        .where('id', 'in', [`${org}-c2`, `${org}-c3`])
+        .execute(),
+    );
+    v = await expectNew('two readdressed in one statement');
+    await store.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${org}-c0`).execute());
+    v = await expectNew('one deleted');
+
+    const second = ts.reopen();
+    try {
+      await second.write((trx) => insertContacts(trx, [contact(org, 9)]));
+      v = await expectNew('added from another connection');
+      await second.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${org}-c9`).execute());
+      v = await expectNew('deleted from another connection');
+    } finally {
+      await second.close();
+    }
+
+    await store.write((trx) => insertContacts(trx, [contact(other, 0)]));
+    // PostgreSQL keeps a version per organisation; SQLite's is one for all of them.
+    if (kind === 'postgres') {
+      expect(await version(), "another organisation's contact").toBe(v);
+      await foldCountShards(store.db);
+      expect(await version(), 'after the shards were folded').toBe(v);
+    } else {
+      v = await expectNew("another organisation's contact");
+    }
   });
 });
