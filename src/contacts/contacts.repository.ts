@@ -5,6 +5,7 @@ import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
+import { pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { contactJson } from './contact-fields.js';
 
@@ -131,8 +132,11 @@ export async function pageContacts(
   knownTotal?: number,
 ): Promise<ContactPage> {
   const offset = offsetOf(page);
-  // An email substring that matches few contacts: read the matches through SQLite's trigram index.
-  const indexed = await pageByEmailIndex(db, dialect, organizationId, filter, page, knownTotal);
+  // An email substring: through the trigram index, or a walk with a budget, where either costs less.
+  const indexed =
+    dialect === 'postgres'
+      ? await pageByEmailOnPostgres(db, organizationId, filter, page, knownTotal)
+      : await pageByEmailIndex(db, dialect, organizationId, filter, page, knownTotal);
   if (indexed) return indexed;
   if (filter.tag !== undefined && !hasRowConditions(filter)) {
     return { contacts: jsonOf(await tagPage.all(db, organizationId, filter.tag, page.limit, offset)) };

@@ -23,15 +23,33 @@ const readdressed = (rows: 'new_rows' | 'old_rows', other: 'new_rows' | 'old_row
 async function versionAddresses(db: Kysely<unknown>): Promise<void> {
   const { buckets, updatable } = COUNTED.find((c) => c.table === 'contacts')!;
   const inserted = `${deltas('new_rows', buckets, 1)} UNION ALL ${changed('new_rows')}`;
-  await statementTrigger(db, 'contacts_count_ins', 'INSERT', 'contacts', upsert('contact_counts', inserted, false));
+  await statementTrigger(
+    db,
+    'contacts_count_ins',
+    'INSERT',
+    'contacts',
+    upsert('contact_counts', inserted, false),
+  );
   const deleted = `${deltas('old_rows', buckets, -1)} UNION ALL ${changed('old_rows')}`;
-  await statementTrigger(db, 'contacts_count_del', 'DELETE', 'contacts', upsert('contact_counts', deleted, true));
+  await statementTrigger(
+    db,
+    'contacts_count_del',
+    'DELETE',
+    'contacts',
+    upsert('contact_counts', deleted, true),
+  );
   // A contact readdressed counts once (its new row); one moved to another organisation would count in both.
   const moved = `${deltas('old_rows', updatable!, -1)} UNION ALL ${deltas('new_rows', updatable!, 1)}
     UNION ALL ${readdressed('new_rows', 'old_rows')}
     UNION ALL ${readdressed('old_rows', 'new_rows')} AND NOT EXISTS (SELECT 1 FROM new_rows n
       WHERE n.id = r.id AND n.organization_id = r.organization_id)`;
-  await statementTrigger(db, 'contacts_count_upd', 'UPDATE', 'contacts', upsert('contact_counts', moved, false));
+  await statementTrigger(
+    db,
+    'contacts_count_upd',
+    'UPDATE',
+    'contacts',
+    upsert('contact_counts', moved, false),
+  );
 }
 
 export function addressVersions(dialect: DialectName): Migration {

@@ -393,18 +393,25 @@ describe.each(storeKinds())("the version of an organisation's addresses on %s", 
       expect(v, step).toBeDefined();
       expect([...seen], step).not.toContain(v);
       seen.add(v!);
-      return v;
     };
     const readdress = (id: string, email: string, email_lower = email) =>
-      store.write((trx) => trx.updateTable('contacts').set({ email, email_lower }).where('id', '=', id).execute());
+      store.write((trx) =>
+        trx.updateTable('contacts').set({ email, email_lower }).where('id', '=', id).execute(),
+      );
 
-    let v = await expectNew('no contacts');
-    await store.write((trx) => insertContacts(trx, [0, 1, 2, 3].map((i) => contact(org, i))));
-    v = await expectNew('four added in one statement');
+    await expectNew('no contacts');
+    await store.write((trx) =>
+      insertContacts(
+        trx,
+        [0, 1, 2, 3].map((i) => contact(org, i)),
+      ),
+    );
+    await expectNew('four added in one statement');
     await insertContact(store, contact(org, 4).row, []);
-    v = await expectNew('one appended');
+    await expectNew('one appended');
 
     // Everything but the address: subscription, names, tags, JSON, and the address's case alone.
+    const before = await version();
     await store.write((trx) =>
       trx
         .updateTable('contacts')
@@ -414,12 +421,12 @@ describe.each(storeKinds())("the version of an organisation's addresses on %s", 
     );
     await readdress(`${org}-c1`, 'C1@V1.EXAMPLE', 'c1@v1.example');
     await store.write((trx) => trx.deleteFrom('contact_tags').where('organization_id', '=', org).execute());
-    expect(await version(), 'nothing but addresses changed').toBe(v);
+    expect(await version(), 'nothing but addresses changed').toBe(before);
 
     await readdress(`${org}-c1`, 'new@v1.example');
-    v = await expectNew('readdressed');
+    await expectNew('readdressed');
     await readdress(`${org}-c1`, 'c1@v1.example');
-    v = await expectNew('readdressed back');
+    await expectNew('readdressed back');
     await store.write((trx) =>
       trx
         .updateTable('contacts')
@@ -427,16 +434,16 @@ describe.each(storeKinds())("the version of an organisation's addresses on %s", 
         .where('id', 'in', [`${org}-c2`, `${org}-c3`])
         .execute(),
     );
-    v = await expectNew('two readdressed in one statement');
+    await expectNew('two readdressed in one statement');
     await store.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${org}-c0`).execute());
-    v = await expectNew('one deleted');
+    await expectNew('one deleted');
 
     const second = ts.reopen();
     try {
       await second.write((trx) => insertContacts(trx, [contact(org, 9)]));
-      v = await expectNew('added from another connection');
+      await expectNew('added from another connection');
       await second.write((trx) => trx.deleteFrom('contacts').where('id', '=', `${org}-c9`).execute());
-      v = await expectNew('deleted from another connection');
+      await expectNew('deleted from another connection');
     } finally {
       await second.close();
     }
@@ -444,11 +451,11 @@ describe.each(storeKinds())("the version of an organisation's addresses on %s", 
     await store.write((trx) => insertContacts(trx, [contact(other, 0)]));
     // PostgreSQL keeps a version per organisation; SQLite's is one for all of them.
     if (kind === 'postgres') {
-      expect(await version(), "another organisation's contact").toBe(v);
+      expect(await version(), "another organisation's contact").toBe([...seen].at(-1));
       await foldCountShards(store.db);
-      expect(await version(), 'after the shards were folded').toBe(v);
+      expect(await version(), 'after the shards were folded').toBe([...seen].at(-1));
     } else {
-      v = await expectNew("another organisation's contact");
+      await expectNew("another organisation's contact");
     }
   });
 });
