@@ -15,6 +15,7 @@ import { findMaintainedCount } from './contact-counts.repository.js';
 import { addressesVersion } from './contact-search.repository.js';
 import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
+import { KeptSearches } from './kept-searches.js';
 
 export interface Contact {
   id: string;
@@ -69,14 +70,12 @@ function emailTaken(email: string): AppError {
   ]);
 }
 
-/** How many email searches' totals are kept (keptTotal, below). */
-const KEPT_TOTALS = 256;
-
-const totalKey = (orgId: string, filter: { email?: string | undefined }) =>
-  `${orgId}\n${filter.email?.toLowerCase()}`;
+/** A contact's id, from its API JSON text. */
+const idOf = (json: string) => (JSON.parse(json) as { id: string }).id;
 
 export class ContactsService {
-  private readonly totals = new Map<string, { version: string; total: number }>();
+  /** Email searches' totals and pages, kept while the organisation's addresses stay as they were. */
+  private readonly kept = new KeptSearches();
 
   constructor(
     private readonly store: Store,
@@ -129,50 +128,51 @@ export class ContactsService {
     // An empty `email` or `tag` (`?tag=`, as query builders send an unset field) filters nothing; an empty
     // `unsubscribed` was refused by its schema (true or false only, as the contract says).
     const filter: repo.ContactFilter = { email: email || undefined, tag: tag || undefined, unsubscribed };
+    // An email substring alone: its total and pages are kept under the version of the organisation's
+    // addresses (kept-searches.ts). The version is read first, before the page and the count: a write
+    // committed after it changes it, so nothing that saw the write is kept under the version before it.
+    const term = filter.tag === undefined && filter.unsubscribed === undefined ? filter.email : undefined;
+    const version =
+      term === undefined ? undefined : await addressesVersion(this.store.db, this.store.dialect, orgId);
+    if (term === undefined || version === undefined) return this.readPage(orgId, filter, { page, limit });
+    const kept = await this.kept.page(orgId, term, page, limit, version)?.catch(() => undefined);
+    if (kept) {
+      const contacts = await repo.contactsInOrder(this.store.db, orgId, kept.ids);
+      // Fewer: a contact was deleted since the version was read; the page is worked out again below.
+      if (contacts.length === kept.ids.length) {
+        return { contacts, pagination: pagination({ page, limit }, kept.total) };
+      }
+    }
+    const read = this.readPage(orgId, filter, { page, limit }, { term, version });
+    const answer = read.then((r) => ({ ids: r.contacts.map(idOf), total: r.pagination.total }));
+    this.kept.keepPage(orgId, term, page, limit, version, answer);
+    return read;
+  }
+
+  /** The page read from the store, and its total: maintained, kept (a search), learned, or counted. */
+  private async readPage(
+    orgId: string,
+    filter: repo.ContactFilter,
+    { page, limit }: Page,
+    search?: { term: string; version: string },
+  ) {
     const db = this.store.db;
-    const kept = await this.keptTotal(orgId, filter);
+    const known = search && this.kept.total(orgId, search.term, search.version);
     const [{ contacts, total: learned }, maintained] = await Promise.all([
       // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
-      repo.pageContacts(db, orgId, filter, { page, limit }, this.store.dialect, kept.total),
+      repo.pageContacts(db, orgId, filter, { page, limit }, this.store.dialect, known),
       findMaintainedCount(db, orgId, filter),
     ]);
     // A short first page is the whole result: no need to count at all.
     const total =
       maintained ??
-      kept.total ??
+      known ??
       learned ??
       (page === 1 && contacts.length < limit
         ? contacts.length
         : await repo.countContacts(db, orgId, filter, this.store.dialect));
-    if (kept.version !== undefined && kept.total === undefined) this.keep(orgId, filter, kept.version, total);
+    if (search && known === undefined) this.kept.keepTotal(orgId, search.term, search.version, total);
     return { contacts, pagination: pagination({ page, limit }, total) };
-  }
-
-  /**
-   * An email substring alone that many contacts match is counted by reading all the organisation's
-   * addresses (at a million contacts: about 40 ms on SQLite, packed in chunks; 130–250 ms on PostgreSQL),
-   * so its total is kept with the version of the addresses it was counted at, and used again (the next
-   * pages of the same search) until a contact of the organisation is added, deleted or readdressed. The
-   * version is read here, before the page and the count: a write committed after it changes it, so a total
-   * that saw the write is never kept under the version before it. Nothing for other filters.
-   */
-  private async keptTotal(
-    orgId: string,
-    filter: repo.ContactFilter,
-  ): Promise<{ version?: string; total?: number }> {
-    const alone = filter.email !== undefined && filter.tag === undefined && filter.unsubscribed === undefined;
-    const version = alone ? await addressesVersion(this.store.db, this.store.dialect, orgId) : undefined;
-    if (version === undefined) return {};
-    const kept = this.totals.get(totalKey(orgId, filter));
-    return { version, total: kept?.version === version ? kept.total : undefined };
-  }
-
-  private keep(orgId: string, filter: repo.ContactFilter, version: string, total: number): void {
-    const key = totalKey(orgId, filter);
-    this.totals.delete(key);
-    this.totals.set(key, { version, total });
-    // Oldest first (insertion order): a bounded cache of recent searches.
-    if (this.totals.size > KEPT_TOTALS) this.totals.delete(this.totals.keys().next().value!);
   }
 
   async update(orgId: string, input: UpdateContactInput): Promise<Contact> {
