@@ -26,6 +26,11 @@ import type { ContactFilter } from './contacts.repository.js';
  * order or scanned in the email index (measured at 1M contacts: ~3 µs against ~0.2 µs).
  */
 const MATCH_COST = 15;
+/**
+ * A pass over the organisation's address chunks costs about this many contacts walked, per contact (at 1M
+ * contacts: 70–90 ms against about 200 ms for a walk through all of them).
+ */
+const CHUNK_COST = 0.4;
 
 const addressChanges = maintainedCounts('contact_counts');
 
@@ -160,6 +165,11 @@ export async function pageByEmailIndex(
       const walked = await walkNewest(db, organizationId, term, page, whole ? -1 : budget);
       // A full page is the page; a short one is, only when the walk went through every contact.
       if (walked.length === page.limit || whole) return { contacts: walked };
+      // The matches are old. Few of them are read through the index for less than a pass over the chunks.
+      if (isTrigramSearchable(term) && knownTotal * MATCH_COST < size * CHUNK_COST) {
+        const found = await pageByTrigrams(db, organizationId, filter, term, page, 2 * knownTotal);
+        if (found) return { contacts: found.contacts };
+      }
     }
     // A deep page (or one past the end) would carry every match before it out of the chunks: the
     // caller's walk, and a count, cost less.
