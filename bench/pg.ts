@@ -4,19 +4,17 @@
 // Needs BENCH_ADMIN_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres); a fresh database
 // is created and dropped.
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import os from 'node:os';
 import autocannon from 'autocannon';
-import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
 import {
-  atBenchEnd,
   benchDataDir,
   benchEnv,
   freePort,
+  freshDatabase,
   freshBodies,
   ROOT,
   startChild,
@@ -26,7 +24,6 @@ import { writeSection } from './report.js';
 import { seedContacts } from './seed.js';
 import { type Sink, rawDeliveryRate, startSink } from './sink.js';
 
-const ADMIN = process.env.BENCH_ADMIN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = 50;
 
@@ -62,28 +59,10 @@ async function deliveryRate(sink: Sink, seconds: number): Promise<number> {
 
 async function main(): Promise<void> {
   execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
-  const name = `mailroom_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: ADMIN });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const dropDatabase = async (client: pg.Client) => {
-    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  };
-  // Killed mid-run, the bench still drops its database (bench/lib.ts), on a connection of its own.
-  atBenchEnd(async () => {
-    const client = new pg.Client({ connectionString: ADMIN });
-    await client.connect();
-    try {
-      await dropDatabase(client);
-    } finally {
-      await client.end();
-    }
-  });
-  const url = new URL(ADMIN);
-  url.pathname = `/${name}`;
+  const database = await freshDatabase();
   const sink = await startSink();
   const dataDir = benchDataDir('pgbench');
-  const env = benchEnv(dataDir, sink.port, { DATABASE_URL: url.toString() });
+  const env = benchEnv(dataDir, sink.port, { DATABASE_URL: database.url });
   const children: ChildProcess[] = [];
   const lines: string[] = [];
   try {
@@ -182,8 +161,7 @@ async function main(): Promise<void> {
     for (const c of children) c.kill('SIGKILL');
     await sink.close();
     await new Promise((r) => setTimeout(r, 500));
-    await dropDatabase(admin);
-    await admin.end();
+    await database.drop();
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
