@@ -51,7 +51,11 @@ export const COUNTED: Counted[] = [
 const ORG_EXISTS = (org: string) => `EXISTS (SELECT 1 FROM organizations o WHERE o.id = ${org})`;
 
 /** Rows of (organization_id, bucket, delta) for the rows in `rows`, each adding `sign`. */
-export function deltas(rows: 'new_rows' | 'old_rows', buckets: (r: string) => string[], sign: 1 | -1): string {
+export function deltas(
+  rows: 'new_rows' | 'old_rows',
+  buckets: (r: string) => string[],
+  sign: 1 | -1,
+): string {
   return buckets('r')
     .map((b) => `SELECT r.organization_id, ${b} AS bucket, ${sign} AS delta FROM ${rows} r`)
     .join(' UNION ALL ');

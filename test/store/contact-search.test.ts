@@ -919,7 +919,11 @@ describe('migration 0009 on a database indexed in itself (0003 and 0006)', () =>
       const topBefore = (
         await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(store.db)
       ).rows[0]!.w;
-      expect(await store.migrate()).toEqual(['0009_search_index_file', '0010_created_index_with_address', '0011_address_versions']);
+      expect(await store.migrate()).toEqual([
+        '0009_search_index_file',
+        '0010_created_index_with_address',
+        '0011_address_versions',
+      ]);
       const inside = await sql<{ n: number }>`select count(*) as n from sqlite_master
         where name like 'contacts_search%' and name not in ('contacts_search_state', 'contacts_search_retired',
           'contacts_search_key', 'contacts_search_state_kept', 'contacts_search_ins', 'contacts_search_upd',
