@@ -129,8 +129,9 @@ export class ContactsService {
     // `unsubscribed` was refused by its schema (true or false only, as the contract says).
     const filter: repo.ContactFilter = { email: email || undefined, tag: tag || undefined, unsubscribed };
     // An email substring alone: its total and pages are kept under the version of the organisation's
-    // addresses (kept-searches.ts). The version is read first, before the page and the count: a write
-    // committed after it changes it, so nothing that saw the write is kept under the version before it.
+    // addresses (kept-searches.ts). The version is read first, before the page and the count. A write
+    // committed between the two reads may be in what is kept under that version, but it moved the version
+    // on: whoever reads that version again began before the write committed, so may see it or not.
     const term = filter.tag === undefined && filter.unsubscribed === undefined ? filter.email : undefined;
     const version =
       term === undefined ? undefined : await addressesVersion(this.store.db, this.store.dialect, orgId);
@@ -138,10 +139,12 @@ export class ContactsService {
     const kept = await this.kept.page(orgId, term, page, limit, version)?.catch(() => undefined);
     if (kept) {
       const contacts = await repo.contactsInOrder(this.store.db, orgId, kept.ids);
-      // Fewer: a contact was deleted since the version was read; the page is worked out again below.
       if (contacts.length === kept.ids.length) {
         return { contacts, pagination: pagination({ page, limit }, kept.total) };
       }
+      // Fewer: a contact was deleted after this request read the version, which is no longer current;
+      // the page and its total are read afresh, and nothing is kept under it.
+      return this.readPage(orgId, filter, { page, limit });
     }
     const read = this.readPage(orgId, filter, { page, limit }, { term, version });
     const answer = read.then((r) => ({ ids: r.contacts.map(idOf), total: r.pagination.total }));
