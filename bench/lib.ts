@@ -110,15 +110,18 @@ export function atBenchEnd(cleanup: () => Promise<void>): void {
 /** Where the PostgreSQL benches create their databases (BENCH_ADMIN_DATABASE_URL). */
 const ADMIN = process.env.BENCH_ADMIN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
-async function onAdmin(sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: ADMIN });
+/** Runs one query on its own connection to `url`; its rows. */
+export async function onDatabase(url: string, query: string): Promise<Record<string, string>[]> {
+  const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    await client.query(sql);
+    return (await client.query(query)).rows as Record<string, string>[];
   } finally {
     await client.end();
   }
 }
+
+const onAdmin = (query: string) => onDatabase(ADMIN, query).then(() => undefined);
 
 /**
  * A new PostgreSQL database for a bench: its URL, and `drop`. It is dropped when the bench ends, killed by

@@ -11,13 +11,21 @@ import { rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
 import { SearchIndexer } from '../src/store/search-index.js';
 import { SEARCH_FILE, removeSearchFile } from '../src/store/search-file.js';
-import { benchDataDir, freePort, freshDatabase, ROOT, rssMiB, startChild, waitHealthy } from './lib.js';
+import {
+  benchDataDir,
+  freePort,
+  freshDatabase,
+  onDatabase,
+  ROOT,
+  rssMiB,
+  startChild,
+  waitHealthy,
+} from './lib.js';
 import { writeSection } from './report.js';
 import { renderScaleChart } from './chart.js';
 import { seedContacts } from './seed.js';
@@ -98,16 +106,6 @@ async function vacuum(url: string): Promise<number> {
   const started = performance.now();
   await onDatabase(url, 'VACUUM (ANALYZE) contacts, contact_tags');
   return Math.round((performance.now() - started) / 10) / 100;
-}
-
-async function onDatabase(url: string, query: string): Promise<Record<string, string>[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query(query)).rows as Record<string, string>[];
-  } finally {
-    await client.end();
-  }
 }
 
 async function main(): Promise<void> {

@@ -1,5 +1,5 @@
-// Reads the contact counts that triggers maintain (migrations 0002 and 0005). Only single-bucket filters
-// have one; for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
+// Reads the contact counts that triggers maintain (migrations 0002, 0005 and 0011). Only single-bucket
+// filters have one; for the rest (an email substring, tag and unsubscribed together) the caller counts rows.
 import { maintainedCounts } from '../store/counts.js';
 import type { Executor } from '../store/store.js';
 import type { ContactFilter } from './contacts.repository.js';
@@ -20,4 +20,17 @@ export async function findMaintainedCount(
 ): Promise<number | undefined> {
   const bucket = bucketOf(filter);
   return bucket === undefined ? undefined : contactCounts(db, organizationId, bucket);
+}
+
+/** How many contacts the organisation has: the maintained count of all of them. */
+export async function organizationSize(db: Executor, organizationId: string): Promise<number> {
+  return (await findMaintainedCount(db, organizationId, {})) ?? 0;
+}
+
+/**
+ * PostgreSQL: how many times a contact of the organisation was added, deleted or readdressed, a count that
+ * only grows (migration 0011's `addresses` bucket).
+ */
+export function addressChanges(db: Executor, organizationId: string): Promise<number> {
+  return contactCounts(db, organizationId, 'addresses');
 }

@@ -10,12 +10,12 @@ import type { Executor } from '../store/store.js';
 import { containsText, isTrigramSearchable } from '../store/dialect.js';
 import type { Page } from '../paging.js';
 import { rowCount } from '../store/prepared.js';
-import { findMaintainedCount } from './contact-counts.repository.js';
+import { organizationSize } from './contact-counts.repository.js';
 import type { ContactFilter } from './contacts.repository.js';
 import { contactJson } from './contact-fields.js';
 
 /** Contacts walked at least before the trigram index is asked: about 2 ms. */
-export const WALK_BUDGET = 5_000;
+const WALK_BUDGET = 5_000;
 /** A walk expected to pass more contacts than this is the plain walk's: sorting every match costs more. */
 const DEEP_WALK = 20_000;
 /** The deepest page (offset + limit) tried this way while the total is not known. */
@@ -79,7 +79,7 @@ export async function pageByEmailOnPostgres(
   // The trigram index cannot find a term shorter than a trigram.
   if (!isTrigramSearchable(term)) return undefined;
   const reach = page.page * page.limit;
-  const size = (await findMaintainedCount(db, organizationId, {})) ?? 0;
+  const size = await organizationSize(db, organizationId);
   if (knownTotal !== undefined) {
     if (reach - page.limit >= knownTotal) return { contacts: [] };
     // A walk reads about reach × size / total contacts to fill the page when the matches are spread.

@@ -14,8 +14,7 @@ import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/diale
 import { isChunkSearchable } from '../store/address-chunks.js';
 import { chunkCount, pageByChunks, walkNewest } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
-import { findMaintainedCount } from './contact-counts.repository.js';
-import { maintainedCounts } from '../store/counts.js';
+import { addressChanges, organizationSize } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from '../store/search-file.js';
@@ -31,8 +30,6 @@ const MATCH_COST = 15;
  * contacts: 70–90 ms against about 200 ms for a walk through all of them).
  */
 const CHUNK_COST = 0.4;
-
-const addressChanges = maintainedCounts('contact_counts');
 
 /**
  * Keys of every contact (all organisations) whose address holds the term, at most `limit` of them: from
@@ -60,10 +57,6 @@ async function unlessDamaged<T>(read: () => Promise<T>): Promise<T | undefined> 
     if (isUnreadable(err)) return undefined;
     throw err;
   }
-}
-
-async function organizationSize(db: Executor, organizationId: string): Promise<number> {
-  return (await findMaintainedCount(db, organizationId, {})) ?? 0;
 }
 
 /** The contact conditions besides the substring: its organisation, and subscription state if asked. */
@@ -220,7 +213,7 @@ export async function addressesVersion(
   dialect: DialectName | undefined,
   organizationId: string,
 ): Promise<string | undefined> {
-  if (dialect === 'postgres') return String(await addressChanges(db, organizationId, 'addresses'));
+  if (dialect === 'postgres') return String(await addressChanges(db, organizationId));
   if (dialect !== 'sqlite') return undefined;
   const { rows } = await sql<{ v: string }>`select
       (select max(retired_to, (select coalesce(max(search_key), 0) from contacts)) from contacts_search_state)
