@@ -78,20 +78,23 @@ export async function pageByChunks(
   // an aggregate reads; the order only saves work): the page's matches are found first, and the older
   // chunks are only counted. The sort carries rowids only; the page's rows are read again to be rendered.
   // Whether the chunks can be read, and their stale keys, once for the statement (the stale keys only
-  // when it can: they are many when it cannot). Each chunk's entries are read only when `wants` says it
-  // may hold the page (the CASE is lazy).
+  // when it can: they are many when it cannot), read as scalar subqueries: with the chunks the only
+  // table the aggregate loops over, SQLite hands them over as its index yields them, where a join made
+  // it copy all of them into a temporary table first (at a million contacts, 25 ms of a 50 ms search).
+  // Each chunk's entries are read only when `wants` says it may hold the page (the CASE is lazy).
   const query = sql<{ unready: number; total: number | null; r: number | null; json: string | null }>`
     with s as materialized (
       select u.unready, case when u.unready then '[]' else ${stale(organizationId)} end as held
       from (select ${unready} as unready) u),
     agg as materialized (
       select mailroom_chunk_page(${nonce}, ch.addresses,
-          case when mailroom_chunk_wants(${nonce}, ch.newest, ch.first_key, ch.last_key, s.held)
+          case when mailroom_chunk_wants(${nonce}, ch.newest, ch.first_key, ch.last_key,
+              (select held from s))
             then (select entries from search.address_chunks e where e.id = ch.id) end,
-          ch.first_key, ch.last_key, ${term}, s.held, ${reach}) as r
-        from s, (select id, addresses, newest, first_key, last_key from search.address_chunks
+          ch.first_key, ch.last_key, ${term}, (select held from s), ${reach}) as r
+        from (select id, addresses, newest, first_key, last_key from search.address_chunks
           where organization_id = ${organizationId} order by first_key desc limit 1000000000) ch
-        where not s.unready),
+        where not (select unready from s)),
       t as materialized (${tail(organizationId, term)}),
       candidates as (select value as k from agg, json_each(agg.r, '$.keys') union all select k from t)
     select (select unready from s) as unready,
