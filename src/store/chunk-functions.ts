@@ -141,7 +141,8 @@ class PageSearch {
  *   or NULL past MAX_TIES such ties. `entries` may be NULL for a chunk that
  * - `mailroom_chunk_wants(nonce, newest, first_key, last_key, stale)` said (0) could not hold a page
  *   entry nor a stale key: the aggregate only counts in it. The two share the search in progress, named by
- *   `nonce` (a value new for each statement), so the SQL reads `entries` in a CASE on `wants`.
+ *   `nonce` (a value new for each statement), so the SQL reads `entries` in a CASE on `wants`, and on
+ * - `mailroom_chunk_holds(addresses, term)`: whether any address of the chunk holds `term`.
  */
 export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
   const stale = new StaleKeys();
@@ -174,6 +175,9 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
       stale.read(staleJson);
       return liveMatches(text(addresses, 'a chunk'), entries(pairs), t).length;
     },
+  );
+  conn.function('mailroom_chunk_holds', options, (addresses: unknown, term: unknown) =>
+    text(addresses, 'a chunk').includes(text(term, 'a term')) ? 1 : 0,
   );
   conn.function(
     'mailroom_chunk_wants',
