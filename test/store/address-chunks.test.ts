@@ -9,9 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
 import { pageByChunks } from '../../src/contacts/contact-chunks.repository.js';
-import { MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
+import { Finder, MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { CHUNK_CHARS, isDamagedChunk } from '../../src/store/address-chunks.js';
+import { CHUNK_CHARS, END, isDamagedChunk } from '../../src/store/address-chunks.js';
 import { SearchIndexer } from '../../src/store/search-index.js';
 import { SEARCH_FILE } from '../../src/store/search-file.js';
 import { type Store, createStore } from '../../src/store/store.js';
@@ -425,5 +425,40 @@ describe('the newest created_at values a page search keeps', () => {
         expect(newest.boundary).toBe(sorted.length < reach ? -Infinity : sorted[reach - 1]);
       }
     }
+  });
+});
+
+describe('finding a term in a chunk', () => {
+  it('counts each address holding it once, looked for from any of its characters', () => {
+    let seed = 11;
+    const random = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+    const letters = 'aab.@e';
+    const word = (n: number) => Array.from({ length: n }, () => letters[Math.floor(random() * 6)]).join('');
+    for (let round = 0; round < 200; round++) {
+      const addresses = Array.from({ length: 1 + Math.floor(random() * 30) }, () => word(1 + random() * 8));
+      const chunk = addresses.map((a) => a + END).join('');
+      const term = word(1 + random() * 4);
+      const holding = addresses.filter((a) => a.includes(term)).length;
+      for (let from = 0; from < term.length; from++) {
+        const finder = new Finder(term, from);
+        expect(finder.count(chunk), `${term} from ${from} in ${JSON.stringify(chunk)}`).toBe(holding);
+        expect(finder.next(chunk, 0)).toBe(chunk.indexOf(term));
+        // Never a find before where it was asked to start, though the part looked for is further in.
+        const start = Math.floor(random() * chunk.length);
+        expect(finder.next(chunk, start)).toBe(chunk.indexOf(term, start));
+      }
+      expect(Finder.for(term, chunk).count(chunk)).toBe(holding);
+    }
+  });
+
+  it('looks for a term from a character at most half as frequent as its first, else from its start', () => {
+    const chunk = ['seed1@example1.test', 'seed2@example2.test'].map((a) => a + END).join('');
+    // e: ten, d and 1: two each; the earliest of the rarest.
+    expect(Finder.for('eed1', chunk).from).toBe(2);
+    expect(Finder.for('seed1', chunk).from).toBe(3);
+    // s: four, t: four: no better than the start.
+    expect(Finder.for('st', chunk).from).toBe(0);
+    // A character the sample lacks is the rarest of all.
+    expect(Finder.for('ez', chunk).from).toBe(1);
   });
 });
