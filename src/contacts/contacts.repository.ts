@@ -154,7 +154,9 @@ export async function pageContacts(
   }
   const rows = !hasRowConditions(filter)
     ? await unfilteredPage.all(db, organizationId, page.limit, offset)
-    : await organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db)).execute();
+    : filter.unsubscribed === true && filter.email === undefined
+      ? await unsubscribedPage.all(db, organizationId, page.limit, offset)
+      : await organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db)).execute();
   return { contacts: jsonOf(rows) };
 }
 
@@ -176,25 +178,33 @@ function organizationPage(
 // The page is found in the organisation's created_at index by itself (it holds the order keys), and only
 // its rows are read: a deep page then skips index entries, not contacts. PostgreSQL otherwise sorted whole
 // rows for a deep page of a small organisation, spilling to disk (page 500 of 10,000 contacts: 27 ms,
-// now 2 ms); SQLite reads a deep page a quarter faster, page 1 the same.
-const unfilteredPage = prepared((db, organizationId: string, limit: number, offset: number) =>
-  db
-    .selectFrom((q) =>
-      q
-        .selectFrom('contacts')
-        .select(['contacts.id', 'contacts.created_at'])
-        .where('contacts.organization_id', '=', organizationId)
-        .orderBy('contacts.created_at', 'desc')
-        .orderBy('contacts.id', 'desc')
-        .limit(rowCount(limit))
-        .offset(rowCount(offset))
-        .as('page'),
-    )
-    .innerJoin('contacts', 'contacts.id', 'page.id')
-    .select(asJson(db))
-    .orderBy('page.created_at', 'desc')
-    .orderBy('page.id', 'desc'),
-);
+// now 2 ms); SQLite reads a deep page a quarter faster, page 1 the same. Unsubscribed contacts alone
+// likewise, in migration 0007's index of them: PostgreSQL read every contact page 500 of 50,000 skips
+// (15–30 ms at 1M, now 2–3 ms); on SQLite page 500 runs at 1.4 times the rate. Subscribed ones are not:
+// the index does not say which they are, so each row is read either way, and page 1 ran a quarter slower.
+function indexPage(unsubscribed: boolean) {
+  return prepared((db, organizationId: string, limit: number, offset: number) =>
+    db
+      .selectFrom((q) =>
+        q
+          .selectFrom('contacts')
+          .select(['contacts.id', 'contacts.created_at'])
+          .where('contacts.organization_id', '=', organizationId)
+          .where((eb) => eb.and(rowConditions(unsubscribed ? { unsubscribed } : {}, dialectOf(db))))
+          .orderBy('contacts.created_at', 'desc')
+          .orderBy('contacts.id', 'desc')
+          .limit(rowCount(limit))
+          .offset(rowCount(offset))
+          .as('page'),
+      )
+      .innerJoin('contacts', 'contacts.id', 'page.id')
+      .select(asJson(db))
+      .orderBy('page.created_at', 'desc')
+      .orderBy('page.id', 'desc'),
+  );
+}
+const unfilteredPage = indexPage(false);
+const unsubscribedPage = indexPage(true);
 
 // A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows
 // are joined to their contacts; joining first would look up every contact the OFFSET skips.
