@@ -185,16 +185,9 @@ function organizationPage(
 function indexPage(unsubscribed: boolean) {
   return prepared((db, organizationId: string, limit: number, offset: number) =>
     db
-      .selectFrom((q) =>
-        q
-          .selectFrom('contacts')
+      .selectFrom(
+        organizationPage(db, organizationId, unsubscribed ? { unsubscribed } : {}, limit, offset)
           .select(['contacts.id', 'contacts.created_at'])
-          .where('contacts.organization_id', '=', organizationId)
-          .where((eb) => eb.and(rowConditions(unsubscribed ? { unsubscribed } : {}, dialectOf(db))))
-          .orderBy('contacts.created_at', 'desc')
-          .orderBy('contacts.id', 'desc')
-          .limit(rowCount(limit))
-          .offset(rowCount(offset))
           .as('page'),
       )
       .innerJoin('contacts', 'contacts.id', 'page.id')

@@ -222,10 +222,11 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
   conn.function(
     'mailroom_chunk_count',
     options,
-    (addresses: unknown, first: unknown, last: unknown, term: unknown, staleJson: unknown) =>
-      stale.read(staleJson).within(first, last)
-        ? null
-        : finder(term, text(addresses, 'a chunk')).count(addresses as string),
+    (addresses: unknown, first: unknown, last: unknown, term: unknown, staleJson: unknown) => {
+      if (stale.read(staleJson).within(first, last)) return null;
+      const chunk = text(addresses, 'a chunk');
+      return finder(term, chunk).count(chunk);
+    },
   );
   conn.function(
     'mailroom_chunk_count_except',
@@ -272,14 +273,12 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
           : (search = new PageSearch(nonce, Number(reach)));
       const t = text(term, 'a term');
       const chunk = text(addresses, 'a chunk');
-      const find = finder(t, chunk);
       stale.read(staleJson);
+      // Entries come only with a chunk that `holds` found the term in; any other is counted as one string.
       if (pairs === null) {
-        s.n += find.count(chunk);
+        s.n += finder(t, chunk).count(chunk);
         return state;
       }
-      // A chunk without a match (most, for a rare term) is passed over as one string.
-      if (find.next(chunk, 0) < 0) return state;
       for (const e of liveMatches(chunk, entries(pairs), t)) s.take(e);
       return state;
     },
