@@ -13,6 +13,8 @@ import { rowCount } from '../store/prepared.js';
 import { organizationSize } from './contact-counts.repository.js';
 import type { ContactFilter } from './contacts.repository.js';
 import { contactJson } from './contact-fields.js';
+import { END, isChunkSearchable } from '../store/address-chunks.js';
+import { CHUNKS_TABLE } from '../store/address-chunks-postgres.js';
 
 /** Contacts walked at least before the trigram index is asked: about 2 ms. */
 const WALK_BUDGET = 5_000;
@@ -58,12 +60,18 @@ async function sortMatches(
   filter: ContactFilter,
   term: string,
   page: Page,
-): Promise<string[]> {
-  const query = sql<{ json: string }>`select ${contactJson('postgres', 'c')} as json from contacts c
+): Promise<{ contacts: string[]; total?: number }> {
+  // Every match is read to be sorted, so counting them on the way costs next to nothing: the caller need
+  // not count them again. A page past the end learns no total.
+  const query = sql<{ json: string; total: string }>`select ${contactJson('postgres', 'c')} as json,
+      count(*) over () as total
+    from contacts c
     where organization_id = ${organizationId} and ${conditions(filter, term)}
     order by created_at || '' desc, id desc
     limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)}`;
-  return (await query.execute(db)).rows.map((r) => r.json);
+  const { rows } = await query.execute(db);
+  const total = rows[0]?.total;
+  return { contacts: rows.map((r) => r.json), ...(total === undefined ? {} : { total: Number(total) }) };
 }
 
 export async function pageByEmailOnPostgres(
@@ -73,7 +81,7 @@ export async function pageByEmailOnPostgres(
   page: Page,
   knownTotal: number | undefined,
   budget = WALK_BUDGET,
-): Promise<{ contacts: string[] } | undefined> {
+): Promise<{ contacts: string[]; total?: number } | undefined> {
   if (filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = filter.email.toLowerCase();
   // The trigram index cannot find a term shorter than a trigram.
@@ -93,5 +101,37 @@ export async function pageByEmailOnPostgres(
   if (budget >= size) return undefined;
   const walked = await walkNewest(db, organizationId, filter, term, page, budget);
   if (walked.length === page.limit) return { contacts: walked };
-  return { contacts: await sortMatches(db, organizationId, filter, term, page) };
+  return sortMatches(db, organizationId, filter, term, page);
+}
+
+/**
+ * The organisation's contacts whose address holds the term, counted in its address chunks (migration
+ * 0012): about 35 ms at a million contacts for a term one in nine hold, against 130–270 ms for any count of
+ * the contacts themselves. undefined when the chunks cannot answer: another filter beside the term (they
+ * hold addresses only), or a term that would match across two addresses.
+ *
+ * `string_to_array(addresses, term)` cuts a chunk at each occurrence, left to right, never overlapping.
+ * Every address holding the term is cut at least once (the cut before it ends in an earlier address), so
+ * the addresses holding it are the occurrences that are the first of their address: those whose piece
+ * before them holds an address's end, and the first occurrence of the chunk. Counting the pieces that hold
+ * an end does both, once the first piece is taken away when it holds one: with no occurrence the one piece
+ * is the whole chunk, which counts 1 - 1 = 0, and the last piece always holds the chunk's final end, which
+ * stands for the first occurrence. (`offset 0` keeps the array from being made twice.)
+ */
+export async function countByChunksOnPostgres(
+  db: Executor,
+  organizationId: string,
+  filter: ContactFilter,
+): Promise<number | undefined> {
+  if (filter.tag !== undefined || filter.unsubscribed !== undefined || filter.email === undefined) {
+    return undefined;
+  }
+  const term = filter.email.toLowerCase();
+  if (!isChunkSearchable(term)) return undefined;
+  const { rows } = await sql<{ n: string }>`select coalesce(sum(sign * (
+      (select count(*) from unnest(p) piece where strpos(piece, ${END}) > 0)
+      - (strpos(p[1], ${END}) > 0)::int)), 0) as n
+    from (select sign, string_to_array(addresses, ${term}) as p from ${sql.table(CHUNKS_TABLE)}
+      where organization_id = ${organizationId} offset 0) chunks`.execute(db);
+  return Number(rows[0]!.n);
 }

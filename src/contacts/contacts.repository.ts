@@ -5,7 +5,7 @@ import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
-import { pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
+import { countByChunksOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { contactJson } from './contact-fields.js';
 
@@ -244,7 +244,10 @@ export async function countContacts(
   filter: ContactFilter,
   dialect?: DialectName,
 ): Promise<number> {
-  const indexed = await countByEmailIndex(db, dialect, organizationId, filter);
+  const indexed =
+    dialect === 'postgres'
+      ? await countByChunksOnPostgres(db, organizationId, filter)
+      : await countByEmailIndex(db, dialect, organizationId, filter);
   if (indexed !== undefined) return indexed;
   const q =
     filter.tag !== undefined

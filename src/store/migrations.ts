@@ -14,6 +14,7 @@ import { storedContactJson } from './migrations-0008.js';
 import { searchIndexFile } from './migrations-0009.js';
 import { createdIndexWithAddress } from './migrations-0010.js';
 import { addressVersions } from './migrations-0011.js';
+import { addressChunksOnPostgres } from './migrations-0012.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -244,6 +245,7 @@ class StaticProvider implements MigrationProvider {
       '0009_search_index_file': searchIndexFile(this.dialect),
       '0010_created_index_with_address': createdIndexWithAddress(this.dialect),
       '0011_address_versions': addressVersions(this.dialect),
+      '0012_address_chunks': addressChunksOnPostgres(this.dialect),
     };
   }
 }

@@ -13,6 +13,7 @@ import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
+import { foldAddressChunks } from './address-chunks-postgres.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
 import { SearchIndexer } from './search-index.js';
@@ -223,6 +224,9 @@ async function retryingConflicts<T>(write: () => Promise<T>): Promise<T> {
 
 const FOLD_EVERY_MS = 60_000;
 
+/** How often each process merges the rows the contacts' writes add to the address chunks (0012). */
+const FOLD_CHUNKS_EVERY_MS = 5_000;
+
 /** The advisory lock that serialises creating the pg_trgm extension and index (any fixed number). */
 const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
 
@@ -251,6 +255,12 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   // (store down, not yet migrated) changes nothing and is tried again next time.
   const folding = setInterval(() => void foldCountShards(db).catch(() => undefined), FOLD_EVERY_MS);
   folding.unref();
+  // The same for the address chunks, which pile up a row per statement: sooner, as a search reads them all.
+  const foldingChunks = setInterval(
+    () => void foldAddressChunks(db).catch(() => undefined),
+    FOLD_CHUNKS_EVERY_MS,
+  );
+  foldingChunks.unref();
   return {
     dialect: 'postgres',
     db,
@@ -286,6 +296,7 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     },
     async close() {
       clearInterval(folding);
+      clearInterval(foldingChunks);
       await appender.idle();
       await group.idle();
       await db.destroy();

@@ -923,6 +923,7 @@ describe('migration 0009 on a database indexed in itself (0003 and 0006)', () =>
         '0009_search_index_file',
         '0010_created_index_with_address',
         '0011_address_versions',
+        '0012_address_chunks',
       ]);
       const inside = await sql<{ n: number }>`select count(*) as n from sqlite_master
         where name like 'contacts_search%' and name not in ('contacts_search_state', 'contacts_search_retired',
@@ -964,6 +965,7 @@ describe('migration 0003 on a database written before it', () => {
         '0009_search_index_file',
         '0010_created_index_with_address',
         '0011_address_versions',
+        '0012_address_chunks',
       ]);
       expectIndexExact(dir);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);

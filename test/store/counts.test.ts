@@ -191,6 +191,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0009_search_index_file',
         '0010_created_index_with_address',
         '0011_address_versions',
+        '0012_address_chunks',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,

@@ -1,0 +1,298 @@
+// PostgreSQL's address chunks (migration 0012, store/address-chunks-postgres.ts): the count of an email
+// substring in them equals the count of the contacts themselves, for terms held twice in one address,
+// single characters and terms no one holds, through multi-row inserts, deletes, readdresses and folds;
+// in every snapshot while writers and folds run at once; and for contacts a store held before it was
+// upgraded.
+import { tmpdir } from 'node:os';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import { countByChunksOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
+import {
+  CHUNKS_TABLE,
+  LOOSE_CHARS,
+  PG_CHUNK_CHARS,
+  foldAddressChunks,
+} from '../../src/store/address-chunks-postgres.js';
+import { migrateTo } from '../../src/store/migrations.js';
+import type { Database } from '../../src/store/schema.js';
+import { type Executor, type Store, createStore } from '../../src/store/store.js';
+import { TEST_DATABASE_URL, type TestStore, createTestDatabase, useStore } from '../helpers/stores.js';
+import { contactRow } from '../helpers/rows.js';
+
+const AT = '2031-05-01T00:00:00.000Z';
+
+/** A small deterministic generator, so a failure can be replayed. */
+function random(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(s ^ (s >>> 15), 1 | s);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Terms over the addresses' small alphabet: many held twice in one address, single characters, none. */
+const TERMS = ['a', 'b', '@', '.', 'ab', 'ba', 'aa', 'bab', 'abab', 'a@', '@b', 'b.t', '.test', 'zz', 'aab@'];
+
+async function truth(db: Executor, org: string, term: string): Promise<number> {
+  const { rows } = await sql<{ n: string }>`select count(*) as n from contacts
+    where organization_id = ${org} and strpos(email_lower, ${term}) > 0`.execute(db);
+  return Number(rows[0]!.n);
+}
+
+async function chunkCount(db: Executor, org: string, term: string): Promise<number> {
+  return (await countByChunksOnPostgres(db, org, { email: term }))!;
+}
+
+/** The chunks' addresses, positives less negatives, sorted: what the organisation's contacts hold. */
+async function heldAddresses(db: Executor, org: string): Promise<string[]> {
+  const { rows } = await sql<{ sign: number; addresses: string }>`select sign, addresses
+    from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org}`.execute(db);
+  const net = new Map<string, number>();
+  for (const r of rows) {
+    for (const a of r.addresses.split('\n').slice(0, -1)) net.set(a, (net.get(a) ?? 0) + Number(r.sign));
+  }
+  return [...net].flatMap(([a, n]) => Array<string>(Math.max(n, 0)).fill(a)).sort();
+}
+
+async function contactAddresses(db: Executor, org: string): Promise<string[]> {
+  const rows = await db
+    .selectFrom('contacts')
+    .select('email_lower')
+    .where('organization_id', '=', org)
+    .execute();
+  return rows.map((r) => r.email_lower).sort();
+}
+
+async function chunkRowCount(db: Executor, org: string): Promise<number> {
+  const { rows } = await sql<{ n: string }>`select count(*) as n from ${sql.table(CHUNKS_TABLE)}
+    where organization_id = ${org}`.execute(db);
+  return Number(rows[0]!.n);
+}
+
+async function newOrg(db: Executor, id: string): Promise<void> {
+  await db.insertInto('organizations').values({ id, name: id, created_at: AT }).execute();
+}
+
+describe.skipIf(!TEST_DATABASE_URL)('address chunks on postgres', () => {
+  let ts: TestStore;
+  useStore('postgres', (opened) => (ts = opened));
+
+  it('count what the contacts hold through inserts, deletes, readdresses and folds', async () => {
+    const db = ts.store.db;
+    const orgs = ['chunk-a', 'chunk-b'];
+    for (const org of orgs) await newOrg(db, org);
+    const next = random(12);
+    const pick = <T>(list: readonly T[]) => list[Math.floor(next() * list.length)]!;
+    let made = 0;
+    // Local parts over a and b, so terms like `ab` are often held twice in one address.
+    const address = () => {
+      const local = Array.from({ length: 1 + Math.floor(next() * 6) }, () => pick(['a', 'b'])).join('');
+      return `${local}${made}@${pick(['ab', 'ba', 'aa'])}.test`;
+    };
+    const ids = (org: string) =>
+      db.selectFrom('contacts').select('id').where('organization_id', '=', org).execute();
+
+    for (let step = 0; step < 60; step++) {
+      const org = pick(orgs);
+      const op = next();
+      if (op < 0.35) {
+        const n = 1 + Math.floor(next() * 40);
+        await insertContacts(
+          db,
+          Array.from({ length: n }, () => {
+            made++;
+            return { row: { ...contactRow(org, `c${made}`, address(), AT), json: null }, tags: [] };
+          }),
+        );
+      } else if (op < 0.5) {
+        const gone = (await ids(org)).filter(() => next() < 0.2).map((r) => r.id);
+        if (gone.length > 0) await db.deleteFrom('contacts').where('id', 'in', gone).execute();
+      } else if (op < 0.65) {
+        // Readdressed in one statement, some to the address they had (no change, no chunk).
+        const moved = (await ids(org)).filter(() => next() < 0.15).map((r) => r.id);
+        if (moved.length > 0) {
+          await sql`update contacts set
+              email_lower = case when length(id) % 2 = 0 then email_lower else 'b' || email_lower end,
+              email = email
+            where id = any(${moved}::text[])`.execute(db);
+        }
+      } else if (op < 0.75) {
+        // Not an address change: no chunk row is written.
+        const before = await chunkRowCount(db, org);
+        await db
+          .updateTable('contacts')
+          .set({ unsubscribed: 1 })
+          .where('organization_id', '=', org)
+          .execute();
+        expect(await chunkRowCount(db, org)).toBe(before);
+      } else {
+        await foldAddressChunks(db, { looseRows: 2 + Math.floor(next() * 3) });
+      }
+      for (const term of [pick(TERMS), pick(TERMS)]) {
+        expect(await chunkCount(db, org, term), `${term} after step ${step}`).toBe(
+          await truth(db, org, term),
+        );
+      }
+    }
+    for (const org of orgs) {
+      expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
+      for (const term of TERMS)
+        expect(await chunkCount(db, org, term), term).toBe(await truth(db, org, term));
+    }
+  });
+
+  it('fold loose rows into full ones, cancel what was added and deleted, and rebuild past an eighth deleted', async () => {
+    const db = ts.store.db;
+    const org = 'chunk-fold';
+    await newOrg(db, org);
+    // 300 single inserts: 300 loose rows.
+    const rows = Array.from({ length: 300 }, (_, i) => ({
+      row: { ...contactRow(org, `f${i}`, `user${i}@fold${i % 5}.test`, AT), json: null },
+      tags: [],
+    }));
+    for (const r of rows) await insertContacts(db, [r]);
+    await db.deleteFrom('contacts').where('id', '=', 'f7').execute();
+    expect(await chunkRowCount(db, org)).toBe(301);
+    expect(await foldAddressChunks(db, { looseRows: 400 })).not.toContain(org);
+
+    expect(await foldAddressChunks(db)).toContain(org);
+    // ~5,400 characters: one positive row, f7's deletion cancelled against its insert.
+    const { rows: left } = await sql<{ sign: number; chars: number }>`select sign, chars
+      from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org}`.execute(db);
+    expect(left.map((r) => Number(r.sign))).toEqual([1]);
+    expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
+
+    // Many more, in one statement: a row past the chunk size; then deletes of a seventh, one at a time,
+    // folded into negative rows, and of a fifth: the chunks are written again from the contacts.
+    await insertContacts(
+      db,
+      Array.from({ length: 3000 }, (_, i) => ({
+        row: { ...contactRow(org, `g${i}`, `bulk${i}@fold${i % 5}.test`, AT), json: null },
+        tags: [],
+      })),
+    );
+    const ids = Array.from({ length: 3000 }, (_, i) => `g${i}`);
+    for (const id of ids.slice(0, 420)) await db.deleteFrom('contacts').where('id', '=', id).execute();
+    await foldAddressChunks(db, { looseRows: 2 });
+    const signs = await sql<{ sign: number }>`select sign from ${sql.table(CHUNKS_TABLE)}
+      where organization_id = ${org}`.execute(db);
+    expect(signs.rows.some((r) => Number(r.sign) === -1)).toBe(true);
+    expect(await chunkCount(db, org, 'fold3')).toBe(await truth(db, org, 'fold3'));
+
+    await db.deleteFrom('contacts').where('id', 'in', ids.slice(420, 1000)).execute();
+    expect(await foldAddressChunks(db)).toContain(org);
+    const after = await sql<{ sign: number; chars: number }>`select sign, chars
+      from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org}`.execute(db);
+    expect(after.rows.every((r) => Number(r.sign) === 1)).toBe(true);
+    expect(after.rows.every((r) => r.chars <= PG_CHUNK_CHARS + 64)).toBe(true);
+    expect(after.rows.filter((r) => r.chars < LOOSE_CHARS).length).toBeLessThanOrEqual(1);
+    expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
+    expect(await chunkCount(db, org, 'bulk')).toBe(2000);
+  });
+
+  it('stay exact in every snapshot while writers and folds run at once', async () => {
+    const db = ts.store.db;
+    const org = 'chunk-race';
+    await newOrg(db, org);
+    let stop = false;
+    let made = 0;
+    const writer = async (w: number) => {
+      while (!stop) {
+        await ts.store.write(async (trx) => {
+          const n = 1 + (made % 5);
+          await insertContacts(
+            trx,
+            Array.from({ length: n }, () => {
+              made++;
+              return {
+                row: {
+                  ...contactRow(org, `r${w}-${made}`, `ab${made}@race${made % 3}.test`, AT),
+                  json: null,
+                },
+                tags: [],
+              };
+            }),
+          );
+          // Delete and readdress some of this writer's older contacts in the same transaction.
+          await sql`delete from contacts where id in (select id from contacts
+            where organization_id = ${org} and id like ${`r${w}-%`} order by id limit 1)`.execute(trx);
+          await sql`update contacts set email_lower = 'x' || email_lower where id in (select id from contacts
+            where organization_id = ${org} and id like ${`r${w}-%`} order by id desc limit 1)`.execute(trx);
+        });
+      }
+    };
+    const folder = async () => {
+      while (!stop) {
+        await foldAddressChunks(db, { looseRows: 2 });
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    };
+    const checks: string[] = [];
+    const reader = async () => {
+      for (let i = 0; i < 40; i++) {
+        await ts.store.snapshot(async (trx) => {
+          for (const term of ['ab', 'race1', 'xab', '@']) {
+            const [chunks, rows] = [await chunkCount(trx, org, term), await truth(trx, org, term)];
+            if (chunks !== rows) checks.push(`${term}: ${chunks} in chunks, ${rows} contacts`);
+          }
+        });
+      }
+      stop = true;
+    };
+    await Promise.all([writer(1), writer(2), writer(3), folder(), folder(), reader()]);
+    expect(checks).toEqual([]);
+    expect(made).toBeGreaterThan(50);
+    await foldAddressChunks(db, { looseRows: 2 });
+    expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
+  });
+
+  it('go with their organisation', async () => {
+    const db = ts.store.db;
+    const org = 'chunk-gone';
+    await newOrg(db, org);
+    await insertContacts(db, [
+      { row: { ...contactRow(org, 'z1', 'z1@gone.test', AT), json: null }, tags: [] },
+    ]);
+    expect(await chunkRowCount(db, org)).toBe(1);
+    await db.deleteFrom('organizations').where('id', '=', org).execute();
+    expect(await chunkRowCount(db, org)).toBe(0);
+  });
+
+  it('are written for the contacts a store holds when it is upgraded', async () => {
+    const created = await createTestDatabase();
+    const old = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
+    });
+    let store: Store | undefined;
+    try {
+      await migrateTo(old as Kysely<unknown>, 'postgres', '0011_address_versions');
+      for (const org of ['up1', 'up2']) {
+        await newOrg(old, org);
+        await insertContacts(
+          old,
+          Array.from({ length: 2500 }, (_, i) => ({
+            row: { ...contactRow(org, `${org}-${i}`, `old${i}@${org}.test`, AT), json: null },
+            tags: [],
+          })),
+        );
+      }
+      await old.destroy();
+      store = createStore({ databaseUrl: created.url, dataDir: tmpdir() });
+      expect(await store.migrate()).toContain('0012_address_chunks');
+      for (const org of ['up1', 'up2']) {
+        expect(await heldAddresses(store.db, org)).toEqual(await contactAddresses(store.db, org));
+        // ~37k characters each: chunks of about the chunk size.
+        expect(await chunkRowCount(store.db, org)).toBe(3);
+        expect(await chunkCount(store.db, org, 'old1')).toBe(await truth(store.db, org, 'old1'));
+      }
+    } finally {
+      await old.destroy().catch(() => undefined);
+      await store?.close();
+      await created.drop();
+    }
+  });
+});
