@@ -48,7 +48,8 @@ export const COUNTED: Counted[] = [
   },
 ];
 
-const ORG_EXISTS = (org: string) => `EXISTS (SELECT 1 FROM organizations o WHERE o.id = ${org})`;
+/** The organisation `org` (SQL) still exists: it is not being deleted in this statement's transaction. */
+export const ORG_EXISTS = (org: string) => `EXISTS (SELECT 1 FROM organizations o WHERE o.id = ${org})`;
 
 /** Rows of (organization_id, bucket, delta) for the rows in `rows`, each adding `sign`. */
 export function deltas(

@@ -15,10 +15,13 @@ import { COUNTED, deltas, statementTrigger, upsert } from './migrations-0005.js'
 const changed = (rows: 'new_rows' | 'old_rows') =>
   `SELECT r.organization_id, 'addresses' AS bucket, 1 AS delta FROM ${rows} r`;
 
+/** A row `r` has no row of the same contact, organisation and address in `other`: its address changed. */
+export const noSameAddressIn = (other: 'new_rows' | 'old_rows') => `NOT EXISTS (SELECT 1 FROM ${other} o
+  WHERE o.id = r.id AND o.organization_id = r.organization_id AND o.email_lower = r.email_lower)`;
+
 /** Rows of `rows` with no row of the same contact, organisation and address in `other`. */
 const readdressed = (rows: 'new_rows' | 'old_rows', other: 'new_rows' | 'old_rows') =>
-  `${changed(rows)} WHERE NOT EXISTS (SELECT 1 FROM ${other} o
-    WHERE o.id = r.id AND o.organization_id = r.organization_id AND o.email_lower = r.email_lower)`;
+  `${changed(rows)} WHERE ${noSameAddressIn(other)}`;
 
 async function versionAddresses(db: Kysely<unknown>): Promise<void> {
   const { buckets, updatable } = COUNTED.find((c) => c.table === 'contacts')!;

@@ -6,14 +6,11 @@
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { CHUNKS_TABLE, LOOSE_CHARS, chunkRows, rebuildAddressChunks } from './address-chunks-postgres.js';
-import { statementTrigger } from './migrations-0005.js';
+import { ORG_EXISTS, statementTrigger } from './migrations-0005.js';
+import { noSameAddressIn } from './migrations-0011.js';
 
 /** Rows of an organisation being deleted are skipped: its chunks go with it (cascade). */
-const LIVE = (org: string) => `EXISTS (SELECT 1 FROM organizations o WHERE o.id = ${org})`;
-
-/** Rows of `rows` with no row of the same contact, organisation and address in `other`. */
-const readdressed = (other: 'new_rows' | 'old_rows') => `NOT EXISTS (SELECT 1 FROM ${other} o
-  WHERE o.id = r.id AND o.organization_id = r.organization_id AND o.email_lower = r.email_lower)`;
+const LIVE = ORG_EXISTS('r.organization_id');
 
 const append = (select: string) =>
   `INSERT INTO ${CHUNKS_TABLE} (organization_id, sign, chars, addresses) ${select};`;
@@ -48,7 +45,7 @@ async function addressChunks(db: Kysely<unknown>): Promise<void> {
     'contacts_chunks_del',
     'DELETE',
     'contacts',
-    append(chunkRows('old_rows', -1, LIVE('r.organization_id'))),
+    append(chunkRows('old_rows', -1, LIVE)),
   );
   await statementTrigger(
     db,
@@ -56,8 +53,8 @@ async function addressChunks(db: Kysely<unknown>): Promise<void> {
     'UPDATE',
     'contacts',
     append(
-      `${chunkRows('old_rows', -1, `${readdressed('new_rows')} AND ${LIVE('r.organization_id')}`)}
-      UNION ALL ${chunkRows('new_rows', 1, readdressed('old_rows'))}`,
+      `${chunkRows('old_rows', -1, `${noSameAddressIn('new_rows')} AND ${LIVE}`)}
+      UNION ALL ${chunkRows('new_rows', 1, noSameAddressIn('old_rows'))}`,
     ),
   );
   await rebuildAddressChunks(db, null);
