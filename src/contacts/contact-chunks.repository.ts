@@ -92,7 +92,7 @@ export async function pageByChunks(
       select mailroom_chunk_page(${nonce}, ch.addresses,
           case when mailroom_chunk_wants(${nonce}, ch.newest, ch.first_key, ch.last_key,
               (select held from s))
-            then case when mailroom_chunk_holds(ch.addresses, ${term})
+            then case when mailroom_chunk_holds(${nonce}, ch.addresses, ch.first_key, ${term})
               then (select entries from search.address_chunks e where e.id = ch.id) end end,
           ch.first_key, ch.last_key, ${term}, (select held from s), ${reach}) as r
         from (select id, addresses, newest, first_key, last_key from search.address_chunks

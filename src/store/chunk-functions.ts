@@ -196,7 +196,8 @@ class PageSearch {
  * - `mailroom_chunk_wants(nonce, newest, first_key, last_key, stale)` said (0) could not hold a page
  *   entry nor a stale key: the aggregate only counts in it. The two share the search in progress, named by
  *   `nonce` (a value new for each statement), so the SQL reads `entries` in a CASE on `wants`, and on
- * - `mailroom_chunk_holds(addresses, term)`: whether any address of the chunk holds `term`.
+ * - `mailroom_chunk_holds(nonce, addresses, first_key, term)`: whether any address of the chunk holds
+ *   `term`; the aggregate does not search again a chunk it said no for.
  */
 export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
   const stale = new StaleKeys();
@@ -237,10 +238,18 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
       return liveMatches(text(addresses, 'a chunk'), entries(pairs), t).length;
     },
   );
-  conn.function('mailroom_chunk_holds', options, (addresses: unknown, term: unknown) => {
-    const chunk = text(addresses, 'a chunk');
-    return finder(term, chunk).next(chunk, 0) >= 0 ? 1 : 0;
-  });
+  /** The page search and chunk (its first key) `holds` last found without the term. */
+  let absent: { nonce: unknown; first: number } | undefined;
+  conn.function(
+    'mailroom_chunk_holds',
+    { deterministic: false, directOnly: true },
+    (nonce: unknown, addresses: unknown, first: unknown, term: unknown) => {
+      const chunk = text(addresses, 'a chunk');
+      const found = finder(term, chunk).next(chunk, 0) >= 0;
+      absent = found ? undefined : { nonce, first: Number(first) };
+      return found ? 1 : 0;
+    },
+  );
   conn.function(
     'mailroom_chunk_wants',
     { deterministic: false, directOnly: true },
@@ -274,9 +283,11 @@ export function registerChunkFunctions(conn: BetterSqlite3.Database): void {
       const t = text(term, 'a term');
       const chunk = text(addresses, 'a chunk');
       stale.read(staleJson);
-      // Entries come only with a chunk that `holds` found the term in; any other is counted as one string.
+      // Entries come only with a chunk that `holds` found the term in; any other is counted as one string,
+      // but for one `holds` has just searched in vain (its CASE is in this call's arguments).
       if (pairs === null) {
-        s.n += finder(t, chunk).count(chunk);
+        const searched = absent !== undefined && absent.nonce === nonce && absent.first === Number(first);
+        if (!searched) s.n += finder(t, chunk).count(chunk);
         return state;
       }
       for (const e of liveMatches(chunk, entries(pairs), t)) s.take(e);

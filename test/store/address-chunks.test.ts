@@ -410,6 +410,58 @@ describe('a page of an email substring from address chunks', () => {
   });
 });
 
+describe('a page search over chunks whose times are not in key order', () => {
+  it('counts a chunk too old for the page after one it searched in vain', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-chunk-order-'));
+    const store = createStore({ dataDir: dir, backgroundSearchIndex: false });
+    try {
+      await store.migrate();
+      const org = 'org-order';
+      await store.write((trx) =>
+        trx.insertInto('organizations').values({ id: org, name: org, created_at: AT }).execute(),
+      );
+      const T0 = Date.parse('2031-01-01T00:00:00.000Z');
+      // 31 characters and the end: 512 addresses fill a chunk. In key order: 1,024 holding `hit` made
+      // at 50 s, 512 without it made at 200 s, 1,024 holding it made at 100 s. Newest keys first, the last
+      // group fills the page; the chunk without `hit` may hold newer contacts, so it is searched, in vain;
+      // the first group is older than the page, so it is only counted, and must be.
+      const group = (prefix: string, n: number, at: number, from: number) =>
+        Array.from({ length: n }, (_, i) => ({
+          row: contactRow(
+            org,
+            `${org}-${from + i}`,
+            `${prefix}${String(from + i).padStart(6, '0')}@abcdefghijklmnop.test`,
+            new Date(T0 + at + i).toISOString(),
+          ),
+          tags: [],
+        }));
+      for (const rows of [
+        group('hit', 1024, 50_000, 0),
+        group('non', 512, 200_000, 1024),
+        group('hit', 1024, 100_000, 1536),
+      ]) {
+        await store.write((trx) => insertContacts(trx, rows));
+      }
+      const ix = new SearchIndexer(path.join(dir, 'mailroom.sqlite'), path.join(dir, SEARCH_FILE));
+      try {
+        ix.catchUp();
+      } finally {
+        ix.close();
+      }
+      expect(readChunks(path.join(dir, SEARCH_FILE)).length).toBe(2560);
+      const { rows } = await sql<{ n: number }>`select count(*) as n from search.address_chunks
+        where organization_id = ${org}`.execute(store.db);
+      expect(rows[0]!.n).toBe(5);
+      const page = { page: 1, limit: 20 };
+      const plain = (await pageContacts(store.db, org, { email: 'hit' }, page)).contacts;
+      expect(await pageByChunks(store.db, org, 'hit', page)).toEqual({ contacts: plain, total: 2048 });
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('the newest created_at values a page search keeps', () => {
   it('are the reach greatest seen, whatever the order they come in', () => {
     let seed = 7;
