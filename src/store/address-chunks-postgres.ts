@@ -57,10 +57,18 @@ export async function rebuildAddressChunks(
 export interface FoldOptions {
   /** An organisation's loose rows are merged once it has this many. */
   looseRows?: number;
+  /** Loose rows merged in one fold, at most. */
+  mergeMax?: number;
 }
 
 /** Loose rows that make an organisation worth a fold. */
 const LOOSE_ROWS = 32;
+
+/**
+ * Loose rows merged in one fold, at most: a backlog (writes while no process ran, say) is taken in turns,
+ * one per fold, instead of read into memory at once.
+ */
+const MERGE_MAX = 20_000;
 
 /**
  * Merges loose rows, and rebuilds organisations whose negative rows outweigh an eighth of their positive
@@ -69,7 +77,7 @@ const LOOSE_ROWS = 32;
  */
 export async function foldAddressChunks(
   db: Executor,
-  { looseRows = LOOSE_ROWS }: FoldOptions = {},
+  { looseRows = LOOSE_ROWS, mergeMax = MERGE_MAX }: FoldOptions = {},
 ): Promise<string[]> {
   const { rows } = await sql<{ organization_id: string }>`select organization_id
     from ${sql.table(CHUNKS_TABLE)} group by organization_id
@@ -84,7 +92,7 @@ export async function foldAddressChunks(
           hashtext('mailroom: fold address chunks'), hashtext(${org})) as ok`.execute(trx);
       if (!locked.rows[0]?.ok) return false;
       // READ COMMITTED: each statement below sees every fold committed before this lock was granted.
-      await mergeLoose(trx, org);
+      await mergeLoose(trx, org, mergeMax);
       const sums = await sql<{ neg: string; pos: string }>`select
           coalesce(sum(chars) filter (where sign < 0), 0) as neg,
           coalesce(sum(chars) filter (where sign > 0), 0) as pos
@@ -102,9 +110,10 @@ export async function foldAddressChunks(
  * The organisation's loose rows as few full ones: an address both added and deleted among them goes, the
  * rest are packed again, positives and negatives apart. Only folds delete rows, and they hold the lock.
  */
-async function mergeLoose(trx: Executor, org: string): Promise<void> {
+async function mergeLoose(trx: Executor, org: string, max: number): Promise<void> {
   const { rows } = await sql<{ id: string; sign: number; addresses: string }>`select id, sign, addresses
-    from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org} and chars < ${LOOSE_CHARS}`.execute(trx);
+    from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org} and chars < ${LOOSE_CHARS}
+    order by id limit ${max}`.execute(trx);
   if (rows.length < 2) return;
   const net = new Map<string, number>();
   for (const row of rows) {

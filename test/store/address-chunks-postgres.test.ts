@@ -158,6 +158,10 @@ describe.skipIf(!TEST_DATABASE_URL)('address chunks on postgres', () => {
     await db.deleteFrom('contacts').where('id', '=', 'f7').execute();
     expect(await chunkRowCount(db, org)).toBe(301);
     expect(await foldAddressChunks(db, { looseRows: 400 })).not.toContain(org);
+    // A backlog is merged a part at a time, exact after each.
+    await foldAddressChunks(db, { mergeMax: 200 });
+    expect(await chunkRowCount(db, org)).toBe(102);
+    expect(await chunkCount(db, org, 'fold3')).toBe(await truth(db, org, 'fold3'));
 
     expect(await foldAddressChunks(db)).toContain(org);
     // ~5,400 characters: one positive row, f7's deletion cancelled against its insert.
