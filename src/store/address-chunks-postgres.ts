@@ -73,32 +73,41 @@ const MERGE_MAX = 20_000;
 /**
  * Merges loose rows, and rebuilds organisations whose negative rows outweigh an eighth of their positive
  * ones; each organisation in a transaction of its own, under an advisory lock no other process's fold can
- * hold at once (one that cannot take it passes the organisation by). Returns the organisations folded.
+ * hold at once (one that cannot take it passes the organisation by). Returns the organisations whose rows
+ * were merged or rebuilt.
  */
 export async function foldAddressChunks(
   db: Executor,
   { looseRows = LOOSE_ROWS, mergeMax = MERGE_MAX }: FoldOptions = {},
 ): Promise<string[]> {
-  const { rows } = await sql<{ organization_id: string }>`select organization_id
-    from ${sql.table(CHUNKS_TABLE)} group by organization_id
-    having count(*) filter (where chars < ${LOOSE_CHARS}) >= ${looseRows}
-      or 8 * coalesce(sum(chars) filter (where sign < 0), 0) > coalesce(sum(chars) filter (where sign > 0), 0)`.execute(
-    db,
-  );
+  // Organisations with loose rows enough to merge, and those with negative rows at all (whether these weigh
+  // an eighth is summed under the lock): each found through its partial index, never the whole table.
+  const table = sql.table(CHUNKS_TABLE);
+  const { rows } = await sql<{
+    organization_id: string;
+    loose: boolean;
+  }>`select organization_id, true as loose
+      from ${table} where chars < ${LOOSE_CHARS} group by organization_id having count(*) >= ${looseRows}
+    union all
+    select distinct organization_id, false from ${table} where sign < 0`.execute(db);
+  const loose = new Map<string, boolean>();
+  for (const row of rows)
+    loose.set(row.organization_id, row.loose || loose.get(row.organization_id) === true);
   const folded: string[] = [];
-  for (const { organization_id: org } of rows) {
+  for (const [org, merge] of loose) {
     const done = await db.transaction().execute(async (trx) => {
       const locked = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(
           hashtext('mailroom: fold address chunks'), hashtext(${org})) as ok`.execute(trx);
       if (!locked.rows[0]?.ok) return false;
       // READ COMMITTED: each statement below sees every fold committed before this lock was granted.
-      await mergeLoose(trx, org, mergeMax);
+      const merged = merge && (await mergeLoose(trx, org, mergeMax));
       const sums = await sql<{ neg: string; pos: string }>`select
           coalesce(sum(chars) filter (where sign < 0), 0) as neg,
           coalesce(sum(chars) filter (where sign > 0), 0) as pos
-        from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org}`.execute(trx);
+        from ${table} where organization_id = ${org}`.execute(trx);
       const { neg, pos } = sums.rows[0]!;
-      if (8 * Number(neg) > Number(pos)) await rebuildAddressChunks(trx, org);
+      if (8 * Number(neg) <= Number(pos)) return merged;
+      await rebuildAddressChunks(trx, org);
       return true;
     });
     if (done) folded.push(org);
@@ -110,11 +119,11 @@ export async function foldAddressChunks(
  * The organisation's loose rows as few full ones: an address both added and deleted among them goes, the
  * rest are packed again, positives and negatives apart. Only folds delete rows, and they hold the lock.
  */
-async function mergeLoose(trx: Executor, org: string, max: number): Promise<void> {
+async function mergeLoose(trx: Executor, org: string, max: number): Promise<boolean> {
   const { rows } = await sql<{ id: string; sign: number; addresses: string }>`select id, sign, addresses
     from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org} and chars < ${LOOSE_CHARS}
     order by id limit ${max}`.execute(trx);
-  if (rows.length < 2) return;
+  if (rows.length < 2) return false;
   const net = new Map<string, number>();
   for (const row of rows) {
     const addresses = row.addresses.split(END);
@@ -138,10 +147,12 @@ async function mergeLoose(trx: Executor, org: string, max: number): Promise<void
   await sql`delete from ${sql.table(CHUNKS_TABLE)} where id = any(${rows.map((r) => r.id)}::bigint[])`.execute(
     trx,
   );
-  if (packed.length === 0) return;
-  await sql`insert into ${sql.table(CHUNKS_TABLE)} (organization_id, sign, chars, addresses)
-    select ${org}, s, length(a), a
-    from unnest(${packed.map((p) => p.sign)}::smallint[], ${packed.map((p) => p.text)}::text[]) as u(s, a)`.execute(
-    trx,
-  );
+  if (packed.length > 0) {
+    await sql`insert into ${sql.table(CHUNKS_TABLE)} (organization_id, sign, chars, addresses)
+      select ${org}, s, length(a), a
+      from unnest(${packed.map((p) => p.sign)}::smallint[], ${packed.map((p) => p.text)}::text[]) as u(s, a)`.execute(
+      trx,
+    );
+  }
+  return true;
 }
