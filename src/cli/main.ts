@@ -162,7 +162,7 @@ async function run(argv: string[]): Promise<void> {
         keys
           .map(
             (k) =>
-              `${k.id}  ${k.prefix}…  ${k.revokedAt ? 'revoked' : 'active '}  ${k.permissions.join(',')}  ${k.name}`,
+              `${k.id}  ${k.prefix}…  ${k.revokedAt ? 'revoked' : 'active '}  org ${k.organizationId}  ${k.permissions.join(',')}  ${k.name}`,
           )
           .join('\n') || 'no keys',
       );

@@ -33,14 +33,19 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
-  async function cli(...args: string[]): Promise<Result> {
+  /** The command's exit code and standard output, as a person at a terminal sees it. */
+  async function cliText(...args: string[]): Promise<{ code: number; stdout: string }> {
     const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'silent' };
     delete env.DATABASE_URL;
     if (databaseUrl) env.DATABASE_URL = databaseUrl;
-    const done = await run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env }).then(
+    return run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env }).then(
       (r) => ({ code: 0, stdout: r.stdout }),
       (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
     );
+  }
+
+  async function cli(...args: string[]): Promise<Result> {
+    const done = await cliText(...args);
     const last = done.stdout.trim().split('\n').at(-1) ?? '';
     return { ...done, json: JSON.parse(last) as Record<string, unknown> };
   }
@@ -82,6 +87,11 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     const mine = keys.find((k) => k.id === created.json.id);
     expect(mine).toMatchObject({ name: 'k', organizationId: org.id, revokedAt: null });
     expect(JSON.stringify(listed.json)).not.toContain(String(created.json.key));
+    // Without --org, keys of every organisation are listed: each line says whose it is.
+    const line = (await cliText('keys', 'list')).stdout
+      .split('\n')
+      .find((l) => l.startsWith(String(created.json.id)));
+    expect(line).toContain(`org ${String(org.id)}`);
 
     const ts = await openSameStore();
     const t = await createTestApp(kind, {}, ts);
