@@ -29,7 +29,7 @@ import { createValidatorCompiler } from './validation/ajv.js';
 import { identifyCaller, permissionFault } from './http/auth.js';
 import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
-import { useJsonBodies } from './http/json-body.js';
+import { refuseBody, useJsonBodies } from './http/json-body.js';
 import { parseQueryString } from './http/query-string.js';
 
 export interface AppDeps {
@@ -271,7 +271,15 @@ export async function buildApp(
   app.get('/api/v1/openapi.json', { schema: openApiSchema }, async () => app.swagger());
 
   for (const [method, url, permission, ep] of routeTable(services)) {
-    app.route({ method, url, schema: ep.schema, config: { permission }, handler: ep.handler as never });
+    app.route({
+      method,
+      url,
+      schema: ep.schema,
+      config: { permission },
+      // A body on a route that defines none is refused, not ignored (json-body.ts).
+      ...(method !== 'GET' && ep.schema.body === undefined ? { preValidation: refuseBody } : {}),
+      handler: ep.handler as never,
+    });
   }
 
   return app;

@@ -1,5 +1,6 @@
-// Request bodies are JSON only, parsed by Fastify's prototype-safe parser.
-import type { FastifyInstance } from 'fastify';
+// Request bodies are JSON only, UTF-8 only, parsed by Fastify's prototype-safe parser.
+import { isUtf8 } from 'node:buffer';
+import type { FastifyInstance, FastifyRequest, preValidationHookHandler } from 'fastify';
 import { validationError } from '../errors.js';
 
 export function useJsonBodies(app: FastifyInstance): void {
@@ -9,12 +10,25 @@ export function useJsonBodies(app: FastifyInstance): void {
   // body then means "no body", not bad JSON. Non-empty bodies go through Fastify's own (prototype-safe) parser.
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if (body === '') return done(null, undefined);
-    parseJson(req, body as string, (err, value) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, raw, done) => {
+    const bytes = raw as Buffer;
+    if (bytes.length === 0) return done(null, undefined);
+    // JSON text is UTF-8 (RFC 8259). Decoded as it comes, a byte that is not would turn into U+FFFD and be
+    // stored in its place, as silently as a lone surrogate would (validation/characters.ts refuses those).
+    if (!isUtf8(bytes)) {
+      return done(
+        validationError(
+          [{ field: 'body', message: 'must be UTF-8: it holds bytes that are not' }],
+          'Request body is not valid UTF-8',
+        ),
+        undefined,
+      );
+    }
+    const body = bytes.toString('utf8');
+    parseJson(req, body, (err, value) => {
       // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong. Only
       // text that is valid JSON was refused for its keys: `{"constructor":1,}` is just broken JSON.
-      if (err && /"(__proto__|constructor)"\s*:/.test(body as string) && isJson(body as string)) {
+      if (err && /"(__proto__|constructor)"\s*:/.test(body) && isJson(body)) {
         return done(
           validationError(
             [{ field: 'body', message: 'must not contain __proto__ or constructor.prototype keys' }],
@@ -36,3 +50,21 @@ function isJson(text: string): boolean {
     return false;
   }
 }
+
+/**
+ * For a route that takes no body (DELETE of a list or a contact): a body with fields is refused, naming
+ * each, as unknown fields are on any route; silently ignoring `{"email": …}` on DELETE /api/v1/contacts,
+ * whose contact is named in the query string, would answer "id or email is required" to a client that
+ * sent one. No body, or `{}`, is fine: many clients send one on every request.
+ */
+export const refuseBody: preValidationHookHandler = (req: FastifyRequest, _reply, done) => {
+  const body: unknown = req.body;
+  if (body === undefined || body === null) return done();
+  const message = 'is not an allowed field: this endpoint takes no request body';
+  if (typeof body === 'object' && !Array.isArray(body)) {
+    const keys = Object.keys(body);
+    if (keys.length === 0) return done();
+    return done(validationError(keys.map((field) => ({ field, message }))));
+  }
+  done(validationError([{ field: 'body', message: 'must be empty: this endpoint takes no request body' }]));
+};

@@ -141,6 +141,53 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect((await t.call({ method: 'GET', url: `/api/v1/lists/${id}`, auth })).json().list.name).toBe('😀');
   });
 
+  it('a body that is not valid UTF-8 is a 400 naming body, and nothing is stored', async () => {
+    const json = (...parts: (string | number[])[]) =>
+      Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+    const send = (url: string, payload: Buffer, contentType = 'application/json') =>
+      t.call({ method: 'POST', url, auth, payload, headers: { 'content-type': contentType } });
+    const total = async () =>
+      (await t.call({ method: 'GET', url: '/api/v1/lists', auth })).json().pagination.total as number;
+    const before = await total();
+    // Latin-1 é; a lone continuation byte; a lead byte cut short. Decoded as they came, each was stored as
+    // U+FFFD in place of what the client meant.
+    expect400(await send('/api/v1/lists', json('{"name":"caf', [0xe9], '"}')), 'contacts', ['body']);
+    const latin1 = 'application/json; charset=iso-8859-1';
+    expect400(await send('/api/v1/lists', json('{"name":"', [0xff, 0xfe], '"}'), latin1), 'contacts', [
+      'body',
+    ]);
+    const mail = json('{"to":"a@example.com","text":"t","subject":"', [0xc3, 0x28], '"}');
+    expect400(await send('/api/v1/emails', mail), 'emails', ['body']);
+    expect(await total()).toBe(before);
+    // Multi-byte UTF-8 is text like any other.
+    const ok = await send('/api/v1/lists', json('{"name":"caf', [0xc3, 0xa9], '"}'));
+    expect(ok.statusCode, ok.body).toBe(201);
+    expect(ok.json().list.name).toBe('café');
+  });
+
+  it('a body with fields on a route that takes none is a 400 naming them; none, or {}, is fine', async () => {
+    const list = (
+      await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'kept' } })
+    ).json().list.id as string;
+    const listUrl = `/api/v1/lists/${list}`;
+    expect400(await t.call({ method: 'DELETE', url: listUrl, auth, payload: { foo: 1 } }), 'contacts', [
+      'foo',
+    ]);
+    expect((await t.call({ method: 'GET', url: listUrl, auth })).statusCode).toBe(200);
+    const email = 'bodyless@example.com';
+    await t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: { email } });
+    // The contact is named in the query string; one named in a body would otherwise be ignored.
+    const byBody = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, payload: { email } });
+    expect400(byBody, 'contacts', ['email']);
+    const inBoth = { method: 'DELETE' as const, url: `/api/v1/contacts?email=${email}`, auth };
+    expect400(await t.call({ ...inBoth, payload: { email, id: 'x' } }), 'contacts', ['email', 'id']);
+    expect400(await t.call({ ...inBoth, payload: [email] }), 'contacts', ['body']);
+    const listed = await t.call({ method: 'GET', url: `/api/v1/contacts?email=${email}`, auth });
+    expect(listed.json().pagination.total).toBe(1);
+    expect((await t.call({ ...inBoth, payload: {} })).statusCode).toBe(200);
+    expect((await t.call({ method: 'DELETE', url: listUrl, auth })).statusCode).toBe(200);
+  });
+
   it('health, the OpenAPI document and the docs page need no key', async () => {
     const health = await t.call({ method: 'GET', url: '/health' });
     expect(health.statusCode).toBe(200);
