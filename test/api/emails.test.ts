@@ -134,6 +134,18 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect((await post(base, 'k-2')).json().id).not.toBe(first.json().id);
     expect400(await post(base, x(257)), 'emails', ['Idempotency-Key']);
     expect((await post(base, x(256))).statusCode).toBe(200);
+    // Sent twice, Node would join the two into one key, "k-3, k-4", that neither retry sends alone.
+    const twice = await t.call({
+      method: 'POST',
+      url: '/api/v1/emails',
+      auth: own,
+      payload: base,
+      headers: { 'idempotency-key': ['k-3', 'k-4'] },
+    });
+    expect400(twice, 'emails', ['Idempotency-Key']);
+    expect((await t.call({ method: 'GET', url: '/api/v1/emails', auth: own })).json().pagination.total).toBe(
+      3,
+    );
   });
 
   it('an expired Idempotency-Key sent again by several requests at once makes one new email', async () => {
