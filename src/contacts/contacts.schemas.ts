@@ -115,7 +115,8 @@ export const deleteContactSchema = {
   tags: ['contacts'],
   querystring: Type.Object({
     id: Type.Optional(ContactId),
-    email: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
+    // Blank is a 400, as the email of a create is: not a search for "Contact    not found".
+    email: Type.Optional(Type.String({ minLength: 1, maxLength: 320, pattern: '\\S' })),
   }),
   response: {
     200: Type.Object({ success: Type.Boolean(), message: Type.String() }),

@@ -183,6 +183,10 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     const again = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: a.id } });
     expectError(again, 404, 'contacts');
     expect400(await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth }), 'contacts', ['id']);
+    for (const email of ['', '  ']) {
+      const blank = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { email } });
+      expect400(blank, 'contacts', ['email']);
+    }
     const long = await t.call({
       method: 'DELETE',
       url: '/api/v1/contacts',
