@@ -105,6 +105,14 @@ export async function pageByEmailOnPostgres(
 }
 
 /**
+ * The chunks are counted in this many parts at once, each on a connection of its own. PostgreSQL will not
+ * plan a parallel scan of them (their heap is a few hundred KB; the 26 MB are TOAST), so a count ran on one
+ * core: at a million contacts, 78–112 ms in one statement against 53–68 ms in two on this project's
+ * 2-core machines. Under load it costs the same CPU in all.
+ */
+const COUNT_PARTS = 2;
+
+/**
  * The organisation's contacts whose address holds the term, counted in its address chunks (migration
  * 0012): about 35 ms at a million contacts for a term one in nine hold, against 130–270 ms for any count of
  * the contacts themselves. undefined when the chunks cannot answer: another filter beside the term (they
@@ -117,6 +125,10 @@ export async function pageByEmailOnPostgres(
  * an end does both, once the first piece is taken away when it holds one: with no occurrence the one piece
  * is the whole chunk, which counts 1 - 1 = 0, and the last piece always holds the chunk's final end, which
  * stands for the first occurrence. (`offset 0` keeps the array from being made twice.)
+ *
+ * Outside a transaction the parts run in snapshots of their own, taken a moment apart: the total is then
+ * exact for the addresses as they were at some moment in between. It is kept only under the version of the
+ * addresses read before it (kept-searches.ts), so a write in between is never served from it again.
  */
 export async function countByChunksOnPostgres(
   db: Executor,
@@ -128,10 +140,16 @@ export async function countByChunksOnPostgres(
   }
   const term = filter.email.toLowerCase();
   if (!isChunkSearchable(term)) return undefined;
-  const { rows } = await sql<{ n: string }>`select coalesce(sum(sign * (
-      (select count(*) from unnest(p) piece where strpos(piece, ${END}) > 0)
-      - (strpos(p[1], ${END}) > 0)::int)), 0) as n
-    from (select sign, string_to_array(addresses, ${term}) as p from ${sql.table(CHUNKS_TABLE)}
-      where organization_id = ${organizationId} offset 0) chunks`.execute(db);
-  return Number(rows[0]!.n);
+  // In a transaction the parts would only queue on its one connection.
+  const parts = db.isTransaction ? 1 : COUNT_PARTS;
+  const counts = await Promise.all(
+    Array.from({ length: parts }, (_, part) =>
+      sql<{ n: string }>`select coalesce(sum(sign * (
+          (select count(*) from unnest(p) piece where strpos(piece, ${END}) > 0)
+          - (strpos(p[1], ${END}) > 0)::int)), 0) as n
+        from (select sign, string_to_array(addresses, ${term}) as p from ${sql.table(CHUNKS_TABLE)}
+          where organization_id = ${organizationId} and id % ${parts} = ${part} offset 0) chunks`.execute(db),
+    ),
+  );
+  return counts.reduce((sum, { rows }) => sum + Number(rows[0]!.n), 0);
 }
