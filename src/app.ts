@@ -158,6 +158,10 @@ export async function buildApp(
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  // A key revoked anywhere on the store (the CLI, another instance) is refused here at once.
+  const stopHearing = store.keyChanges.subscribe(() => services.keys.forget());
+  app.addHook('onClose', async () => stopHearing());
+
   app.setValidatorCompiler(createValidatorCompiler());
   useJsonBodies(app);
   app.decorateRequest('principal', null);

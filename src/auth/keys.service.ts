@@ -1,5 +1,7 @@
 // Issuing, listing, revoking and checking API keys. Lookups are cached for a few seconds so a request does
-// not cost a query; the short TTL is what bounds how long a revoked key keeps working (on every instance).
+// not cost a query. A revocation, in this process or another (the CLI), is announced to every process of
+// the store (store/key-changes.ts), and each server then drops its lookups at once; the short TTL bounds
+// how long a revoked key keeps working on a server that missed the word.
 // The cache is keyed by the presented key itself, so a fresh hit costs no hashing: the key is in this
 // process's memory anyway while its request runs, and only lookups that found (or refused) it are kept.
 import type { Clock, Ids } from '../clock.js';
@@ -40,6 +42,8 @@ const toInfo = (r: repo.ApiKeyRow): ApiKeyInfo => ({
 
 export class KeysService {
   private readonly cache = new Map<string, { principal: Principal | null; expires: number }>();
+  /** Raised by forget(): a lookup that started before it is not kept, as it may predate a revocation. */
+  private generation = 0;
 
   constructor(
     private readonly store: Store,
@@ -81,7 +85,17 @@ export class KeysService {
     const now = this.clock.now().toISOString();
     const row = await this.store.write((trx) => repo.revokeKey(trx, id, now));
     if (!row) throw new AppError('NOT_FOUND', `API key ${id} not found`);
+    this.forget();
+    // Committed: every server of the store, this one included if it listens, now drops its lookups.
+    // Unheard, they still expire within KEY_CACHE_TTL_MS.
+    await this.store.keyChanges.announce().catch(() => undefined);
     return toInfo(row);
+  }
+
+  /** Drops every kept lookup: keys changed, here or in another process (buildApp subscribes it). */
+  forget(): void {
+    this.generation++;
+    this.cache.clear();
   }
 
   /**
@@ -100,6 +114,7 @@ export class KeysService {
     if (known !== undefined) return known;
     const hash = hashKey(key);
     const now = this.clock.now().getTime();
+    const generation = this.generation;
     const row = await repo.findKeyByHash(this.store.db, hash);
     const principal =
       row && row.revoked_at === null && sameHash(row.key_hash, hash)
@@ -109,6 +124,8 @@ export class KeysService {
             permissions: new Set(row.permissions.split(',') as Permission[]),
           }
         : null;
+    // Read before a revocation that was announced meanwhile: answered, but not kept.
+    if (generation !== this.generation) return principal;
     if (this.cache.size >= CACHE_MAX) this.cache.clear();
     this.cache.set(key, { principal, expires: now + KEY_CACHE_TTL_MS });
     return principal;

@@ -19,6 +19,7 @@ import { startCheckpointer } from './checkpointer.js';
 import { SearchIndexer } from './search-index.js';
 import { SEARCH_FILE, attachSearchFile, openSearchFile } from './search-file.js';
 import { type IndexingThread, startSearchIndexer } from './search-indexer.js';
+import { type KeyChanges, fileKeyChanges, postgresKeyChanges } from './key-changes.js';
 
 export type Executor = Kysely<Database>;
 
@@ -45,6 +46,8 @@ export interface Store {
    * share multi-row statements and one commit. For writes that only add rows (accepting an email).
    */
   append(rows: readonly AppendRows<Database>[]): Promise<void>;
+  /** Word between the processes of this store that API keys changed (key-changes.ts). */
+  readonly keyChanges: KeyChanges;
   migrate(): Promise<string[]>;
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -157,8 +160,10 @@ function createSqliteStore(options: StoreOptions): Store {
       onError: (err, what) => options.onBackgroundError?.(err, what),
       alive: () => writerConn.open,
     });
+  const keyChanges = fileKeyChanges(options.dataDir);
   const store: Store = {
     dialect: 'sqlite',
+    keyChanges,
     get db() {
       // Opened lazily: the reader must not create the file before the writer has set WAL mode.
       if (!reader) {
@@ -196,6 +201,7 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     async close() {
       clearInterval(optimizer);
+      await keyChanges.close();
       await searchIndexer?.close();
       await appender.idle();
       await group.idle();
@@ -261,9 +267,13 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     FOLD_CHUNKS_EVERY_MS,
   );
   foldingChunks.unref();
+  const keyChanges = postgresKeyChanges(databaseUrl, async (channel) => {
+    await sql`select pg_notify(${channel}, '')`.execute(db);
+  });
   return {
     dialect: 'postgres',
     db,
+    keyChanges,
     batch: (fn) => group.run(fn),
     append: (rows) => appender.append(rows),
     write: (fn) => retryingConflicts(() => db.transaction().execute(fn)),
@@ -296,6 +306,7 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     },
     async close() {
       clearInterval(folding);
+      await keyChanges.close();
       clearInterval(foldingChunks);
       await appender.idle();
       await group.idle();

@@ -2,6 +2,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Permission } from '../../src/auth/keys.js';
 import { KEY_CACHE_TTL_MS } from '../../src/auth/keys.service.js';
+import { createServices } from '../../src/app.js';
 import type { TestApp } from '../helpers/app.js';
 import { expectError, expectRateHeaders, useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
@@ -98,6 +99,28 @@ describe.each(storeKinds())('auth on %s', (kind) => {
     // The key cache reads the injected clock (systemClock: new Date()), so Date moves on; timers stay real.
     vi.setSystemTime(Date.now() + 5_000);
     expectError(await get(), 401, 'contacts');
+  });
+
+  it('a key revoked by another process of the store is refused at once, though this server kept it', async () => {
+    const { auth: key, keyId } = await t.newKey();
+    const get = () => t.call({ method: 'GET', url: '/api/v1/lists', auth: key });
+    expect((await get()).statusCode).toBe(200);
+    // Date stands still from here: the lookup this server kept never expires, so only the word from the
+    // other process (the CLI's, say) can make it refuse the key.
+    vi.setSystemTime(Date.now());
+    const other = t.ts.reopen();
+    try {
+      await createServices({ config: t.config, store: other }).keys.revoke(keyId);
+      let status = 200;
+      // Up to 10 s of real time (timers are real), counted in rounds since Date is not.
+      for (let round = 0; round < 400 && status === 200; round++) {
+        status = (await get()).statusCode;
+        if (status === 200) await new Promise((r) => setTimeout(r, 25));
+      }
+      expect(status).toBe(401);
+    } finally {
+      await other.close();
+    }
   });
 
   it('a key revoked before first use is refused at once', async () => {

@@ -149,7 +149,8 @@ describe('sqlite settings', () => {
     try {
       await store.migrate();
       expect(statSync(dataDir).mode & 0o777).toBe(0o700);
-      for (const name of ['mailroom.sqlite', 'mailroom.sqlite-wal', 'mailroom.sqlite-shm']) {
+      // keys-changed: the word that a key was revoked (store/key-changes.ts).
+      for (const name of ['mailroom.sqlite', 'mailroom.sqlite-wal', 'mailroom.sqlite-shm', 'keys-changed']) {
         expect([name, statSync(path.join(dataDir, name)).mode & 0o777]).toEqual([name, 0o600]);
       }
       // The index file's WAL files exist while a connection has it open (its thread may not have yet).
