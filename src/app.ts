@@ -9,59 +9,28 @@ import Fastify, {
   type FastifyServerOptions,
 } from 'fastify';
 import type { Redis } from 'ioredis';
-import { KeysService } from './auth/keys.service.js';
 import type { Permission } from './auth/keys.js';
-import { type Clock, type Ids, systemClock, uuidIds } from './clock.js';
-import type { Config } from './config.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
-import { ContactsService } from './contacts/contacts.service.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
-import { EmailsService } from './emails/emails.service.js';
 import { AppError } from './errors.js';
 import type { AnyEndpoint } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
-import { ListsService } from './lists/lists.service.js';
-import { OrgsService } from './orgs/orgs.service.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
-import type { Store } from './store/store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 import { identifyCaller, permissionFault } from './http/auth.js';
 import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
 import { parseQueryString } from './http/query-string.js';
+import { type ServiceDeps, type Services, createServices } from './services.js';
 
-export interface AppDeps {
-  config: Readonly<Config>;
-  store: Store;
-  clock?: Clock;
-  ids?: Ids;
+// The services are built apart (services.ts), so that the CLI can use them without loading Fastify.
+export { type Services, createServices };
+
+export interface AppDeps extends ServiceDeps {
   logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
   redis?: Redis | undefined;
-  /** Wakes an in-process delivery worker when an email is committed. */
-  onEmailQueued?: () => void;
-}
-
-export interface Services {
-  orgs: OrgsService;
-  keys: KeysService;
-  lists: ListsService;
-  contacts: ContactsService;
-  emails: EmailsService;
-}
-
-export function createServices(deps: AppDeps): Services {
-  const clock = deps.clock ?? systemClock;
-  const ids = deps.ids ?? uuidIds;
-  const orgs = new OrgsService(deps.store, clock, ids);
-  return {
-    orgs,
-    keys: new KeysService(deps.store, orgs, clock, ids),
-    lists: new ListsService(deps.store, clock, ids),
-    contacts: new ContactsService(deps.store, clock, ids),
-    emails: new EmailsService(deps.store, clock, ids, { mailFrom: deps.config.mailFrom }, deps.onEmailQueued),
-  };
 }
 
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';

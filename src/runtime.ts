@@ -1,4 +1,5 @@
-// Wires config to the store, mailer, worker and app. Used by the server process and the CLI.
+// Wires config to the logger, mailer, worker and Redis: what the server process needs beside the store
+// (store/from-config.ts, which the CLI loads alone).
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import pino, { type Logger } from 'pino';
@@ -8,7 +9,10 @@ import { FileOutboxMailer } from './delivery/file-outbox.js';
 import type { Mailer } from './delivery/mailer.js';
 import { SmtpMailer } from './delivery/smtp-mailer.js';
 import { DeliveryWorker } from './delivery/worker.js';
-import { type Store, createStore } from './store/store.js';
+import type { Store } from './store/store.js';
+
+// Where they were first: tests, benches and the server import them from here.
+export { type StoreOpening, type StoreUse, openMigratedStore, openStore } from './store/from-config.js';
 
 /** Logs go to stdout, or to stderr when stdout is reserved for the CLI's --json answer. */
 export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false): Logger {
@@ -77,27 +81,6 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
   };
 }
 
-/**
- * Opens the store and brings its schema up to date. Faults at this point are the operator's setting, so
- * they become one line naming the variable (DATABASE_URL or DATA_DIR), not a stack trace.
- */
-export async function openMigratedStore(
-  config: Config,
-  options: StoreOpening = {},
-): Promise<{ store: Store; applied: string[] }> {
-  const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
-  let store: Store | undefined;
-  try {
-    store = openStore(config, options);
-    return { store, applied: await store.migrate() };
-  } catch (err) {
-    await store?.close().catch(() => undefined);
-    throw new ConfigError(
-      `${setting}: cannot open the store: ${err instanceof Error ? err.message : String(err)}`,
-    );
-  }
-}
-
 /** A listen fault (port taken, no such address) as one line naming PORT or HOST. */
 export function listenError(err: unknown, config: Config): Error {
   const code = (err as { code?: string }).code;
@@ -108,32 +91,6 @@ export function listenError(err: unknown, config: Config): Error {
     return new ConfigError(`HOST ${config.host} is not an address of this machine`);
   }
   return err instanceof Error ? err : new Error(String(err));
-}
-
-/**
- * What a process does with the store. A one-shot CLI command closes it again at once and needs no
- * background work of its own; a delivery worker never searches contacts, so it leaves the search index
- * (SQLite) to the API process beside it.
- */
-export type StoreUse = 'long-running' | 'worker' | 'one-shot';
-
-export interface StoreOpening {
-  /** Hears of background work that failed (a checkpoint, an index step); none by default. */
-  logger?: Logger | undefined;
-  /** 'long-running' by default: the API server's. */
-  use?: StoreUse;
-}
-
-export function openStore(config: Config, { logger, use = 'long-running' }: StoreOpening = {}): Store {
-  return createStore({
-    databaseUrl: config.databaseUrl,
-    dataDir: config.dataDir,
-    poolSize: config.databasePoolSize,
-    sqliteSynchronous: config.sqliteSynchronous,
-    onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
-    backgroundCheckpoints: use !== 'one-shot',
-    backgroundSearchIndex: use === 'long-running',
-  });
 }
 
 export function createMailer(config: Config): Mailer {

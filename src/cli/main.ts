@@ -1,12 +1,11 @@
 // `mailroom` CLI: serve | worker | migrate | orgs create|list | keys create|list|revoke.
 // With --json every command prints exactly one JSON object as its last stdout line (errors too).
 import { parseArgs } from 'node:util';
-import { createServices } from '../app.js';
+import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
 import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
-import { openMigratedStore } from '../runtime.js';
-import { runWorker, serve } from '../server.js';
+import { openMigratedStore } from '../store/from-config.js';
 
 const USAGE = `Usage: mailroom <command> [options] [--json]
 
@@ -93,11 +92,12 @@ async function run(argv: string[]): Promise<void> {
   }
   switch (`${command} ${sub ?? ''}`.trim()) {
     case 'serve':
-      await serve(loadConfig(), { worker: !flags['no-worker'], json });
+      // Loaded only here: the HTTP stack, the mailer and the worker took half of every command's start-up.
+      await (await import('../server.js')).serve(loadConfig(), { worker: !flags['no-worker'], json });
       if (json) console.log(JSON.stringify({ status: 'listening' }));
       return;
     case 'worker':
-      await runWorker(loadConfig(), { json });
+      await (await import('../server.js')).runWorker(loadConfig(), { json });
       if (json) console.log(JSON.stringify({ status: 'running' }));
       return;
     case 'migrate': {

@@ -1,0 +1,52 @@
+// The store a Config describes, opened (and migrated) for what the process does with it. The CLI loads
+// this without the server's logger, mailer, worker and Redis (runtime.ts).
+import type { Logger } from 'pino';
+import { type Config, ConfigError } from '../config.js';
+import { type Store, createStore } from './store.js';
+
+/**
+ * What a process does with the store. A one-shot CLI command closes it again at once and needs no
+ * background work of its own; a delivery worker never searches contacts, so it leaves the search index
+ * (SQLite) to the API process beside it.
+ */
+export type StoreUse = 'long-running' | 'worker' | 'one-shot';
+
+export interface StoreOpening {
+  /** Hears of background work that failed (a checkpoint, an index step); none by default. */
+  logger?: Logger | undefined;
+  /** 'long-running' by default: the API server's. */
+  use?: StoreUse;
+}
+
+export function openStore(config: Config, { logger, use = 'long-running' }: StoreOpening = {}): Store {
+  return createStore({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    poolSize: config.databasePoolSize,
+    sqliteSynchronous: config.sqliteSynchronous,
+    onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
+    backgroundCheckpoints: use !== 'one-shot',
+    backgroundSearchIndex: use === 'long-running',
+  });
+}
+
+/**
+ * Opens the store and brings its schema up to date. Faults at this point are the operator's setting, so
+ * they become one line naming the variable (DATABASE_URL or DATA_DIR), not a stack trace.
+ */
+export async function openMigratedStore(
+  config: Config,
+  options: StoreOpening = {},
+): Promise<{ store: Store; applied: string[] }> {
+  const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
+  let store: Store | undefined;
+  try {
+    store = openStore(config, options);
+    return { store, applied: await store.migrate() };
+  } catch (err) {
+    await store?.close().catch(() => undefined);
+    throw new ConfigError(
+      `${setting}: cannot open the store: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+}
