@@ -115,10 +115,11 @@ export function postgresKeyChanges(
       c.on('end', () => {
         if (client === c) reconnect();
       });
+      // A stop meanwhile ends `c`: what is left of connect() and LISTEN fails, and is not retried, as `c` is
+      // no longer the client.
       try {
         await c.connect();
         await c.query(`LISTEN ${CHANNEL}`);
-        if (stopped) await c.end();
       } catch {
         if (client === c) reconnect();
       }
