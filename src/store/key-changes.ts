@@ -53,14 +53,15 @@ const RETRY_MS = 1_000;
 /** SQLite: the file `keys-changed` in DATA_DIR. */
 export function fileKeyChanges(dataDir: string): KeyChanges {
   const file = path.join(dataDir, 'keys-changed');
-  // Made with the store (0600, like the database): a watch needs the file to exist.
-  closeSync(openSync(file, 'a', 0o600));
+  // 0600, like the database. Made with the store, and again before each watch: a watch needs the file.
+  const make = () => closeSync(openSync(file, 'a', 0o600));
+  make();
   const subs = subscribers((notify) => {
     let watcher: FSWatcher | undefined;
     let retry: NodeJS.Timeout | undefined;
     const start = () => {
       try {
-        closeSync(openSync(file, 'a', 0o600));
+        make();
         // Not persistent: a watch alone does not keep a process alive.
         watcher = watch(file, { persistent: false }, (event) => {
           notify();

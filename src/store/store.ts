@@ -306,8 +306,8 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
     },
     async close() {
       clearInterval(folding);
-      await keyChanges.close();
       clearInterval(foldingChunks);
+      await keyChanges.close();
       await appender.idle();
       await group.idle();
       await db.destroy();
