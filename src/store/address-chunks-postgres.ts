@@ -83,18 +83,15 @@ export async function foldAddressChunks(
   // Organisations with loose rows enough to merge, and those with negative rows at all (whether these weigh
   // an eighth is summed under the lock): each found through its partial index, never the whole table.
   const table = sql.table(CHUNKS_TABLE);
-  const { rows } = await sql<{
-    organization_id: string;
-    loose: boolean;
-  }>`select organization_id, true as loose
-      from ${table} where chars < ${LOOSE_CHARS} group by organization_id having count(*) >= ${looseRows}
-    union all
-    select distinct organization_id, false from ${table} where sign < 0`.execute(db);
-  const loose = new Map<string, boolean>();
-  for (const row of rows)
-    loose.set(row.organization_id, row.loose || loose.get(row.organization_id) === true);
+  const { rows } = await sql<{ organization_id: string; loose: boolean }>`select organization_id,
+      bool_or(loose) as loose
+    from (select organization_id, true as loose from ${table}
+        where chars < ${LOOSE_CHARS} group by organization_id having count(*) >= ${looseRows}
+      union all
+      select distinct organization_id, false from ${table} where sign < 0) candidates
+    group by organization_id`.execute(db);
   const folded: string[] = [];
-  for (const [org, merge] of loose) {
+  for (const { organization_id: org, loose: merge } of rows) {
     const done = await db.transaction().execute(async (trx) => {
       const locked = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(
           hashtext('mailroom: fold address chunks'), hashtext(${org})) as ok`.execute(trx);
