@@ -1,7 +1,8 @@
 // Wires config to the logger, mailer, worker and Redis: what the server process needs beside the store
 // (store/from-config.ts, which the CLI loads alone).
 import path from 'node:path';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { loadIoredis } from './optional-packages.js';
 import pino, { type Logger } from 'pino';
 import { systemClock, uuidIds } from './clock.js';
 import { type Config, ConfigError } from './config.js';
@@ -117,7 +118,7 @@ export function createWorker(config: Config, store: Store, mailer: Mailer, logge
 
 export function createRedis(config: Config, logger: Logger): Redis | undefined {
   if (!config.redisUrl) return undefined;
-  const redis = new Redis(config.redisUrl, {
+  const redis = new (loadIoredis().Redis)(config.redisUrl, {
     connectTimeout: 2_000,
     // A Redis that stops answering but keeps the connection open fails each command after this, and
     // rate limits are then counted locally (shared-store.ts) instead of every request hanging.

@@ -7,7 +7,8 @@
 // lookups within KEY_CACHE_TTL_MS, as before; one whose connection comes back drops them then.
 import { type FSWatcher, closeSync, openSync, watch, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
+import { loadPg } from '../optional-packages.js';
 
 export interface KeyChanges {
   /** Tells every process on the store, this one included, that keys changed; after the change committed. */
@@ -109,7 +110,7 @@ export function postgresKeyChanges(
     let retry: NodeJS.Timeout | undefined;
     let stopped = false;
     const connect = async () => {
-      const c = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+      const c = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
       client = c;
       c.on('error', () => undefined);
       c.on('notification', () => tell());

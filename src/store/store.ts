@@ -6,7 +6,7 @@ import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
-import pg from 'pg';
+import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
 import { type DialectName, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
@@ -237,7 +237,7 @@ const FOLD_CHUNKS_EVERY_MS = 5_000;
 const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
 
 function createPostgresStore(databaseUrl: string, poolSize: number): Store {
-  const pool = new pg.Pool({
+  const pool = new (loadPg().Pool)({
     connectionString: databaseUrl,
     max: poolSize,
     connectionTimeoutMillis: 5_000,
