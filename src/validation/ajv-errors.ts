@@ -39,17 +39,21 @@ function typesOf(schema: unknown): string[] {
 }
 
 function article(type: string): string {
+  if (type === 'null') return 'null';
   return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
+}
+
+/** "a string", "a string or null", "a string, a number, a boolean or null". */
+function oneOfTypes(types: string[]): string {
+  const named = types.map(article);
+  return named.length <= 2 ? named.join(' or ') : `${named.slice(0, -1).join(', ')} or ${named.at(-1)!}`;
 }
 
 function messageOf(e: ErrorObject): string {
   const p = e.params as Record<string, unknown>;
   switch (e.keyword) {
     case 'type':
-      return `must be ${String(p.type)
-        .split(',')
-        .map((t) => article(t))
-        .join(' or ')}`;
+      return `must be ${oneOfTypes(String(p.type).split(','))}`;
     case 'maxLength':
       return `must be at most ${String(p.limit)} characters`;
     case 'minLength':
@@ -61,7 +65,8 @@ function messageOf(e: ErrorObject): string {
     case 'maxProperties':
       return `must have at most ${String(p.limit)} keys`;
     case 'minProperties':
-      return `must have at least ${String(p.limit)} key${p.limit === 1 ? '' : 's'}`;
+      // Optional fields sent as null were taken out before validation (ajv.ts, nullMeansAbsent).
+      return `must have at least ${String(p.limit)} field${p.limit === 1 ? '' : 's'}; a field set to null counts as not given`;
     case 'maximum':
       return `must be at most ${String(p.limit)}`;
     case 'minimum':
@@ -99,7 +104,7 @@ export function toDetails(data: unknown, errors: readonly ErrorObject[], part: s
     if (idx >= 0) drop.add(e);
     else {
       const accepted = [...new Set(branches.flatMap(typesOf))];
-      replace.set(e, `must be ${accepted.map(article).join(' or ')}`);
+      replace.set(e, `must be ${oneOfTypes(accepted)}`);
     }
   }
   const details: Ranked[] = [];

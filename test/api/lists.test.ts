@@ -89,6 +89,12 @@ describe.each(storeKinds())('lists on %s', (kind) => {
     const id = await createList(t, auth);
     const put = (url: string, payload: object) => t.call({ method: 'PUT', url, auth, payload });
     expectError(await put(`/api/v1/lists/${id}`, {}), 400, 'contacts');
+    // A name of null is "not given" (README, decisions): the answer says so rather than "no key".
+    const nothing = await put(`/api/v1/lists/${id}`, { name: null });
+    expect400(nothing, 'contacts', ['body']);
+    expect(nothing.json().details[0].message).toMatch(
+      /at least 1 field; a field set to null counts as not given/,
+    );
     expect400(await put(`/api/v1/lists/${id}`, { name: '' }), 'contacts', ['name']);
     expectError(await put('/api/v1/lists/nope', { name: 'x' }), 404, 'contacts');
   });
