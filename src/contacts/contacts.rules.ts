@@ -2,7 +2,7 @@
 // the 50-key / 16 KiB budget, and what an update must name. Tolerant of wrong types, so they run beside the
 // schema (withRules) and one 400 lists every offending field; the service runs them again for its callers.
 import { DetailCollector, type ErrorDetail } from '../errors.js';
-import { isValidEmail } from '../validation/addresses.js';
+import { MAX_ADDRESS, isValidEmail } from '../validation/addresses.js';
 import { isObject } from '../validation/guards.js';
 
 export const MAX_TAGS = 50;
@@ -15,9 +15,12 @@ type Loose = Record<string, unknown>;
 
 const CHANGES = ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'];
 
+/** The address once trimmed: its length first, so a long one is told the limit rather than "not valid". */
 function checkEmail(errors: DetailCollector, value: unknown): void {
-  if (typeof value === 'string' && !isValidEmail(value.trim()))
-    errors.add('email', 'must be a valid email address');
+  if (typeof value !== 'string') return;
+  const email = value.trim();
+  if ([...email].length > MAX_ADDRESS) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
+  else if (!isValidEmail(email)) errors.add('email', 'must be a valid email address');
 }
 
 function checkCustomFields(errors: DetailCollector, fields: unknown): void {

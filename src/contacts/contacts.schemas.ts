@@ -9,6 +9,7 @@ import {
   NullableString,
   CustomFieldValue,
   LookupId,
+  FreeKeys,
 } from '../http/schemas.js';
 
 import { withRules } from '../validation/ajv.js';
@@ -16,19 +17,21 @@ import { MAX_CUSTOM_FIELDS, MAX_TAGS, createRules, updateRules } from './contact
 
 export { MAX_CUSTOM_FIELDS, MAX_CUSTOM_FIELDS_BYTES, MAX_TAGS } from './contacts.rules.js';
 
+// No maxLength: its limit is on the address once trimmed, which the rules check (contacts.rules.ts).
 const Email = Type.String({
   minLength: 1,
-  maxLength: 320,
   description: 'Email address (trimmed; at most 254 characters)',
 });
 const PersonName = Type.String({ maxLength: 100 });
 const ContactId = LookupId('Contact id; one Mailroom never issued is not found (404)');
 const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: MAX_TAGS });
 const CustomValue = CustomFieldValue;
-const CustomFields = Type.Record(Type.String(), CustomValue, {
-  maxProperties: MAX_CUSTOM_FIELDS,
-  additionalProperties: false,
-  description: 'Flat object: values are strings, numbers, booleans or null; at most 50 keys and 16 KiB',
+// A request may name up to 100 keys: removing 50 (null) and setting 50 in one update. The 50-key and
+// 16 KiB limits are on what the contact then holds (contacts.rules.ts).
+const CustomFields = FreeKeys(CustomValue, {
+  maxProperties: 2 * MAX_CUSTOM_FIELDS,
+  description:
+    'Flat object: values are strings, numbers, booleans or null (null removes the field). The contact holds at most 50 keys and 16 KiB; a request names at most 100 keys.',
 });
 
 export const Contact = Type.Object({
@@ -37,7 +40,7 @@ export const Contact = Type.Object({
   firstName: NullableString,
   lastName: NullableString,
   tags: Type.Array(Type.String()),
-  customFields: Type.Record(Type.String(), CustomValue),
+  customFields: FreeKeys(CustomValue),
   unsubscribed: Type.Boolean(),
   createdAt: Timestamp,
 });

@@ -1,5 +1,5 @@
 // Schemas shared by several routes: paging parameters, error bodies, ids.
-import { Type } from 'typebox';
+import { type Static, type TSchema, type TSchemaOptions, Type } from 'typebox';
 
 export const Id = Type.String({ minLength: 1, maxLength: 64, description: 'Opaque identifier' });
 
@@ -26,6 +26,15 @@ export const Pagination = Type.Object({
 // Nullable values as type arrays rather than anyOf: fast-json-stringify writes these directly, while an
 // anyOf makes it run a validator on every value to pick the branch (a profile of GET contacts showed it).
 export const NullableString = Type.Unsafe<string | null>({ type: ['string', 'null'] });
+/**
+ * An object whose keys are the client's to choose, each holding `value`. Not Type.Record: it keys the
+ * values by the pattern `^.*$`, whose `.` stops at a line break, so a key holding one was refused as an
+ * unknown field.
+ */
+export function FreeKeys<T extends TSchema>(value: T, options: TSchemaOptions = {}) {
+  return Type.Unsafe<Record<string, Static<T>>>({ ...options, type: 'object', additionalProperties: value });
+}
+
 export const CustomFieldValue = Type.Unsafe<string | number | boolean | null>({
   type: ['string', 'number', 'boolean', 'null'],
 });

@@ -31,6 +31,27 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
       payload: { email: addressOfLength(255) },
     });
     expect400(long, 'contacts', ['email']);
+    expect(long.json().details[0].message).toBe('must be at most 254 characters');
+    // The limit is on the address once trimmed, and a longer one is told the limit, whatever its length.
+    const padded = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: ` ${' '.repeat(80)}z${addressOfLength(254).slice(1)}\t ` },
+    });
+    expect(padded.statusCode, padded.body).toBe(201);
+    const huge = await t.call({
+      method: 'POST',
+      url: '/api/v1/contacts',
+      auth,
+      payload: { email: addressOfLength(400) },
+    });
+    expect400(huge, 'contacts', ['email']);
+    expect(huge.json().details[0].message).toBe('must be at most 254 characters');
+    const c = await createContact(t, auth);
+    const renamed = await put({ id: c.id, email: addressOfLength(300) });
+    expect400(renamed, 'contacts', ['email']);
+    expect(renamed.json().details[0].message).toBe('must be at most 254 characters');
   });
 
   it.each([
@@ -81,6 +102,32 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     expect400(await put({ id: c.id, customFields: { extra: 1 } }), 'contacts', ['customFields']);
     const swap = await put({ id: c.id, customFields: { k0: null, extra: 1 } });
     expect(swap.statusCode, swap.body).toBe(200);
+    // The 50 keys are what the contact holds: one update may remove all 50 and set 50 others.
+    const nulls = Object.fromEntries(Object.keys(swap.json().contact.customFields).map((k) => [k, null]));
+    const fresh = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`n${i}`, i]));
+    const replaced = await put({ id: c.id, customFields: { ...nulls, ...fresh } });
+    expect(replaced.statusCode, replaced.body).toBe(200);
+    expect(replaced.json().contact.customFields).toEqual(fresh);
+    // On create a null is simply not stored.
+    const created = await post({ customFields: { ...fields(50), gone: null } });
+    expect(created.statusCode, created.body).toBe(201);
+    expect(Object.keys(created.json().contact.customFields)).toHaveLength(50);
+    // A request names at most 100 keys.
+    const many = Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`m${i}`, null]));
+    expect400(await put({ id: c.id, customFields: many }), 'contacts', ['customFields']);
+  });
+
+  it('customFields keys are free: line breaks and other separators are kept as sent', async () => {
+    const keys = { 'line\nbreak': 'x', 'a\u2028b': 1, 'c\u2029d': true, 'e\rf': null, 'tab\tkey': 'y' };
+    const res = await post({ customFields: keys });
+    expect(res.statusCode, res.body).toBe(201);
+    const stored = { 'line\nbreak': 'x', 'a\u2028b': 1, 'c\u2029d': true, 'tab\tkey': 'y' };
+    expect(res.json().contact.customFields).toEqual(stored);
+    const updated = await put({ id: res.json().contact.id, customFields: { 'note\r': 'z' } });
+    expect(updated.statusCode, updated.body).toBe(200);
+    expect(updated.json().contact.customFields).toEqual({ ...stored, 'note\r': 'z' });
+    const page = await get({ email: res.json().contact.email });
+    expect(page.json().contacts[0].customFields).toEqual({ ...stored, 'note\r': 'z' });
   });
 
   it('customFields over 16 KiB in all are refused, also after a merge', async () => {
@@ -94,6 +141,8 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
   it('customFields values must be flat; the path names the key', async () => {
     expect400(await post({ customFields: { plan: { tier: 1 } } }), 'contacts', ['customFields.plan']);
     expect400(await post({ customFields: { plan: [1] } }), 'contacts', ['customFields.plan']);
+    const typed = await post({ customFields: { plan: {} } });
+    expect(typed.json().details[0].message).toBe('must be a string, a number, a boolean or null');
     expect400(await post({ customFields: 'x' }), 'contacts', ['customFields']);
     expect400(await post({ customFields: [] }), 'contacts', ['customFields']);
     // A key of digits is a key, however its value fails: `customFields.8`, never `customFields[8]`.
