@@ -1,8 +1,10 @@
+import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
 import { validationError } from '../errors.js';
 import { endpoint, orgOf } from '../http/endpoint.js';
 import type { EmailsService } from './emails.service.js';
 import * as s from './emails.schemas.js';
+import { MAX_IDEMPOTENCY_KEY } from './emails.schemas.js';
 
 export function emailsEndpoints(emails: EmailsService) {
   return {
@@ -18,7 +20,9 @@ export function emailsEndpoints(emails: EmailsService) {
 
 /**
  * The request's Idempotency-Key. Node joins a header sent twice into one value ("k1, k2"): a key neither
- * retry would send again alone, so a client that sent two is told so instead.
+ * retry would send again alone, so a client that sent two is told so instead. Node reads a header's bytes
+ * as Latin-1, one character each; the limit counts the characters a client wrote, so UTF-8 is decoded to
+ * count them (the key is kept as read: the same bytes are the same key).
  */
 function idempotencyKey(req: FastifyRequest, joined: string | undefined): string | undefined {
   if (joined === undefined) return undefined;
@@ -26,5 +30,12 @@ function idempotencyKey(req: FastifyRequest, joined: string | undefined): string
   const raw = req.raw.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'idempotency-key') seen++;
   if (seen > 1) throw validationError([{ field: 'Idempotency-Key', message: 'must be sent once' }]);
+  const bytes = Buffer.from(joined, 'latin1');
+  const characters = isUtf8(bytes) ? [...bytes.toString('utf8')].length : bytes.length;
+  if (characters > MAX_IDEMPOTENCY_KEY) {
+    throw validationError([
+      { field: 'Idempotency-Key', message: `must be at most ${MAX_IDEMPOTENCY_KEY} characters` },
+    ]);
+  }
   return joined;
 }

@@ -8,6 +8,7 @@ import {
   BODY,
   errorResponses,
   NullableString,
+  FreeKeys,
 } from '../http/schemas.js';
 import { withRules } from '../validation/ajv.js';
 import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
@@ -51,9 +52,8 @@ export const SendEmailBody = withRules(
       cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       headers: Type.Optional(
-        Type.Record(Type.String(), Type.String({ maxLength: 900, pattern: '\\S' }), {
+        FreeKeys(Type.String({ maxLength: 900, pattern: '\\S' }), {
           maxProperties: 50,
-          additionalProperties: false,
           description:
             'Custom headers; string values only, no CR/LF, and not the headers Mailroom sets itself',
         }),
@@ -65,6 +65,9 @@ export const SendEmailBody = withRules(
   emailBodyRules,
 );
 
+/** Characters in an Idempotency-Key (contract.md). */
+export const MAX_IDEMPOTENCY_KEY = 256;
+
 const errors = errorResponses(EmailsError);
 
 export const sendEmailSchema = {
@@ -73,7 +76,12 @@ export const sendEmailSchema = {
   description:
     'Stores the email and queues it for delivery in one commit before answering. At least one of html and text is required; cc and bcc together have at most 50 addresses. An `Idempotency-Key` header (at most 256 characters, kept 24 hours) makes retries safe; the same key with another body is a 409.',
   tags: ['emails'],
-  headers: Type.Object({ 'idempotency-key': Type.Optional(Type.String({ minLength: 1, maxLength: 256 })) }),
+  // Its length is checked by the route, in characters: Node hands a header over as one per byte.
+  headers: Type.Object({
+    'idempotency-key': Type.Optional(
+      Type.String({ minLength: 1, description: `At most ${MAX_IDEMPOTENCY_KEY} characters` }),
+    ),
+  }),
   body: SendEmailBody,
   response: {
     200: Type.Object({ id: Type.String({ format: 'uuid' }), message: Type.String() }),

@@ -4,7 +4,7 @@
 import { fullFormats } from 'ajv-formats/dist/formats.js';
 
 const EMAIL = fullFormats.email as RegExp;
-const MAX_ADDRESS = 254;
+export const MAX_ADDRESS = 254;
 
 export interface ParsedAddress {
   name: string | undefined;
@@ -29,14 +29,16 @@ export function parseMailbox(input: string): ParsedAddress | string {
   if (!isValidEmail(address)) return 'must be a valid email address';
   let name = rawName;
   if (name.startsWith('"') && name.endsWith('"') && name.length >= 2) {
-    name = name.slice(1, -1);
-    if (/(^|[^\\])"/.test(name)) return 'display name has an unescaped quote';
-    name = name.replace(/\\(.)/g, '$1');
+    // One quoted string, whole: `\` escapes the character after it, so `"a\"` never ends and in
+    // `"a\\" b"` the string ends after `a\\`, with ` b"` left over.
+    const quoted = /^"((?:[^"\\]|\\.)*)"$/s.exec(name);
+    if (!quoted) return 'display name has an unescaped quote';
+    name = quoted[1]!.replace(/\\(.)/gs, '$1');
   } else if (/[",;:<>@()[\]\\]/.test(name)) {
     // An unquoted comma, semicolon or colon would make mail clients read several addresses or a group.
     return 'display name with special characters must be quoted';
   }
-  if (name.length > 256) return 'display name must be at most 256 characters';
+  if ([...name].length > 256) return 'display name must be at most 256 characters';
   return { name: name === '' ? undefined : name, address };
 }
 

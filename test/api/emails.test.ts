@@ -148,6 +148,29 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     );
   });
 
+  it('Idempotency-Key: its 256 characters are characters, not the bytes that carry them', async () => {
+    // Node hands a header's bytes over one character each (Latin-1), as a client's UTF-8 arrives.
+    const asSent = (key: string) => Buffer.from(key).toString('latin1');
+    const post = (key: string) =>
+      t.call({
+        method: 'POST',
+        url: '/api/v1/emails',
+        auth,
+        payload: base,
+        headers: { 'idempotency-key': key },
+      });
+    const first = await post(asSent('к'.repeat(256)));
+    expect(first.statusCode, first.body).toBe(200);
+    expect((await post(asSent('к'.repeat(256)))).json().id).toBe(first.json().id);
+    const long = await post(asSent('к'.repeat(257)));
+    expect400(long, 'emails', ['Idempotency-Key']);
+    expect(long.json().details[0].message).toBe('must be at most 256 characters');
+    expect400(await post(x(1500)), 'emails', ['Idempotency-Key']);
+    // Bytes that are not UTF-8 are counted one character each.
+    expect((await post('\xe9'.repeat(256))).statusCode).toBe(200);
+    expect400(await post('\xe9'.repeat(257)), 'emails', ['Idempotency-Key']);
+  });
+
   it('an expired Idempotency-Key sent again by several requests at once makes one new email', async () => {
     const { auth: own } = await t.newKey();
     const post = (key: string) =>

@@ -14,6 +14,9 @@ describe('addresses', () => {
     ['  Ann <ann@example.com> ', { name: 'Ann', address: 'ann@example.com' }],
     ['"Doe, Jane" <jane@example.com>', { name: 'Doe, Jane', address: 'jane@example.com' }],
     ['<bare@example.com>', { name: undefined, address: 'bare@example.com' }],
+    ['"John \\"JJ\\" Doe" <j@example.com>', { name: 'John "JJ" Doe', address: 'j@example.com' }],
+    ['"a\\\\b" <a@example.com>', { name: 'a\\b', address: 'a@example.com' }],
+    ['"" <e@example.com>', { name: undefined, address: 'e@example.com' }],
   ])('parses %j', (input, expected) => {
     expect(parseMailbox(input)).toEqual(expected);
   });
@@ -25,6 +28,11 @@ describe('addresses', () => {
     'g: a@example.com;',
     'a,b@example.com',
     'N\n<a@example.com>',
+    // Quoted strings that never end, or end before the display name does.
+    '"abc\\" <a@example.com>',
+    '"a\\\\" b" <a@example.com>',
+    '"a" b" <a@example.com>',
+    '"\\" <a@example.com>',
   ])('refuses %j', (input) => {
     expect(typeof parseMailbox(input)).toBe('string');
   });
