@@ -101,7 +101,7 @@ const RESPONSES: Record<string, string> = {
   '404': 'Not found in the calling key’s organisation',
   '409': 'A conflict: the email address is taken, or the Idempotency-Key was used with another body',
   '413': 'The body is larger than BODY_LIMIT_BYTES',
-  '415': 'The body is not application/json',
+  '415': 'The body is not application/json, or is compressed (Content-Encoding other than identity)',
   '429': 'Rate limit exceeded; retry after Retry-After seconds',
   '500': 'Internal error; `requestId` identifies it in the server log',
   '503': 'The store is unavailable or the server is shutting down; retry shortly',

@@ -1,7 +1,7 @@
 // Request bodies are JSON only, UTF-8 only, parsed by Fastify's prototype-safe parser.
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance, FastifyRequest, preValidationHookHandler } from 'fastify';
-import { validationError } from '../errors.js';
+import { AppError, validationError } from '../errors.js';
 
 export function useJsonBodies(app: FastifyInstance): void {
   // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
@@ -12,6 +12,16 @@ export function useJsonBodies(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, raw, done) => {
     const bytes = raw as Buffer;
+    const coding = contentCoding(req);
+    if (coding !== undefined) {
+      // Bodies are read as sent: a compressed one would otherwise be reported as bytes that are not UTF-8.
+      return done(
+        new AppError('UNSUPPORTED_MEDIA_TYPE', `Content-Encoding ${coding} is not supported`, [
+          { field: 'Content-Encoding', message: 'must be identity: send the body uncompressed' },
+        ]),
+        undefined,
+      );
+    }
     if (bytes.length === 0) return done(null, undefined);
     // JSON text is UTF-8 (RFC 8259). Decoded as it comes, a byte that is not would turn into U+FFFD and be
     // stored in its place, as silently as a lone surrogate would (validation/characters.ts refuses those).
@@ -40,6 +50,12 @@ export function useJsonBodies(app: FastifyInstance): void {
       done(err, value);
     });
   });
+}
+
+/** The body's content coding, unless it is none (`identity`, or no header). */
+function contentCoding(req: FastifyRequest): string | undefined {
+  const coding = req.headers['content-encoding']?.trim();
+  return coding === undefined || coding === '' || coding.toLowerCase() === 'identity' ? undefined : coding;
 }
 
 function isJson(text: string): boolean {

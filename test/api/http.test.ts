@@ -1,4 +1,5 @@
 // The HTTP envelope: unknown routes, content types, bad JSON, body limit, rate-limit headers and 429.
+import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { routeTable } from '../../src/app.js';
 import type { TestApp } from '../helpers/app.js';
@@ -35,6 +36,36 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expectError(await raw('/api/v1/emails', 'to=x', 'text/plain'), 415, 'emails');
     const charset = await raw('/api/v1/lists', '{"name":"x"}', 'application/json; charset=utf-8');
     expect(charset.statusCode).toBe(201);
+  });
+
+  it('a compressed body is a 415 naming Content-Encoding, not a body of broken bytes; identity is fine', async () => {
+    const send = (url: string, payload: string | Buffer, coding: string) =>
+      t.call({
+        method: 'POST',
+        url,
+        auth,
+        payload,
+        headers: { 'content-type': 'application/json', 'content-encoding': coding },
+      });
+    const total = async () =>
+      (await t.call({ method: 'GET', url: '/api/v1/lists', auth })).json().pagination.total as number;
+    const before = await total();
+    for (const [url, fam] of [
+      ['/api/v1/lists', 'contacts'],
+      ['/api/v1/emails', 'emails'],
+    ] as const) {
+      const gz = await send(url, gzipSync('{"name":"gz"}'), 'gzip');
+      expectError(gz, 415, fam);
+      expect(gz.json().details).toEqual([{ field: 'Content-Encoding', message: expect.any(String) }]);
+      expectRateHeaders(gz);
+      // Declared but not applied: still refused, as the body is not what the header says.
+      expectError(await send(url, '{"name":"plain"}', 'br'), 415, fam);
+    }
+    expect(await total()).toBe(before);
+    for (const coding of ['identity', 'Identity ', '']) {
+      const ok = await send('/api/v1/lists', '{"name":"x"}', coding);
+      expect(ok.statusCode, `${coding}: ${ok.body}`).toBe(201);
+    }
   });
 
   it('a parameter the route reads with broken %-encoding is a 400 naming it; sound ones are decoded', async () => {
