@@ -18,6 +18,8 @@ export interface Config {
   databasePoolSize: number;
   smtpUrl: string | undefined;
   mailFrom: string;
+  /** MAIL_FROM was set, not defaulted: an API process without a worker warns when it is not. */
+  mailFromGiven: boolean;
   rateLimitPerMinute: number;
   redisUrl: string | undefined;
   deliveryRetryBaseMs: number;
@@ -119,6 +121,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10, 1, 1000),
     smtpUrl,
     mailFrom: mailFrom ?? 'Mailroom <noreply@localhost>',
+    mailFromGiven: mailFrom !== undefined,
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 10_000_000),
     redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
     deliveryRetryBaseMs: int(env, 'DELIVERY_RETRY_BASE_MS', 30_000, 1, 86_400_000),

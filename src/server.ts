@@ -34,6 +34,12 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
       logger.info(`no SMTP_URL: accepted mail is written to ${mailer.description} and marked sent`);
     else logger.info(`delivering through ${mailer.description}`);
   }
+  if (!options.worker && !config.mailFromGiven) {
+    // The From address and the Message-ID's domain are fixed when an email is accepted, by this process.
+    logger.warn(
+      `MAIL_FROM is not set: emails accepted here are sent as ${config.mailFrom}, whatever the workers' MAIL_FROM; set the same MAIL_FROM on every process`,
+    );
+  }
   const redis = createRedis(config, logger);
   const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
   const connections = trackConnections(app.server);

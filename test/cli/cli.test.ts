@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
-import { MAIN } from '../helpers/process.js';
+import { MAIN, startProcess } from '../helpers/process.js';
 import { createTestDatabase, storeKinds } from '../helpers/stores.js';
 
 const run = promisify(execFile);
@@ -206,4 +206,30 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
     expect(done.code).toBe(1);
     expect(done.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^mailroom: DATA_DIR .*ENOENT/)]);
   }, 30_000);
+});
+
+describe('mailroom serve --no-worker without MAIL_FROM', () => {
+  // The From address and the Message-ID's domain are fixed by the process that accepts an email: an API
+  // process without MAIL_FROM sends everything as noreply@localhost, whatever its workers are told.
+  it('warns once at start-up; with MAIL_FROM, or with its own worker, it does not', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-from-'));
+    const start = (args: string[], env: Record<string, string>) =>
+      startProcess(args, { DATA_DIR: dataDir, LOG_LEVEL: 'info', DATABASE_URL: '', MAIL_FROM: '', ...env });
+    try {
+      for (const [args, env, warns] of [
+        [['serve', '--no-worker'], {}, true],
+        [['serve', '--no-worker'], { MAIL_FROM: 'Acme <noreply@acme.test>' }, false],
+        [['serve'], {}, false],
+      ] as const) {
+        const server = await start([...args], env);
+        await server.kill();
+        const warnings = server.output().match(/MAIL_FROM is not set/g) ?? [];
+        expect(warnings, `${args.join(' ')} ${JSON.stringify(env)}:\n${server.output()}`).toHaveLength(
+          warns ? 1 : 0,
+        );
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
