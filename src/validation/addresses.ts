@@ -11,8 +11,21 @@ export interface ParsedAddress {
   address: string;
 }
 
+/** RFC 5321's bounds on a local part, and RFC 1035's on a domain label. */
+const MAX_LOCAL_PART = 64;
+const MAX_LABEL = 63;
+
+/**
+ * The dot-atom check, within the lengths a relay accepts (RFC 5321: a local part of at most 64 octets; a
+ * domain label at most 63), and a top-level domain that is not all digits (`x@1.2.3.4` is no host name).
+ * Each of these was accepted with a 200 and then failed at the relay.
+ */
 export function isValidEmail(address: string): boolean {
-  return address.length <= MAX_ADDRESS && EMAIL.test(address);
+  if (address.length > MAX_ADDRESS || !EMAIL.test(address)) return false;
+  const at = address.lastIndexOf('@');
+  if (at > MAX_LOCAL_PART) return false;
+  const labels = address.slice(at + 1).split('.');
+  return labels.every((label) => label.length <= MAX_LABEL) && !/^\d+$/.test(labels.at(-1)!);
 }
 
 /** Returns the parsed mailbox, or a message saying what is wrong with it. */

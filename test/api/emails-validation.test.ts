@@ -18,6 +18,10 @@ const BAD_ADDRESSES = [
   'group: a@example.com;',
   'a@localhost',
   'a@example',
+  // Past what a relay takes (RFC 5321 and 1035): a local part over 64, a label over 63, a numeric TLD.
+  `${'l'.repeat(65)}@example.com`,
+  `a@${'d'.repeat(64)}.example.com`,
+  'a@1.2.3.4',
   'Name <a@localhost>',
   'Name <a@example.com',
   // A quoted display name that never ends (its last quote is escaped), or ends before the name does.

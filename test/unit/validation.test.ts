@@ -40,6 +40,12 @@ describe('addresses', () => {
   it('bounds an address at 254 characters', () => {
     expect(isValidEmail(addressOfLength(254))).toBe(true);
     expect(isValidEmail(addressOfLength(255))).toBe(false);
+    // A local part of 64 and labels of 63 are the most a relay takes; a top-level domain is not all digits.
+    expect(isValidEmail(`${'l'.repeat(64)}@${'d'.repeat(63)}.example.com`)).toBe(true);
+    expect(isValidEmail(`${'l'.repeat(65)}@example.com`)).toBe(false);
+    expect(isValidEmail(`a@${'d'.repeat(64)}.example.com`)).toBe(false);
+    expect(isValidEmail('a@1.2.3.4')).toBe(false);
+    expect(isValidEmail('a@1.2.3.example4')).toBe(true);
   });
 
   it('quotes display names only when needed', () => {
