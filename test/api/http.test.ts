@@ -25,6 +25,9 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       expectRateHeaders(res);
     }
     expectError(await t.call({ method: 'PATCH', url: '/api/v1/lists', auth }), 404, 'contacts');
+    // The route is found before the key is checked: a typo in a path is not reported as a key problem.
+    expectError(await t.call({ method: 'GET', url: '/api/v1/nothing' }), 404, 'contacts');
+    expectError(await t.call({ method: 'GET', url: '/api/v1/emails/a/b', auth: 'mr_nope' }), 404, 'emails');
   });
 
   it('a body that is not application/json is a 415', async () => {
