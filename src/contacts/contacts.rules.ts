@@ -19,7 +19,10 @@ const CHANGES = ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'
 function checkEmail(errors: DetailCollector, value: unknown): void {
   if (typeof value !== 'string') return;
   const email = value.trim();
-  if ([...email].length > MAX_ADDRESS) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
+  // Characters, counted only where it matters: a string of more than twice as many UTF-16 units has more.
+  const tooLong =
+    email.length > MAX_ADDRESS && (email.length > 2 * MAX_ADDRESS || [...email].length > MAX_ADDRESS);
+  if (tooLong) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
   else if (!isValidEmail(email)) errors.add('email', 'must be a valid email address');
 }
 
