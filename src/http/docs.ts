@@ -127,6 +127,13 @@ export async function registerDocsPage(app: FastifyInstance): Promise<void> {
   await app.register(swaggerUi, {
     routePrefix: '/docs',
     staticCSP: true,
+    // Without `upgrade-insecure-requests`: a server on plain HTTP (the usual self-hosted one, reached by
+    // its address) would have the browser fetch the page's scripts and the document over HTTPS, and fail.
+    transformStaticCSP: (csp: string) =>
+      csp
+        .split(';')
+        .filter((d) => d.trim() !== 'upgrade-insecure-requests')
+        .join(';'),
     uiConfig: { url: '/api/v1/openapi.json' },
   });
 }
