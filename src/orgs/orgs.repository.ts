@@ -1,10 +1,10 @@
-import type { Selectable } from 'kysely';
+import type { Insertable, Selectable } from 'kysely';
 import type { OrganizationsTable } from '../store/schema.js';
 import type { Executor } from '../store/store.js';
 
 export type OrganizationRow = Selectable<OrganizationsTable>;
 
-export async function insertOrganization(db: Executor, row: OrganizationRow): Promise<void> {
+export async function insertOrganization(db: Executor, row: Insertable<OrganizationsTable>): Promise<void> {
   await db.insertInto('organizations').values(row).execute();
 }
 
@@ -12,14 +12,8 @@ export function findOrganization(db: Executor, id: string): Promise<Organization
   return db.selectFrom('organizations').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
-export function findOldestOrganization(db: Executor): Promise<OrganizationRow | undefined> {
-  return db
-    .selectFrom('organizations')
-    .selectAll()
-    .orderBy('created_at')
-    .orderBy('id')
-    .limit(1)
-    .executeTakeFirst();
+export function findDefaultOrganization(db: Executor): Promise<OrganizationRow | undefined> {
+  return db.selectFrom('organizations').selectAll().where('is_default', '=', 1).executeTakeFirst();
 }
 
 export function listOrganizations(db: Executor): Promise<OrganizationRow[]> {

@@ -15,6 +15,7 @@ import { searchIndexFile } from './migrations-0009.js';
 import { createdIndexWithAddress } from './migrations-0010.js';
 import { addressVersions } from './migrations-0011.js';
 import { addressChunksOnPostgres } from './migrations-0012.js';
+import { markedDefaultOrganization } from './migrations-0013.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -246,6 +247,7 @@ class StaticProvider implements MigrationProvider {
       '0010_created_index_with_address': createdIndexWithAddress(this.dialect),
       '0011_address_versions': addressVersions(this.dialect),
       '0012_address_chunks': addressChunksOnPostgres(this.dialect),
+      '0013_marked_default_organization': markedDefaultOrganization(this.dialect),
     };
   }
 }

@@ -7,6 +7,8 @@ export interface OrganizationsTable {
   id: string;
   name: string;
   created_at: string;
+  /** 1 for the organisation keys go to when none is named (migration 0013); at most one. */
+  is_default: Generated<number>;
 }
 
 export interface ApiKeysTable {

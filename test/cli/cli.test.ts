@@ -115,10 +115,18 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
   }, 60_000);
 
   it('without --org a key goes to the default organisation', async () => {
+    // An organisation made with orgs create is a customer's, never the default, even when made first.
+    const acme = await cli('orgs', 'create', '--name', 'Acme first', '--json');
     const created = await cli('keys', 'create', '--name', 'd', '--permissions', 'sendEmails', '--json');
     expect(created.code).toBe(0);
     const again = await cli('keys', 'create', '--name', 'e', '--permissions', 'sendEmails', '--json');
     expect(again.json.organizationId).toBe(created.json.organizationId);
+    expect(created.json.organizationId).not.toBe(acme.json.id);
+    const { organizations } = (await cli('orgs', 'list', '--json')).json as {
+      organizations: { id: string; name: string }[];
+    };
+    const owner = organizations.find((o) => o.id === created.json.organizationId);
+    expect(owner?.name).toBe('Default');
   }, 60_000);
 
   it('a bad permission, a missing name or an unknown key exit non-zero with {error}', async () => {

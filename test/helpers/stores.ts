@@ -6,7 +6,11 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
+import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
 import { type Store, createStore } from '../../src/store/store.js';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
+import { migrateTo } from '../../src/store/migrations.js';
+import type { Database } from '../../src/store/schema.js';
 
 export type StoreKind = 'sqlite' | 'postgres';
 
@@ -89,4 +93,31 @@ export function useStore(kind: StoreKind, set: (ts: TestStore) => unknown): void
     await set(ts);
   });
   afterAll(() => ts?.destroy());
+}
+
+/** A store at an older migration: its own connection, as a release before this one left it. */
+export async function olderStore(kind: 'sqlite' | 'postgres', migration: string) {
+  if (kind === 'sqlite') {
+    const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-counts-'));
+    const db = new Kysely<Database>({
+      dialect: new SqliteDialect({ database: new Sqlite(path.join(dir, 'mailroom.sqlite')) }),
+    });
+    await migrateTo(db as Kysely<unknown>, kind, migration);
+    return {
+      db,
+      open: () => createStore({ dataDir: dir }),
+      drop: async () => rmSync(dir, { recursive: true, force: true }),
+    };
+  }
+  const created = await createTestDatabase();
+  const db = new Kysely<Database>({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
+  });
+  await migrateTo(db as Kysely<unknown>, kind, migration);
+  return {
+    db,
+    url: created.url,
+    open: () => createStore({ databaseUrl: created.url, dataDir: tmpdir() }),
+    drop: created.drop,
+  };
 }

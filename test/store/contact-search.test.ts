@@ -924,6 +924,7 @@ describe('migration 0009 on a database indexed in itself (0003 and 0006)', () =>
         '0010_created_index_with_address',
         '0011_address_versions',
         '0012_address_chunks',
+        '0013_marked_default_organization',
       ]);
       const inside = await sql<{ n: number }>`select count(*) as n from sqlite_master
         where name like 'contacts_search%' and name not in ('contacts_search_state', 'contacts_search_retired',
@@ -966,6 +967,7 @@ describe('migration 0003 on a database written before it', () => {
         '0010_created_index_with_address',
         '0011_address_versions',
         '0012_address_chunks',
+        '0013_marked_default_organization',
       ]);
       expectIndexExact(dir);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);

@@ -3,26 +3,15 @@
 // and under multi-row writes from two processes at once (on PostgreSQL, 0002's per-row counters could
 // deadlock there). Also the version of an organisation's addresses (0009 on SQLite, 0011 on PostgreSQL),
 // under which an email search's total is kept.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import { sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
 import { foldCountShards } from '../../src/store/counts.js';
 import { addressesVersion } from '../../src/contacts/contact-search.repository.js';
-import { migrateTo } from '../../src/store/migrations.js';
-import type { NewContact, Database, NewEmail } from '../../src/store/schema.js';
-import { type Executor, type Store, createStore } from '../../src/store/store.js';
-import {
-  TEST_DATABASE_URL,
-  type TestStore,
-  createTestDatabase,
-  useStore,
-  storeKinds,
-} from '../helpers/stores.js';
+import type { NewContact, NewEmail } from '../../src/store/schema.js';
+import { type Executor, type Store } from '../../src/store/store.js';
+import { TEST_DATABASE_URL, type TestStore, useStore, storeKinds, olderStore } from '../helpers/stores.js';
 
 const AT = '2031-01-01T00:00:00.000Z';
 const TAGS = [['a', 'b'], ['b', 'a'], ['c'], []];
@@ -114,33 +103,6 @@ async function setStatus(db: Executor, ids: string[], status: string): Promise<v
   await db.updateTable('emails').set({ status, updated_at: AT }).where('id', 'in', ids).execute();
 }
 
-/** A store at an older migration: its own connection, as a release before this one left it. */
-async function olderStore(kind: 'sqlite' | 'postgres', migration: string) {
-  if (kind === 'sqlite') {
-    const dir = mkdtempSync(path.join(tmpdir(), 'mailroom-counts-'));
-    const db = new Kysely<Database>({
-      dialect: new SqliteDialect({ database: new Sqlite(path.join(dir, 'mailroom.sqlite')) }),
-    });
-    await migrateTo(db as Kysely<unknown>, kind, migration);
-    return {
-      db,
-      open: () => createStore({ dataDir: dir }),
-      drop: async () => rmSync(dir, { recursive: true, force: true }),
-    };
-  }
-  const created = await createTestDatabase();
-  const db = new Kysely<Database>({
-    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
-  });
-  await migrateTo(db as Kysely<unknown>, kind, migration);
-  return {
-    db,
-    url: created.url,
-    open: () => createStore({ databaseUrl: created.url, dataDir: tmpdir() }),
-    drop: created.drop,
-  };
-}
-
 async function newOrg(store: Store, id: string): Promise<string> {
   await store.write((trx) =>
     trx.insertInto('organizations').values({ id, name: id, created_at: AT }).execute(),
@@ -192,6 +154,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0010_created_index_with_address',
         '0011_address_versions',
         '0012_address_chunks',
+        '0013_marked_default_organization',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,
