@@ -5,7 +5,10 @@ import { fileURLToPath } from 'node:url';
 
 const entry = new URL('../dist/cli/main.js', import.meta.url);
 if (!existsSync(fileURLToPath(entry))) {
-  console.error('mailroom: dist/ is missing; run `npm run build` (npm ci does it for you)');
+  const message = 'dist/ is missing; run `npm run build` (npm ci does it for you)';
+  // With --json the last stdout line is a JSON object, this error too.
+  if (process.argv.includes('--json')) console.log(JSON.stringify({ error: message }));
+  console.error(`mailroom: ${message}`);
   process.exit(1);
 }
 await import(entry.href);

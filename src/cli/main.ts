@@ -48,6 +48,37 @@ function parse(argv: string[]): { positionals: string[]; flags: Flags } {
   return { positionals, flags: values as Flags };
 }
 
+/** The flags each command takes, beside --json and --help: any other is a usage error, never ignored. */
+const COMMAND_FLAGS: Record<string, readonly (keyof Flags)[]> = {
+  serve: ['no-worker'],
+  worker: [],
+  migrate: [],
+  'orgs create': ['name'],
+  'orgs list': [],
+  'keys create': ['name', 'permissions', 'org'],
+  'keys list': ['org'],
+  'keys revoke': [],
+};
+
+/** `keys revoke K --org X` must not revoke K in whatever organisation it is, as if --org were heard. */
+function refuseOtherFlags(command: string, flags: Flags): void {
+  const takes = COMMAND_FLAGS[command];
+  if (takes === undefined) return;
+  for (const flag of ['name', 'permissions', 'org', 'no-worker'] as const) {
+    const given = flag === 'no-worker' ? flags[flag] : flags[flag] !== undefined;
+    if (given && !takes.includes(flag)) throw new UsageError(`${command} does not take --${flag}`);
+  }
+}
+
+/** A name as the CLI shows it again, one per line: at most 100 characters, no control characters. */
+function nameFlag(value: string | undefined): string {
+  const name = required(value, 'name');
+  if ([...name].length > 100) throw new UsageError('--name must be at most 100 characters');
+  if (/\p{Cc}/u.test(name))
+    throw new UsageError('--name must not contain control characters (line breaks, tabs)');
+  return name;
+}
+
 function required(value: string | undefined, flag: string): string {
   if (value === undefined || value.trim() === '') throw new UsageError(`--${flag} is required`);
   return value.trim();
@@ -90,7 +121,9 @@ async function run(argv: string[]): Promise<void> {
   if (positionals.length > takes) {
     throw new UsageError(`unexpected argument "${positionals[takes]}"\n\n${USAGE}`);
   }
-  switch (`${command} ${sub ?? ''}`.trim()) {
+  const commandName = `${command} ${sub ?? ''}`.trim();
+  refuseOtherFlags(commandName, flags);
+  switch (commandName) {
     case 'serve':
       // Loaded only here: the HTTP stack, the mailer and the worker took half of every command's start-up.
       await (await import('../server.js')).serve(loadConfig(), { worker: !flags['no-worker'], json });
@@ -114,7 +147,7 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     case 'orgs create': {
-      const name = required(flags.name, 'name');
+      const name = nameFlag(flags.name);
       const org = await withServices((s) => s.orgs.create(name));
       print(json, org, `created organisation ${org.id} (${org.name})`);
       return;
@@ -129,7 +162,7 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     case 'keys create': {
-      const name = required(flags.name, 'name');
+      const name = nameFlag(flags.name);
       const permissions = parsePermissions(required(flags.permissions, 'permissions'));
       if (typeof permissions === 'string') throw new UsageError(permissions);
       const organizationId = optional(flags.org, 'org');

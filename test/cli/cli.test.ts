@@ -160,6 +160,34 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
   }, 60_000);
 
+  it('a flag the command does not take, or a name it could not show on one line, is a usage error', async () => {
+    const key = await cli('keys', 'create', '--name', 'kept', '--permissions', 'readContacts', '--json');
+    const cases: [string[], string][] = [
+      // Heard as "revoke it in that organisation", it revoked the key wherever it was.
+      [['keys', 'revoke', key.json.id as string, '--org', 'elsewhere'], 'keys revoke does not take --org'],
+      [['orgs', 'list', '--org', 'x'], 'orgs list does not take --org'],
+      [['migrate', '--name', 'x'], 'migrate does not take --name'],
+      [['worker', '--no-worker'], 'worker does not take --no-worker'],
+      [['keys', 'list', '--permissions', 'sendEmails'], 'keys list does not take --permissions'],
+      [
+        ['orgs', 'create', '--name', 'two\nlines'],
+        '--name must not contain control characters (line breaks, tabs)',
+      ],
+      [['orgs', 'create', '--name', 'n'.repeat(101)], '--name must be at most 100 characters'],
+      [
+        ['keys', 'create', '--name', 'a\tb', '--permissions', 'readContacts'],
+        '--name must not contain control characters (line breaks, tabs)',
+      ],
+    ];
+    const results = await Promise.all(cases.map(([args]) => cli(...args, '--json')));
+    results.forEach((res, i) => {
+      expect([res.code, res.json], cases[i]![0].join(' ')).toEqual([2, { error: cases[i]![1] }]);
+    });
+    const listed = (await cli('keys', 'list', '--json')).json.keys as { id: string; revokedAt: unknown }[];
+    expect(listed.find((k) => k.id === key.json.id)?.revokedAt).toBeNull();
+    expect((await cli('orgs', 'create', '--name', 'n'.repeat(100), '--json')).code).toBe(0);
+  }, 60_000);
+
   it('an unknown --org is an error for keys list, as for keys create', async () => {
     const [list, create] = await Promise.all([
       cli('keys', 'list', '--org', 'no-such-org', '--json'),
