@@ -9,6 +9,7 @@ import {
   errorResponses,
   NullableString,
   FreeKeys,
+  StringEnum,
 } from '../http/schemas.js';
 import { withRules } from '../validation/ajv.js';
 import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
@@ -91,7 +92,7 @@ export const sendEmailSchema = {
 
 const Recipient = Type.Object({
   email: Type.String(),
-  status: Type.Enum([...RECIPIENT_STATUSES]),
+  status: StringEnum(RECIPIENT_STATUSES),
   response: NullableString,
 });
 
@@ -103,7 +104,7 @@ const Event = Type.Object({
 
 const EmailSummaryFields = {
   id: Type.String(),
-  status: Type.Enum([...EMAIL_STATUSES]),
+  status: StringEnum(EMAIL_STATUSES),
   from: Type.String(),
   to: Type.Array(Type.String()),
   cc: Type.Array(Type.String()),
@@ -138,7 +139,7 @@ export const listEmailsSchema = {
   tags: ['emails'],
   querystring: Type.Object({
     ...PageQuery,
-    status: Type.Optional(Type.Enum([...EMAIL_STATUSES])),
+    status: Type.Optional(StringEnum(EMAIL_STATUSES)),
   }),
   response: { 200: Type.Object({ emails: Type.Array(EmailSummary), pagination: Pagination }), ...errors },
 };

@@ -107,7 +107,8 @@ const RESPONSES: Record<string, string> = {
   '503': 'The store is unavailable or the server is shutting down; retry shortly',
 };
 
-const integerHeader = (description: string) => ({ description, schema: { type: 'integer' } });
+// Required: every such answer carries them, so a generated client need not treat them as optional.
+const integerHeader = (description: string) => ({ description, required: true, schema: { type: 'integer' } });
 const RATE_LIMIT_HEADERS = {
   'X-RateLimit-Limit': integerHeader('Requests allowed per key per minute'),
   'X-RateLimit-Remaining': integerHeader('Requests left in the current window'),

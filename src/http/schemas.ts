@@ -35,6 +35,11 @@ export function FreeKeys<T extends TSchema>(value: T, options: TSchemaOptions = 
   return Type.Unsafe<Record<string, Static<T>>>({ ...options, type: 'object', additionalProperties: value });
 }
 
+/** One of `values`, typed as a string (Type.Enum gives no type, and generated clients then guess). */
+export function StringEnum<const T extends readonly string[]>(values: T, options: TSchemaOptions = {}) {
+  return Type.Unsafe<T[number]>({ ...options, type: 'string', enum: [...values] });
+}
+
 export const CustomFieldValue = Type.Unsafe<string | number | boolean | null>({
   type: ['string', 'number', 'boolean', 'null'],
 });

@@ -310,8 +310,23 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
         if (path === '/health') expect(headers).toEqual([]);
         else expect([path, status, headers]).toEqual([path, status, expect.arrayContaining(RATE_HEADERS)]);
         if (status === '429') expect(headers).toContain('Retry-After');
+        // Every such answer carries them: a generated client should not type them as optional.
+        for (const header of Object.values(response.headers ?? {})) {
+          expect(header).toMatchObject({ required: true, schema: { type: 'integer' } });
+        }
       }
     }
+    // Status values are strings of a known set, typed as such for generated clients.
+    const emailSchema = (
+      doc.paths['/api/v1/emails/{id}']!.get!.responses['200'] as unknown as {
+        content: { 'application/json': { schema: { properties: Record<string, Record<string, unknown>> } } };
+      }
+    ).content['application/json'].schema;
+    expect(emailSchema.properties.status).toMatchObject({ type: 'string', enum: expect.any(Array) });
+    const filter = (
+      doc.paths['/api/v1/emails']!.get as unknown as { parameters: Record<string, unknown>[] }
+    ).parameters.find((p) => p.name === 'status');
+    expect(filter).toMatchObject({ schema: { type: 'string', enum: expect.arrayContaining(['deferred']) } });
   });
 });
 
