@@ -124,7 +124,7 @@ describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
       .selectAll()
       .where('id', '=', ORG.id)
       .executeTakeFirst();
-    expect(row).toEqual(ORG);
+    expect(row).toEqual({ ...ORG, is_default: 0 });
     await again.close();
   });
 
