@@ -17,6 +17,8 @@ interface SmtpError extends Error {
   response?: string;
   rejectedErrors?: SmtpError[];
   recipient?: string;
+  /** The SMTP command the answer was to (nodemailer's `command`: 'MAIL FROM', 'RCPT TO', 'DATA'). */
+  command?: string;
 }
 
 export interface SmtpMailerOptions {
@@ -108,11 +110,14 @@ export function withoutAddress(message: string, host = ''): string {
 }
 
 /**
- * Only a refusal of this message (its envelope or its data) is final. A 5xx to AUTH, EHLO or the greeting
+ * Only a refusal of this message (its recipients or its data) is final. A 5xx to AUTH, EHLO or the greeting
  * says the relay or its credentials are wrong, which an operator can fix: those emails wait, they do not fail.
+ * So does a 5xx to MAIL FROM: it refuses the sender, not a recipient (a relay that wants AUTH and got none
+ * answers 530 there; one that does not let MAIL_FROM's domain through, 550).
  */
 function isPermanent(e: SmtpError): boolean {
   if (e.code !== 'EENVELOPE' && e.code !== 'EMESSAGE') return false;
+  if (e.command === 'MAIL FROM') return false;
   // No reply code: nodemailer refused the message itself (an invalid address, too large for the relay).
   return typeof e.responseCode !== 'number' || e.responseCode >= 500;
 }

@@ -287,6 +287,34 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       }
     }));
 
+  it('defers (never fails) mail that a relay wanting AUTH refuses at MAIL FROM for want of credentials', () =>
+    withApp(async (t, auth) => {
+      const sink = await startSmtpSink({ credentials: { user: 'u', pass: 'p' } });
+      const none = new SmtpMailer({ url: `smtp://127.0.0.1:${sink.port}` });
+      const good = new SmtpMailer({ url: `smtp://u:p@127.0.0.1:${sink.port}` });
+      const noneWorker = startWorker(t, none, { retryBaseMs: 60_000 });
+      try {
+        const id = await sendEmail(t, auth, basicEmail('noauth@example.org'));
+        const deferred = await untilStatus(t, auth, id, 'deferred');
+        // 530 at MAIL FROM: the sender was refused, not a recipient, and an operator can fix it.
+        expect(deferred.lastError).toMatch(/530/);
+        expect(deferred.recipients).toEqual([expect.objectContaining({ status: 'deferred' })]);
+        await noneWorker.stop();
+        const goodWorker = startWorker(t, good, { clock: { now: () => new Date(Date.now() + 120_000) } });
+        try {
+          expect((await settled(t, auth, id)).status).toBe('sent');
+          expect(sink.deliveredTo('noauth@example.org')).toHaveLength(1);
+        } finally {
+          await goodWorker.stop();
+        }
+      } finally {
+        await noneWorker.stop();
+        await none.close();
+        await good.close();
+        await sink.close();
+      }
+    }));
+
   it('authenticates to the relay, and only defers (never fails) mail when the credentials are refused', () =>
     withApp(async (t, auth) => {
       const sink = await startSmtpSink({ credentials: { user: 'relay user', pass: 'p@ss:word' } });
