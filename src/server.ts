@@ -2,6 +2,7 @@
 import type { Logger } from 'pino';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
+import type { Mailer } from './delivery/mailer.js';
 import { trackConnections } from './http/connections.js';
 import {
   createLogger,
@@ -29,11 +30,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
 
   const mailer = options.worker ? createMailer(config) : undefined;
   const worker = mailer ? createWorker(config, store, mailer, logger) : undefined;
-  if (mailer) {
-    if (!config.smtpUrl)
-      logger.info(`no SMTP_URL: accepted mail is written to ${mailer.description} and marked sent`);
-    else logger.info(`delivering through ${mailer.description}`);
-  }
+  if (mailer) logDelivery(config, mailer, logger);
   if (!options.worker && !config.mailFromGiven) {
     // The From address and the Message-ID's domain are fixed when an email is accepted, by this process.
     logger.warn(
@@ -60,12 +57,19 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
   });
 }
 
+/** Where delivered mail goes, said once at start-up by serve and worker alike (contract.md). */
+function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
+  if (!config.smtpUrl)
+    logger.info(`no SMTP_URL: accepted mail is written to ${mailer.description} and marked sent`);
+  else logger.info(`delivering through ${mailer.description}`);
+}
+
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
   const { store } = await openMigratedStore(config, { logger, use: 'worker' });
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger);
-  logger.info(`delivery worker started (${mailer.description})`);
+  logDelivery(config, mailer, logger);
   worker.start();
   onShutdown(logger, async () => {
     await worker.stop();

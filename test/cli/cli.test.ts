@@ -244,7 +244,7 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
   }, 30_000);
 });
 
-describe('mailroom serve --no-worker without MAIL_FROM', () => {
+describe('mailroom serve --no-worker and worker: what they say at start-up', () => {
   // The From address and the Message-ID's domain are fixed by the process that accepts an email: an API
   // process without MAIL_FROM sends everything as noreply@localhost, whatever its workers are told.
   it('warns once at start-up; with MAIL_FROM, or with its own worker, it does not', async () => {
@@ -264,6 +264,17 @@ describe('mailroom serve --no-worker without MAIL_FROM', () => {
           warns ? 1 : 0,
         );
       }
+      // Where mail goes is said once at start-up by a worker of its own too, as serve says it.
+      const worker = await start(['worker'], {});
+      const deadline = Date.now() + 20_000;
+      while (!/no SMTP_URL: accepted mail is written to/.test(worker.output()) && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await worker.kill();
+      expect(
+        worker.output().match(/no SMTP_URL: accepted mail is written to/g),
+        worker.output(),
+      ).toHaveLength(1);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
