@@ -19,7 +19,8 @@ export interface ServeOptions {
   json?: boolean;
 }
 
-export async function serve(config: Config, options: ServeOptions): Promise<void> {
+/** Resolves once the server listens, with where: PORT=0 picks a free port, which a caller must learn. */
+export async function serve(config: Config, options: ServeOptions): Promise<{ host: string; port: number }> {
   const logger = createLogger(config, options.json);
   const { store, applied } = await openMigratedStore(config, { logger });
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
@@ -55,6 +56,10 @@ export async function serve(config: Config, options: ServeOptions): Promise<void
     redis?.disconnect();
     await store.close();
   });
+  const address = app.server.address();
+  return typeof address === 'object' && address !== null
+    ? { host: address.address, port: address.port }
+    : { host: config.host, port: config.port };
 }
 
 /** Where delivered mail goes, said once at start-up by serve and worker alike (contract.md). */

@@ -126,8 +126,13 @@ async function run(argv: string[]): Promise<void> {
   switch (commandName) {
     case 'serve':
       // Loaded only here: the HTTP stack, the mailer and the worker took half of every command's start-up.
-      await (await import('../server.js')).serve(loadConfig(), { worker: !flags['no-worker'], json });
-      if (json) console.log(JSON.stringify({ status: 'listening' }));
+      const { host, port } = await (
+        await import('../server.js')
+      ).serve(loadConfig(), {
+        worker: !flags['no-worker'],
+        json,
+      });
+      if (json) console.log(JSON.stringify({ status: 'listening', host, port }));
       return;
     case 'worker':
       await (await import('../server.js')).runWorker(loadConfig(), { json });

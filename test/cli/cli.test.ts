@@ -264,6 +264,18 @@ describe('mailroom serve --no-worker and worker: what they say at start-up', () 
           warns ? 1 : 0,
         );
       }
+      // With --json, serve's line says where it listens: with PORT=0 nothing else would tell.
+      const listening = await start(['serve', '--no-worker', '--json'], { MAIL_FROM: 'A <a@acme.test>' });
+      await listening.kill();
+      const line = listening
+        .output()
+        .split('\n')
+        .find((l) => l.startsWith('{"status"'));
+      expect(JSON.parse(line ?? '{}')).toEqual({
+        status: 'listening',
+        host: '127.0.0.1',
+        port: Number(new URL(listening.url).port),
+      });
       // Where mail goes is said once at start-up by a worker of its own too, as serve says it.
       const worker = await start(['worker'], {});
       const deadline = Date.now() + 20_000;
