@@ -124,16 +124,13 @@ async function run(argv: string[]): Promise<void> {
   const commandName = `${command} ${sub ?? ''}`.trim();
   refuseOtherFlags(commandName, flags);
   switch (commandName) {
-    case 'serve':
+    case 'serve': {
       // Loaded only here: the HTTP stack, the mailer and the worker took half of every command's start-up.
-      const { host, port } = await (
-        await import('../server.js')
-      ).serve(loadConfig(), {
-        worker: !flags['no-worker'],
-        json,
-      });
+      const { serve } = await import('../server.js');
+      const { host, port } = await serve(loadConfig(), { worker: !flags['no-worker'], json });
       if (json) console.log(JSON.stringify({ status: 'listening', host, port }));
       return;
+    }
     case 'worker':
       await (await import('../server.js')).runWorker(loadConfig(), { json });
       if (json) console.log(JSON.stringify({ status: 'running' }));
