@@ -12,6 +12,7 @@ import {
   StringEnum,
 } from '../http/schemas.js';
 import { withRules } from '../validation/ajv.js';
+import { MAX_MAILBOX } from '../validation/addresses.js';
 import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
 
 export { MAX_CC_BCC, MAX_TO };
@@ -23,7 +24,7 @@ export type RecipientStatus = (typeof RECIPIENT_STATUSES)[number];
 
 const Mailbox = Type.String({
   minLength: 1,
-  maxLength: 1000,
+  maxLength: MAX_MAILBOX,
   description: '`a@b.example` or `Name <a@b.example>`',
 });
 // `to` needs a recipient; an empty cc, bcc or replyTo array simply means none, as clients often send it.

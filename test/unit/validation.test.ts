@@ -37,6 +37,17 @@ describe('addresses', () => {
     expect(typeof parseMailbox(input)).toBe('string');
   });
 
+  it('reads a long string in linear time: spaces before a lone < once backtracked quadratically', () => {
+    // A regex took 9 s on 100 KB of this; a megabyte would have run past any test's timeout.
+    expect(parseMailbox(`a${' '.repeat(1_000_000)}<`)).toBe('must be at most 1000 characters');
+    expect(parseMailbox(`a${' '.repeat(990)}<`)).toBe('must be a valid email address');
+    expect(parseMailbox(`${'a '.repeat(120)}<a@example.com>`)).toEqual({
+      name: 'a '.repeat(120).trim(),
+      address: 'a@example.com',
+    });
+    expect(parseMailbox('a <b>c>')).toBe('must be a valid email address');
+  });
+
   it('bounds an address at 254 characters', () => {
     expect(isValidEmail(addressOfLength(254))).toBe(true);
     expect(isValidEmail(addressOfLength(255))).toBe(false);
