@@ -30,6 +30,11 @@ export const REFUSED_HEADERS = new Set(
     'Content-Transfer-Encoding',
     // Not in the contract's list, but as structural: at the top it makes mail clients show the body as a file.
     'Content-Disposition',
+    // Nor these: what receiving servers write about a message's trust and route (RFC 8601, 7208, 8617).
+    // A sender's own copy would pass for their verdict with filters and clients that do not strip it.
+    'Authentication-Results',
+    'Received-SPF',
+    'Delivered-To',
   ].map((h) => h.toLowerCase()),
 );
 
@@ -37,9 +42,10 @@ export const REFUSED_HEADERS = new Set(
  * Whole families Mailroom keeps for itself: `Content-*` headers (all but Content-Language and
  * Content-Description) describe the MIME structure it builds (`Content-Base` or `Content-Location` could
  * point mail clients at other files), and `Resent-*` headers name senders and recipients, which would get
- * around the From rule in the clients that show them.
+ * around the From rule in the clients that show them. `ARC-*` headers are a receiving server's sealed
+ * record of the authentication it saw (RFC 8617).
  */
-const REFUSED_PREFIXES = ['content-', 'resent-'];
+const REFUSED_PREFIXES = ['content-', 'resent-', 'arc-'];
 /** Content-* headers that say nothing about the structure: a localised message's language, a label. */
 const ALLOWED_CONTENT = new Set(['content-language', 'content-description']);
 
