@@ -3,7 +3,7 @@
 // schema (withRules) and one 400 lists every offending field; the service runs them again for its callers.
 import { DetailCollector, type ErrorDetail } from '../errors.js';
 import { MAX_ADDRESS, isValidEmail } from '../validation/addresses.js';
-import { isObject } from '../validation/guards.js';
+import { isObject, longerThan } from '../validation/guards.js';
 
 export const MAX_TAGS = 50;
 export const MAX_CUSTOM_FIELDS = 50;
@@ -19,10 +19,7 @@ const CHANGES = ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'
 function checkEmail(errors: DetailCollector, value: unknown): void {
   if (typeof value !== 'string') return;
   const email = value.trim();
-  // Characters, counted only where it matters: a string of more than twice as many UTF-16 units has more.
-  const tooLong =
-    email.length > MAX_ADDRESS && (email.length > 2 * MAX_ADDRESS || [...email].length > MAX_ADDRESS);
-  if (tooLong) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
+  if (longerThan(email, MAX_ADDRESS)) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
   else if (!isValidEmail(email)) errors.add('email', 'must be a valid email address');
 }
 
@@ -30,7 +27,7 @@ function checkCustomFields(errors: DetailCollector, fields: unknown): void {
   if (!isObject(fields)) return;
   for (const [key, value] of Object.entries(fields)) {
     // Characters, as every other length in the API (Ajv's maxLength counts code points).
-    if (key.trim() === '' || [...key].length > 100)
+    if (key.trim() === '' || longerThan(key, 100))
       errors.add(`customFields.${key}`, 'key must be 1 to 100 characters');
     if (typeof value === 'number' && !Number.isFinite(value))
       errors.add(`customFields.${key}`, 'must be a finite number');
