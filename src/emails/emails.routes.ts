@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
 import { validationError } from '../errors.js';
+import { longerThan } from '../validation/guards.js';
 import { endpoint, orgOf } from '../http/endpoint.js';
 import type { EmailsService } from './emails.service.js';
 import * as s from './emails.schemas.js';
@@ -31,8 +32,10 @@ function idempotencyKey(req: FastifyRequest, joined: string | undefined): string
   for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'idempotency-key') seen++;
   if (seen > 1) throw validationError([{ field: 'Idempotency-Key', message: 'must be sent once' }]);
   const bytes = Buffer.from(joined, 'latin1');
-  const characters = isUtf8(bytes) ? [...bytes.toString('utf8')].length : bytes.length;
-  if (characters > MAX_IDEMPOTENCY_KEY) {
+  const tooLong = isUtf8(bytes)
+    ? longerThan(bytes.toString('utf8'), MAX_IDEMPOTENCY_KEY)
+    : bytes.length > MAX_IDEMPOTENCY_KEY;
+  if (tooLong) {
     throw validationError([
       { field: 'Idempotency-Key', message: `must be at most ${MAX_IDEMPOTENCY_KEY} characters` },
     ]);

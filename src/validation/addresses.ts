@@ -2,6 +2,7 @@
 // `Name <a@b.example>`. The address itself is ajv-formats' RFC 5321 dot-atom check (no quotes, comments or
 // group syntax, a dotted domain) plus the 254-character limit; display names carry no CR/LF.
 import { fullFormats } from 'ajv-formats/dist/formats.js';
+import { longerThan } from './guards.js';
 
 const EMAIL = fullFormats.email as RegExp;
 export const MAX_ADDRESS = 254;
@@ -70,7 +71,7 @@ export function parseMailbox(input: string): ParsedAddress | string {
     // An unquoted comma, semicolon or colon would make mail clients read several addresses or a group.
     return 'display name with special characters must be quoted';
   }
-  if ([...name].length > 256) return 'display name must be at most 256 characters';
+  if (longerThan(name, 256)) return 'display name must be at most 256 characters';
   return { name: name === '' ? undefined : name, address };
 }
 
