@@ -5,6 +5,7 @@ import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
 import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
+import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
 
 const USAGE = `Usage: mailroom <command> [options] [--json]
@@ -32,23 +33,21 @@ type Flags = {
   help: boolean;
 };
 
+const OPTIONS = {
+  json: { type: 'boolean', default: false },
+  name: { type: 'string' },
+  permissions: { type: 'string' },
+  org: { type: 'string' },
+  'no-worker': { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
 function parse(argv: string[]): { positionals: string[]; flags: Flags } {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      json: { type: 'boolean', default: false },
-      name: { type: 'string' },
-      permissions: { type: 'string' },
-      org: { type: 'string' },
-      'no-worker': { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: OPTIONS });
   return { positionals, flags: values as Flags };
 }
 
-/** The flags each command takes, beside --json and --help: any other is a usage error, never ignored. */
+/** The flags each command takes, beside --json and --help (which all take): any other is a usage error. */
 const COMMAND_FLAGS: Record<string, readonly (keyof Flags)[]> = {
   serve: ['no-worker'],
   worker: [],
@@ -64,8 +63,10 @@ const COMMAND_FLAGS: Record<string, readonly (keyof Flags)[]> = {
 function refuseOtherFlags(command: string, flags: Flags): void {
   const takes = COMMAND_FLAGS[command];
   if (takes === undefined) return;
-  for (const flag of ['name', 'permissions', 'org', 'no-worker'] as const) {
-    const given = flag === 'no-worker' ? flags[flag] : flags[flag] !== undefined;
+  for (const flag of Object.keys(OPTIONS) as (keyof Flags)[]) {
+    if (flag === 'json' || flag === 'help') continue;
+    // Given: a string flag has a value, a boolean one is set (its default is false).
+    const given = flags[flag] !== undefined && flags[flag] !== false;
     if (given && !takes.includes(flag)) throw new UsageError(`${command} does not take --${flag}`);
   }
 }
@@ -73,7 +74,7 @@ function refuseOtherFlags(command: string, flags: Flags): void {
 /** A name as the CLI shows it again, one per line: at most 100 characters, no control characters. */
 function nameFlag(value: string | undefined): string {
   const name = required(value, 'name');
-  if ([...name].length > 100) throw new UsageError('--name must be at most 100 characters');
+  if (longerThan(name, 100)) throw new UsageError('--name must be at most 100 characters');
   if (/\p{Cc}/u.test(name))
     throw new UsageError('--name must not contain control characters (line breaks, tabs)');
   return name;
