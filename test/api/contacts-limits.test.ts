@@ -17,35 +17,15 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     t.call({ method: 'GET', url: '/api/v1/contacts', auth, query });
 
   it('email of 254 characters is accepted, 255 refused', async () => {
-    const ok = await t.call({
-      method: 'POST',
-      url: '/api/v1/contacts',
-      auth,
-      payload: { email: addressOfLength(254) },
-    });
+    const ok = await post({ email: addressOfLength(254) });
     expect(ok.statusCode, ok.body).toBe(201);
-    const long = await t.call({
-      method: 'POST',
-      url: '/api/v1/contacts',
-      auth,
-      payload: { email: addressOfLength(255) },
-    });
+    const long = await post({ email: addressOfLength(255) });
     expect400(long, 'contacts', ['email']);
     expect(long.json().details[0].message).toBe('must be at most 254 characters');
     // The limit is on the address once trimmed, and a longer one is told the limit, whatever its length.
-    const padded = await t.call({
-      method: 'POST',
-      url: '/api/v1/contacts',
-      auth,
-      payload: { email: ` ${' '.repeat(80)}z${addressOfLength(254).slice(1)}\t ` },
-    });
+    const padded = await post({ email: ` ${' '.repeat(80)}z${addressOfLength(254).slice(1)}\t ` });
     expect(padded.statusCode, padded.body).toBe(201);
-    const huge = await t.call({
-      method: 'POST',
-      url: '/api/v1/contacts',
-      auth,
-      payload: { email: addressOfLength(400) },
-    });
+    const huge = await post({ email: addressOfLength(400) });
     expect400(huge, 'contacts', ['email']);
     expect(huge.json().details[0].message).toBe('must be at most 254 characters');
     const c = await createContact(t, auth);
@@ -168,11 +148,10 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
   it('every offending field is listed in one answer', async () => {
     const res = await post({ firstName: 1, lastName: x(101), tags: [x(65)], customFields: { plan: {} } });
     expect400(res, 'contacts', ['firstName', 'lastName', 'tags[0]', 'customFields.plan']);
-    const both = await t.call({
-      method: 'POST',
-      url: '/api/v1/contacts',
-      auth,
-      payload: { email: 'not an address', firstName: 42, customFields: { ...fields(51), x: {} } },
+    const both = await post({
+      email: 'not an address',
+      firstName: 42,
+      customFields: { ...fields(51), x: {} },
     });
     expect400(both, 'contacts', ['email', 'firstName', 'customFields', 'customFields.x']);
     const c = await createContact(t, auth);
