@@ -34,16 +34,19 @@ const CustomFields = FreeKeys(CustomValue, {
     'Flat object: values are strings, numbers, booleans or null (null removes the field). The contact holds at most 50 keys and 16 KiB; a request names at most 100 keys.',
 });
 
-export const Contact = Type.Object({
-  id: Type.String(),
-  email: Type.String(),
-  firstName: NullableString,
-  lastName: NullableString,
-  tags: Type.Array(Type.String()),
-  customFields: FreeKeys(CustomValue),
-  unsubscribed: Type.Boolean(),
-  createdAt: Timestamp,
-});
+export const Contact = Type.Object(
+  {
+    id: Type.String(),
+    email: Type.String(),
+    firstName: NullableString,
+    lastName: NullableString,
+    tags: Type.Array(Type.String()),
+    customFields: FreeKeys(CustomValue),
+    unsubscribed: Type.Boolean(),
+    createdAt: Timestamp,
+  },
+  { title: 'Contact' },
+);
 
 const errors = errorResponses(ContactsError);
 const ContactResponse = Type.Object({ success: Type.Boolean(), contact: Contact });

@@ -91,17 +91,23 @@ export const sendEmailSchema = {
   },
 };
 
-const Recipient = Type.Object({
-  email: Type.String(),
-  status: StringEnum(RECIPIENT_STATUSES),
-  response: NullableString,
-});
+const Recipient = Type.Object(
+  {
+    email: Type.String(),
+    status: StringEnum(RECIPIENT_STATUSES),
+    response: NullableString,
+  },
+  { title: 'EmailRecipient' },
+);
 
-const Event = Type.Object({
-  type: Type.String(),
-  at: Timestamp,
-  detail: NullableString,
-});
+const Event = Type.Object(
+  {
+    type: Type.String(),
+    at: Timestamp,
+    detail: NullableString,
+  },
+  { title: 'EmailEvent' },
+);
 
 const EmailSummaryFields = {
   id: Type.String(),
@@ -112,19 +118,23 @@ const EmailSummaryFields = {
   bcc: Type.Array(Type.String()),
   replyTo: Type.Array(Type.String()),
   subject: Type.String(),
-  tags: Type.Array(Type.Object({ name: Type.String(), value: Type.String() })),
+  tags: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }, { title: 'EmailTag' })),
   createdAt: Timestamp,
   updatedAt: Timestamp,
   attempts: Type.Integer(),
   lastError: NullableString,
 };
 
-export const EmailSummary = Type.Object(EmailSummaryFields);
-export const EmailRecord = Type.Object({
-  ...EmailSummaryFields,
-  recipients: Type.Array(Recipient),
-  events: Type.Array(Event),
-});
+// Titled schemas are named components of the OpenAPI document (http/docs.ts).
+export const EmailSummary = Type.Object(EmailSummaryFields, { title: 'EmailSummary' });
+export const EmailRecord = Type.Object(
+  {
+    ...EmailSummaryFields,
+    recipients: Type.Array(Recipient),
+    events: Type.Array(Event),
+  },
+  { title: 'Email' },
+);
 
 export const getEmailSchema = {
   operationId: 'getEmail',

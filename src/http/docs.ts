@@ -1,4 +1,5 @@
 // The OpenAPI 3.1 document (built from the route schemas) and the /docs page, served from local files.
+import { isDeepStrictEqual } from 'node:util';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
@@ -32,7 +33,14 @@ export const openApiSchema = {
 
 type Op = {
   parameters?: unknown[];
-  responses?: Record<string, { description?: string; headers?: Record<string, unknown> }>;
+  responses?: Record<
+    string,
+    {
+      description?: string;
+      headers?: Record<string, unknown>;
+      content?: Record<string, { schema?: unknown }>;
+    }
+  >;
   requestBody?: {
     content?: Record<
       string,
@@ -61,6 +69,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
     transformObject: (doc) => {
       if (!('openapiObject' in doc)) return doc.swaggerObject;
       const openapiObject = doc.openapiObject;
+      const named: Record<string, unknown> = {};
       for (const [route, item] of Object.entries(openapiObject.paths ?? {})) {
         for (const op of Object.values(item as Record<string, Op>)) {
           for (const param of op.parameters ?? []) {
@@ -83,9 +92,17 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             if (limited || status === '429') {
               response.headers = { ...RATE_LIMIT_HEADERS, ...(status === '429' ? RETRY_AFTER : {}) };
             }
+            for (const content of Object.values(response.content ?? {})) {
+              content.schema = nameTitled(content.schema, named);
+            }
           }
         }
       }
+      openapiObject.components = {
+        ...openapiObject.components,
+        // Not read by anything here: the document's types would have each be a full SchemaObject.
+        schemas: Object.fromEntries(Object.entries(named).sort(([a], [b]) => a.localeCompare(b))) as never,
+      };
       return openapiObject;
     },
   });
@@ -115,6 +132,24 @@ const RATE_LIMIT_HEADERS = {
   'X-RateLimit-Reset': integerHeader('Unix time (seconds) at which the window resets'),
 };
 const RETRY_AFTER = { 'Retry-After': integerHeader('Seconds to wait before retrying') };
+
+/**
+ * The schema with every titled schema in it (Contact, List, Email, Pagination, Error, …) put in `named` and
+ * referred to: a generated client then has one type for each, not one per operation that returns it.
+ * Copies, as above. Two different schemas with one title would make one of them wrong: that throws.
+ */
+function nameTitled(schema: unknown, named: Record<string, unknown>): unknown {
+  if (Array.isArray(schema)) return schema.map((s) => nameTitled(s, named));
+  if (schema === null || typeof schema !== 'object') return schema;
+  const copy = Object.fromEntries(Object.entries(schema).map(([k, v]) => [k, nameTitled(v, named)]));
+  const title = (schema as { title?: unknown }).title;
+  if (typeof title !== 'string') return copy;
+  if (title in named && !isDeepStrictEqual(named[title], copy)) {
+    throw new Error(`two different response schemas are titled ${title}`);
+  }
+  named[title] = copy;
+  return { $ref: `#/components/schemas/${title}` };
+}
 
 /** A property schema that also admits null, as the body validator does for it. */
 function orNull(p: { type?: unknown; anyOf?: unknown[] } = {}): object {

@@ -16,12 +16,17 @@ export const PageQuery = {
   limit: Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Items per page, at most 100' }),
 };
 
-export const Pagination = Type.Object({
-  page: Type.Integer(),
-  limit: Type.Integer(),
-  total: Type.Integer(),
-  pages: Type.Integer(),
-});
+// A `title` makes a response schema a named component of the OpenAPI document (docs.ts): one type for a
+// generated client, wherever it appears.
+export const Pagination = Type.Object(
+  {
+    page: Type.Integer(),
+    limit: Type.Integer(),
+    total: Type.Integer(),
+    pages: Type.Integer(),
+  },
+  { title: 'Pagination' },
+);
 
 // Nullable values as type arrays rather than anyOf: fast-json-stringify writes these directly, while an
 // anyOf makes it run a validator on every value to pick the branch (a profile of GET contacts showed it).
@@ -46,22 +51,28 @@ export const CustomFieldValue = Type.Unsafe<string | number | boolean | null>({
 
 export const Timestamp = Type.String({ format: 'date-time', description: 'UTC ISO 8601 with milliseconds' });
 
-const Detail = Type.Object({ field: Type.String(), message: Type.String() });
+const Detail = Type.Object({ field: Type.String(), message: Type.String() }, { title: 'ErrorDetail' });
 
 /** Error body of the lists and contacts endpoints. */
-export const ContactsError = Type.Object({
-  success: Type.Literal(false),
-  error: Type.String(),
-  details: Type.Optional(Type.Array(Detail)),
-  requestId: Type.Optional(Type.String()),
-});
+export const ContactsError = Type.Object(
+  {
+    success: Type.Literal(false),
+    error: Type.String(),
+    details: Type.Optional(Type.Array(Detail)),
+    requestId: Type.Optional(Type.String()),
+  },
+  { title: 'Error' },
+);
 
 /** Error body of the emails endpoints (no `success`, as api-v1.md 4.3 shows). */
-export const EmailsError = Type.Object({
-  error: Type.String(),
-  details: Type.Optional(Type.Array(Detail)),
-  requestId: Type.Optional(Type.String()),
-});
+export const EmailsError = Type.Object(
+  {
+    error: Type.String(),
+    details: Type.Optional(Type.Array(Detail)),
+    requestId: Type.Optional(Type.String()),
+  },
+  { title: 'EmailError' },
+);
 
 /** What any authenticated route can answer: a bad request, no or a wrong key, limits, faults. */
 const everyRoute = [400, 401, 403, 429, 500, 503] as const;

@@ -24,9 +24,9 @@ const ListFields = {
   createdAt: Timestamp,
 };
 
-/** The create response has no updatedAt (api-v1.md 4.1). */
-export const CreatedList = Type.Object(ListFields);
-export const List = Type.Object({ ...ListFields, updatedAt: Timestamp });
+/** The create response has no updatedAt (api-v1.md 4.1). Titles name them in the OpenAPI document. */
+export const CreatedList = Type.Object(ListFields, { title: 'CreatedList' });
+export const List = Type.Object({ ...ListFields, updatedAt: Timestamp }, { title: 'List' });
 
 const errors = errorResponses(ContactsError);
 const lookupErrors = errorResponses(ContactsError, 404);

@@ -262,20 +262,44 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(doc.paths['/api/v1/openapi.json'].get.security).toEqual([]);
   });
 
+  it('the OpenAPI document names the shapes it returns once, and every operation refers to them', async () => {
+    const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json() as OpenApiDoc;
+    const schemas = doc.components.schemas;
+    expect(Object.keys(schemas)).toEqual(
+      expect.arrayContaining([
+        'Contact',
+        'List',
+        'CreatedList',
+        'Email',
+        'EmailSummary',
+        'Pagination',
+        'Error',
+      ]),
+    );
+    const json = (path: string, method: string, status: string) =>
+      JSON.stringify(doc.paths[path]![method]!.responses[status]!.content!['application/json']!.schema);
+    // A page and a create return the same Contact; each error family its own body.
+    expect(json('/api/v1/contacts', 'get', '200')).toContain(
+      '"items":{"$ref":"#/components/schemas/Contact"}',
+    );
+    expect(json('/api/v1/contacts', 'post', '201')).toContain(
+      '"contact":{"$ref":"#/components/schemas/Contact"}',
+    );
+    expect(json('/api/v1/lists/{id}', 'get', '404')).toBe('{"$ref":"#/components/schemas/Error"}');
+    expect(json('/api/v1/emails/{id}', 'get', '404')).toBe('{"$ref":"#/components/schemas/EmailError"}');
+    expect(json('/api/v1/emails/{id}', 'get', '200')).toBe('{"$ref":"#/components/schemas/Email"}');
+    // The create-list answer has no updatedAt (api-v1.md), the list read has it.
+    expect(Object.keys(schemas.CreatedList!.properties!)).not.toContain('updatedAt');
+    expect(Object.keys(schemas.List!.properties!)).toContain('updatedAt');
+    // Every reference resolves, and nothing is named that no operation uses.
+    const refs = new Set(
+      [...JSON.stringify(doc).matchAll(/"#\/components\/schemas\/(\w+)"/g)].map((m) => m[1]),
+    );
+    expect([...refs].sort()).toEqual(Object.keys(schemas).sort());
+  });
+
   it('the OpenAPI document names each operation, and lists the statuses and headers each can answer', async () => {
-    const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json() as {
-      paths: Record<
-        string,
-        Record<
-          string,
-          {
-            operationId?: string;
-            description?: string;
-            responses: Record<string, { description: string; headers?: Record<string, unknown> }>;
-          }
-        >
-      >;
-    };
+    const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json() as OpenApiDoc;
     const ops = Object.entries(doc.paths).flatMap(([path, item]) =>
       Object.entries(item).map(([method, op]) => ({ path, method, op })),
     );
@@ -317,11 +341,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       }
     }
     // Status values are strings of a known set, typed as such for generated clients.
-    const emailSchema = (
-      doc.paths['/api/v1/emails/{id}']!.get!.responses['200'] as unknown as {
-        content: { 'application/json': { schema: { properties: Record<string, Record<string, unknown>> } } };
-      }
-    ).content['application/json'].schema;
+    const emailSchema = named(doc, doc.paths['/api/v1/emails/{id}']!.get!.responses['200']!);
     expect(emailSchema.properties.status).toMatchObject({ type: 'string', enum: expect.any(Array) });
     const filter = (
       doc.paths['/api/v1/emails']!.get as unknown as { parameters: Record<string, unknown>[] }
@@ -331,6 +351,27 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
 });
 
 const RATE_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
+
+type SchemaOrRef = { $ref?: string; properties?: Record<string, Record<string, unknown>> };
+interface OpenApiResponse {
+  description: string;
+  headers?: Record<string, unknown>;
+  content?: Record<string, { schema: SchemaOrRef }>;
+}
+interface OpenApiDoc {
+  components: { schemas: Record<string, SchemaOrRef> };
+  paths: Record<
+    string,
+    Record<string, { operationId?: string; description?: string; responses: Record<string, OpenApiResponse> }>
+  >;
+}
+
+/** A response's JSON schema, the named one it refers to if it does. */
+function named(doc: OpenApiDoc, response: OpenApiResponse): SchemaOrRef {
+  const schema = response.content!['application/json']!.schema;
+  const ref = schema.$ref?.replace('#/components/schemas/', '');
+  return ref === undefined ? schema : doc.components.schemas[ref]!;
+}
 
 describe.each(storeKinds())('rate limit on %s', (kind) => {
   let t: TestApp, auth: string;

@@ -175,6 +175,7 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
 
   it('every operation of the OpenAPI document holds its contract under generated input', async () => {
     const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json() as {
+      components: { schemas: Record<string, object> };
       paths: Record<
         string,
         Record<
@@ -194,7 +195,10 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
         const responses: Record<string, ValidateFunction> = {};
         for (const [status, r] of Object.entries(op.responses)) {
           const schema = r.content?.['application/json']?.schema;
-          if (schema && status.startsWith('2')) responses[status] = ajv.compile(schema);
+          // Its named parts ($ref to #/components/schemas/…) resolve in the document's components.
+          if (schema && status.startsWith('2')) {
+            responses[status] = ajv.compile({ ...schema, components: doc.components });
+          }
         }
         ops.push({
           method: method.toUpperCase(),
