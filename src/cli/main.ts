@@ -43,7 +43,19 @@ const OPTIONS = {
 } as const;
 
 function parse(argv: string[]): { positionals: string[]; flags: Flags } {
-  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: OPTIONS });
+  const { values, positionals, tokens } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: OPTIONS,
+    tokens: true,
+  });
+  // `--name a --name b` would keep b without a word: which one was meant is the operator's to say.
+  const seen = new Set<string>();
+  for (const token of tokens) {
+    if (token.kind !== 'option') continue;
+    if (seen.has(token.name)) throw new UsageError(`--${token.name} is given more than once`);
+    seen.add(token.name);
+  }
   return { positionals, flags: values as Flags };
 }
 

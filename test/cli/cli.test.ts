@@ -160,7 +160,7 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
   }, 60_000);
 
-  it('a flag the command does not take, or a name it could not show on one line, is a usage error', async () => {
+  it('a flag the command does not take, one given twice, or a name it could not show on one line, is a usage error', async () => {
     const key = await cli('keys', 'create', '--name', 'kept', '--permissions', 'readContacts', '--json');
     const cases: [string[], string][] = [
       // Heard as "revoke it in that organisation", it revoked the key wherever it was.
@@ -174,6 +174,9 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
         '--name must not contain control characters (line breaks, tabs)',
       ],
       [['orgs', 'create', '--name', 'n'.repeat(101)], '--name must be at most 100 characters'],
+      // Either one kept, the other would be dropped without a word.
+      [['orgs', 'create', '--name', 'a', '--name', 'b'], '--name is given more than once'],
+      [['keys', 'list', '--org=x', '--org', 'y'], '--org is given more than once'],
       [
         ['keys', 'create', '--name', 'a\tb', '--permissions', 'readContacts'],
         '--name must not contain control characters (line breaks, tabs)',
