@@ -22,7 +22,30 @@ const USAGE = `Usage: mailroom <command> [options] [--json]
 
 Configuration comes from the environment (DATA_DIR, DATABASE_URL, ...); see README.md.`;
 
-class UsageError extends Error {}
+/** A command line that cannot run: exit 2. `showUsage`: the usage text follows the message on stderr. */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly showUsage = false,
+  ) {
+    super(message);
+  }
+}
+
+/** The commands that take a subcommand, and theirs. */
+const SUBCOMMANDS: Record<string, string[]> = {
+  orgs: ['create', 'list'],
+  keys: ['create', 'list', 'revoke'],
+};
+
+function unknownCommand(command: string, sub: string | undefined): UsageError {
+  const subs = SUBCOMMANDS[command];
+  if (subs === undefined) return new UsageError(`unknown command "${command}"`, true);
+  const choice = `${subs.slice(0, -1).join(', ')} or ${subs.at(-1)}`;
+  return sub === undefined
+    ? new UsageError(`${command} needs a subcommand: ${choice}`, true)
+    : new UsageError(`unknown command "${command} ${sub}": ${command} takes ${choice}`, true);
+}
 
 type Flags = {
   json: boolean;
@@ -127,12 +150,12 @@ async function run(argv: string[]): Promise<void> {
     return;
   }
   // A script that lost its command must not pass for one that ran it; asked for, usage is a success.
-  if (command === undefined) throw new UsageError(`a command is needed\n\n${USAGE}`);
+  if (command === undefined) throw new UsageError('a command is needed', true);
   // `keys revoke A B` must not revoke A and quietly drop B.
   const takes =
     command === 'keys' && sub === 'revoke' ? 3 : ['serve', 'worker', 'migrate'].includes(command) ? 1 : 2;
   if (positionals.length > takes) {
-    throw new UsageError(`unexpected argument "${positionals[takes]}"\n\n${USAGE}`);
+    throw new UsageError(`unexpected argument "${positionals[takes]}"`, true);
   }
   const commandName = `${command} ${sub ?? ''}`.trim();
   refuseOtherFlags(commandName, flags);
@@ -226,7 +249,7 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     default:
-      throw new UsageError(`unknown command "${positionals.join(' ')}"\n\n${USAGE}`);
+      throw unknownCommand(command, sub);
   }
 }
 
@@ -239,8 +262,10 @@ run(argv).catch((err: unknown) => {
     err instanceof AppError ||
     (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS');
   const message = err instanceof Error ? err.message : String(err);
+  // The JSON line says what went wrong; the usage text is for whoever reads stderr.
   if (json) console.log(JSON.stringify({ error: message }));
-  console.error(`mailroom: ${known ? message : (err instanceof Error && err.stack) || message}`);
+  const usage = err instanceof UsageError && err.showUsage ? `\n\n${USAGE}` : '';
+  console.error(`mailroom: ${known ? message : (err instanceof Error && err.stack) || message}${usage}`);
   process.exit(
     err instanceof UsageError || (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS') ? 2 : 1,
   );
