@@ -117,11 +117,17 @@ function checkRules(body: Loose, errors: DetailCollector) {
   if (missing(body.html) && missing(body.text)) errors.add('html', 'html or text is required');
 
   const headers: Record<string, string> = {};
+  // Header names are case-insensitive (RFC 5322): X-Ref and x-ref would both go out, as two headers.
+  const names = new Map<string, string>();
   for (const [name, value] of Object.entries(isObject(body.headers) ? body.headers : {})) {
     const field = `headers.${name}`;
+    const first = names.get(name.toLowerCase());
+    names.set(name.toLowerCase(), first ?? name);
     if (!FIELD_NAME.test(name) || name.length > 100) errors.add(field, 'is not a valid header name');
     else if (isRefusedHeader(name)) errors.add(field, 'is set by Mailroom and cannot be overridden');
-    else if (typeof value !== 'string') continue;
+    else if (first !== undefined) {
+      errors.add(field, `is the header ${first} again (header names are case-insensitive): give it once`);
+    } else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
     else headers[name] = value;
   }

@@ -150,6 +150,12 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
       expect(res.json().details[0].message).not.toMatch(/not an allowed field/);
     }
     expect400(await send({ ...base, headers: 'X-A: b' }), 'emails', ['headers']);
+    // One header named twice in another case would go out twice.
+    const twice = await send({ ...base, headers: { 'X-Entity-Ref-ID': '1234', 'x-entity-ref-id': 'dup' } });
+    expect400(twice, 'emails', ['headers.x-entity-ref-id']);
+    expect(twice.json().details[0].message).toBe(
+      'is the header X-Entity-Ref-ID again (header names are case-insensitive): give it once',
+    );
     const ok = await send({ ...base, headers: { 'X-Campaign': 'spring', 'List-Unsubscribe': '<x>' } });
     expect(ok.statusCode, ok.body).toBe(200);
   });
