@@ -19,12 +19,12 @@ const addFormats = ((addFormatsModule as unknown as { default?: unknown }).defau
   ajv: Ajv,
 ) => Ajv;
 
-function makeAjv(coerce: boolean): Ajv {
+function makeAjv(coerce: boolean, allErrors = true): Ajv {
   const ajv = new Ajv({
     coerceTypes: coerce,
     useDefaults: true,
     removeAdditional: false,
-    allErrors: true,
+    allErrors,
     verbose: true,
     strict: false,
   });
@@ -70,17 +70,59 @@ function integerFields(schema: unknown): string[] {
 
 const DECIMAL = /^-?[0-9]+$/;
 
+/**
+ * No object or array of any request takes more entries than this (100 at most: customFields, contactIds).
+ * One that holds more is answered by the first schema error alone: every check of every entry (and a
+ * detail for each) would hold the event loop for seconds on a 10 MiB body of tiny keys.
+ */
+const MAX_ENTRIES = 1_000;
+/** Details in one answer at most; the rest are counted in a last one. */
+const MAX_DETAILS = 100;
+
+/** Whether some object or array in `data` has more than MAX_ENTRIES entries. */
+function hasHugeContainer(data: unknown): boolean {
+  const stack: unknown[] = [data];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (typeof value !== 'object' || value === null) continue;
+    const entries = Array.isArray(value) ? value : Object.values(value);
+    if (entries.length > MAX_ENTRIES) return true;
+    for (const entry of entries) if (typeof entry === 'object' && entry !== null) stack.push(entry);
+  }
+  return false;
+}
+
+/** The first MAX_DETAILS details, and one that counts those left out. */
+function capped(details: ErrorDetail[], part: string): ErrorDetail[] {
+  if (details.length <= MAX_DETAILS) return details;
+  const more = details.length - MAX_DETAILS;
+  return [
+    ...details.slice(0, MAX_DETAILS),
+    { field: part, message: `and ${more} more problem${more === 1 ? '' : 's'} not listed` },
+  ];
+}
+
 export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
   const body = makeAjv(false);
   const text = makeAjv(true);
+  // Stops at the first error: for bodies with a huge object or array (hasHugeContainer).
+  const firstOnly = makeAjv(false, false);
   return ({ schema, httpPart }) => {
     const part = httpPart ?? 'body';
     const validate = (part === 'body' ? body : text).compile(schema as object);
+    let validateFirst: ReturnType<Ajv['compile']> | undefined;
     const rules = (schema as Record<symbol, Rules | undefined>)[RULES];
     const nullable = part === 'body' ? nullMeansAbsent(schema) : [];
     const integers = part === 'body' ? [] : integerFields(schema);
     const declared = part === 'querystring' ? Object.keys((schema as SchemaObject).properties ?? {}) : [];
     return (data: unknown) => {
+      if (part === 'body' && hasHugeContainer(data)) {
+        validateFirst ??= firstOnly.compile(schema as object);
+        if (!validateFirst(data)) {
+          const first = toDetails(data, validateFirst.errors ?? [], part);
+          return { error: validationError(bestPerField(first, part)) };
+        }
+      }
       const details: Ranked[] = [];
       for (const name of brokenParameters(data, declared)) {
         details.push({ field: name, message: BROKEN_MESSAGE, rank: RANK.type });
@@ -96,15 +138,16 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
       }
       // Walked before the rules: they may serialise values, which a deeply nested one would overflow.
       const shallow = part === 'headers' || characterDetails(data, details);
-      if (!validate(data)) details.push(...toDetails(data, validate.errors ?? [], part));
+      // Pushed one by one: spread into push, a hundred thousand details overflow the stack.
+      if (!validate(data)) for (const d of toDetails(data, validate.errors ?? [], part)) details.push(d);
       if (rules && shallow && isObject(data)) {
-        details.push(...rules(data).map((d) => ({ ...d, rank: RANK.rule })));
+        for (const d of rules(data)) details.push({ ...d, rank: RANK.rule });
       }
       if (details.length === 0) return { value: data };
       // A path id that fails its schema names nothing that exists: that is a 404, as for an unknown id.
       if (part === 'params') return { error: new AppError('NOT_FOUND', 'Not found') };
       const named = details.map((d) => ({ ...d, field: fieldName(d.field, part) }));
-      return { error: validationError(bestPerField(named, part)) };
+      return { error: validationError(capped(bestPerField(named, part), part)) };
     };
   };
 }

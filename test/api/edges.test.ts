@@ -217,6 +217,44 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     expect400(res, 'contacts', ['customFields.a']);
   });
 
+  it('a huge object or array is a 400 naming its field, not a 500; a long list of problems is cut at 100', async () => {
+    const many = (n: number, f: (i: number) => unknown) => Array.from({ length: n }, (_, i) => f(i));
+    const post = (url: string, payload: unknown) => t.call({ method: 'POST', url, auth, payload });
+    // A detail for each entry overflowed the stack (a 500) past ~125,000, and checking each one held the
+    // event loop for seconds.
+    const fields = Object.fromEntries(many(130_000, (i) => [`f${i}`, 1]));
+    const cases: [string, unknown, string, 'contacts' | 'emails'][] = [
+      ['/api/v1/lists', { name: 'x', ...fields }, 'f0', 'contacts'],
+      ['/api/v1/contacts', { email: uniqueEmail(), tags: many(200_000, (i) => i) }, 'tags', 'contacts'],
+      [
+        '/api/v1/contacts',
+        { email: uniqueEmail(), customFields: Object.fromEntries(many(200_000, (i) => [`k${i}`, 1])) },
+        'customFields',
+        'contacts',
+      ],
+      ['/api/v1/emails', { to: many(150_000, (i) => `bad${i}`), subject: 's', text: 'x' }, 'to', 'emails'],
+    ];
+    for (const [url, payload, field, family] of cases) {
+      const res = await post(url, payload);
+      expectError(res, 400, family);
+      const details = res.json().details as { field: string }[];
+      expect(details.length, url).toBeLessThanOrEqual(3);
+      expect(
+        details.map((d) => d.field),
+        url,
+      ).toContain(field);
+    }
+    // Under that size, every problem is still checked, and the first 100 are listed.
+    const unknown = await post('/api/v1/lists', {
+      name: 'x',
+      ...Object.fromEntries(many(900, (i) => [`u${i}`, 1])),
+    });
+    const details = unknown.json().details as { field: string; message: string }[];
+    expect(details).toHaveLength(101);
+    expect(details[0]).toEqual({ field: 'u0', message: 'is not an allowed field' });
+    expect(details[100]).toEqual({ field: 'body', message: 'and 800 more problems not listed' });
+  });
+
   it('names each offending field once, with its most telling message', async () => {
     const detailsOf = (res: LightMyRequestResponse, fam: 'contacts' | 'emails') => {
       expectError(res, 400, fam);

@@ -342,7 +342,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     }
     // Status values are strings of a known set, typed as such for generated clients.
     const emailSchema = named(doc, doc.paths['/api/v1/emails/{id}']!.get!.responses['200']!);
-    expect(emailSchema.properties.status).toMatchObject({ type: 'string', enum: expect.any(Array) });
+    expect(emailSchema.properties!.status).toMatchObject({ type: 'string', enum: expect.any(Array) });
     const filter = (
       doc.paths['/api/v1/emails']!.get as unknown as { parameters: Record<string, unknown>[] }
     ).parameters.find((p) => p.name === 'status');
