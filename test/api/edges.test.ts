@@ -218,17 +218,20 @@ describe.each(storeKinds())('edges on %s', (kind) => {
   });
 
   it('a huge object or array is a 400 naming its field, not a 500; a long list of problems is cut at 100', async () => {
-    const many = (n: number, f: (i: number) => unknown) => Array.from({ length: n }, (_, i) => f(i));
-    const post = (url: string, payload: unknown) => t.call({ method: 'POST', url, auth, payload });
+    const many = <T>(n: number, f: (i: number) => T): T[] => Array.from({ length: n }, (_, i) => f(i));
+    const post = (url: string, payload: object) => t.call({ method: 'POST', url, auth, payload });
     // A detail for each entry overflowed the stack (a 500) past ~125,000, and checking each one held the
     // event loop for seconds.
-    const fields = Object.fromEntries(many(130_000, (i) => [`f${i}`, 1]));
-    const cases: [string, unknown, string, 'contacts' | 'emails'][] = [
+    const fields = Object.fromEntries(many(130_000, (i) => [`f${i}`, 1] as const));
+    const cases: [string, object, string, 'contacts' | 'emails'][] = [
       ['/api/v1/lists', { name: 'x', ...fields }, 'f0', 'contacts'],
       ['/api/v1/contacts', { email: uniqueEmail(), tags: many(200_000, (i) => i) }, 'tags', 'contacts'],
       [
         '/api/v1/contacts',
-        { email: uniqueEmail(), customFields: Object.fromEntries(many(200_000, (i) => [`k${i}`, 1])) },
+        {
+          email: uniqueEmail(),
+          customFields: Object.fromEntries(many(200_000, (i) => [`k${i}`, 1] as const)),
+        },
         'customFields',
         'contacts',
       ],
@@ -247,7 +250,7 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     // Under that size, every problem is still checked, and the first 100 are listed.
     const unknown = await post('/api/v1/lists', {
       name: 'x',
-      ...Object.fromEntries(many(900, (i) => [`u${i}`, 1])),
+      ...Object.fromEntries(many(900, (i) => [`u${i}`, 1] as const)),
     });
     const details = unknown.json().details as { field: string; message: string }[];
     expect(details).toHaveLength(101);
