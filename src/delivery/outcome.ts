@@ -107,5 +107,9 @@ export function settle(
       .map((r) => `${r.address}: ${verdicts.get(r.position)!.response}`);
     if (lines.length > 0) details[type] = lines.join('\n');
   }
-  return { status, verdicts, lastError: errors.at(-1)?.response ?? null, details };
+  // This attempt's last error; after an attempt with none, the answer of a recipient that failed earlier,
+  // so an email sent to some and failed for others always says so (null: every recipient was accepted).
+  const standing = recipients.filter((r) => !verdicts.has(r.position) && r.status === 'failed');
+  const lastError = errors.at(-1)?.response ?? standing.at(-1)?.response ?? null;
+  return { status, verdicts, lastError, details };
 }

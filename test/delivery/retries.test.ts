@@ -83,6 +83,8 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(d.sink.deliveredTo('ok@example.org')).toHaveLength(1);
     expect(d.sink.deliveredTo('busy@example.org')).toHaveLength(1);
     expect(d.sink.deliveredTo('gone@example.org')).toHaveLength(0);
+    // The last attempt had no error, but the email still says one recipient failed (it said null).
+    expect(email.lastError).toMatch(/550 No such user/);
     // The retries went to the deferred recipient alone.
     expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([['ok@example.org'], ['busy@example.org']]);
   });
