@@ -41,6 +41,12 @@ const RESULT_HOLD_MS = 20;
 const MAX_CLAIM_BACKOFF_MS = 5_000;
 /** A failing store is logged when it starts failing, then at most this often until it works again. */
 const FAILURE_LOG_EVERY_MS = 60_000;
+/**
+ * A result the store refused to record (a dropped connection, a restart) is tried again, waiting twice as
+ * long each time up to the last wait, while the lease holds the email: given up, the lease runs out and the
+ * email is sent again, although it was delivered.
+ */
+const RECORD_RETRY_WAITS_MS = [100, 250, 500, 1_000, 2_000, 4_000, 8_000];
 
 export class DeliveryWorker {
   readonly owner = randomUUID();
@@ -273,7 +279,7 @@ export class DeliveryWorker {
       .filter((type) => details[type] !== undefined)
       .map((type) => ({ id: this.o.ids.next(), email_id: email.id, type, at, detail: details[type]! }));
 
-    const recorded = await this.recorder.record({
+    const result = {
       emailId: email.id,
       attempts,
       status,
@@ -282,8 +288,21 @@ export class DeliveryWorker {
       at,
       verdicts,
       events,
-    });
+    };
     const log = this.log(email);
+    let recorded: boolean;
+    for (let tries = 0; ; tries++) {
+      try {
+        // Written only while this claim holds the lease: a retry after the lease was lost writes nothing.
+        recorded = await this.recorder.record(result);
+        break;
+      } catch (err) {
+        const wait = RECORD_RETRY_WAITS_MS[tries];
+        if (wait === undefined || this.abandoned) throw err;
+        log.warn({ err: (err as Error).message }, 'delivery: recording the result failed; trying again');
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
     if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
     else if (status === 'sent') log.info('delivered');
     else if (status === 'deferred') log.warn({ nextAttempt, lastError }, 'deferred');

@@ -15,15 +15,17 @@ import { type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
 import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from './harness.js';
 
-/** The store, except that `batch` (claims, leases, results) fails while `down` is set. */
-function flaky(store: Store): { store: Store; down: boolean; claims: number } {
-  const state = { store, down: false, claims: 0 };
+/** The store, except that `batch` (claims, leases, results) fails while `down` is set, or `failNext` times. */
+function flaky(store: Store): { store: Store; down: boolean; claims: number; failNext: number } {
+  const state = { store, down: false, claims: 0, failNext: 0 };
   state.store = new Proxy(store, {
     get(target, prop) {
       if (prop === 'batch') {
         return (...args: Parameters<Store['batch']>) => {
           state.claims++;
-          return state.down
+          const fail = state.down || state.failNext > 0;
+          if (state.failNext > 0) state.failNext--;
+          return fail
             ? Promise.reject(new Error('Connection terminated unexpectedly'))
             : target.batch(...args);
         };
@@ -88,6 +90,36 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       const id = await sendEmail(t, auth, basicEmail('idle-poll@example.org'));
       expect((await settled(t, auth, id)).status).toBe('sent');
       expect(counted.claims).toBeGreaterThan(0);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('records a result the store refused at first, and sends the email once', async () => {
+    const lines: { msg: string }[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const outage = flaky(t.ts.store);
+    // Once the first send is over, the next two writes through the store (the result's, or a renewal
+    // between its tries) are refused.
+    let sends = 0;
+    const refusing: Mailer = {
+      description: mailer.description,
+      close: async () => undefined,
+      send: async (message) => {
+        const result = await mailer.send(message);
+        if (sends++ === 0) outage.failNext = 2;
+        return result;
+      },
+    };
+    // A lease shorter than the retries would take to give up: given up, the email went out again after it.
+    const worker = startWorker(t, refusing, { store: outage.store, logger, leaseMs: 2_000 });
+    try {
+      const id = await sendEmail(t, auth, basicEmail('recorded-late@example.org'));
+      const email = await settled(t, auth, id);
+      expect([email.status, email.attempts]).toEqual(['sent', 1]);
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      expect([sends, sink.deliveredTo('recorded-late@example.org').length]).toEqual([1, 1]);
+      expect(lines.some((l) => /recording the result failed; trying again/.test(l.msg))).toBe(true);
     } finally {
       await worker.stop();
     }
