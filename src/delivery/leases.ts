@@ -10,6 +10,8 @@ import * as queue from './queue.repository.js';
 export interface ClaimedEmail {
   email: EmailRow;
   recipients: RecipientRow[];
+  /** When the claim's lease ends unless renewed (epoch ms). */
+  leaseUntil: number;
 }
 
 export interface LeaseOptions {
@@ -20,6 +22,8 @@ export interface LeaseOptions {
   /** The worker whose leases these are. */
   owner: string;
   leaseMs: number;
+  /** Told of the emails whose leases a renewal extended, and until when (epoch ms). */
+  onRenewed?: (emailIds: string[], leaseUntil: number) => void;
 }
 
 export class Leases {
@@ -57,7 +61,8 @@ export class Leases {
     const { store, owner } = this.o;
     const now = this.o.clock.now();
     const at = now.toISOString();
-    const leaseUntil = new Date(now.getTime() + this.o.leaseMs).toISOString();
+    const until = now.getTime() + this.o.leaseMs;
+    const leaseUntil = new Date(until).toISOString();
     // A poll of an idle queue takes no write lock (anyDue).
     if (askFirst && !(await queue.anyDue(store.db, at))) return [];
     return store.batch(async (trx) => {
@@ -80,18 +85,22 @@ export class Leases {
       return emails.map((email) => ({
         email,
         recipients: recipients.filter((r) => r.email_id === email.id),
+        leaseUntil: until,
       }));
     });
   }
 
   private async renew(): Promise<void> {
     if (this.held.size === 0) return;
-    const leaseUntil = new Date(this.o.clock.now().getTime() + this.o.leaseMs).toISOString();
+    const until = this.o.clock.now().getTime() + this.o.leaseMs;
+    const leaseUntil = new Date(until).toISOString();
     try {
       // Batched with the results, so renewals and results never lock the same rows in opposite orders.
-      await this.o.store.batch((trx) =>
+      const renewed = await this.o.store.batch((trx) =>
         queue.renewLeases(trx, this.o.owner, [...this.held.keys()], leaseUntil),
       );
+      // Only those still this worker's: a lease another worker took over is not extended here.
+      if (renewed.length > 0) this.o.onRenewed?.(renewed, until);
     } catch (err) {
       this.o.logger.warn({ err }, 'delivery: renewing leases failed');
     }

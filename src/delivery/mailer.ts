@@ -46,9 +46,23 @@ export class DeliveryError extends Error {
   }
 }
 
+/** The send was never begun: no verdict on the email, whose lease may be another worker's by now. */
+export class NotStartedError extends Error {}
+
+export interface SendOptions {
+  /**
+   * Epoch ms past which the message is not handed to the relay: a send still waiting for a connection then
+   * rejects with NotStartedError. The worker gives its lease's end, less a margin, so that a paused process
+   * does not send, once it runs again, mail whose lease ran out meanwhile (another worker sends it).
+   */
+  startBy?: number | undefined;
+}
+
 export interface Mailer {
   readonly description: string;
-  send(message: OutgoingMessage): Promise<DeliveryResult>;
+  send(message: OutgoingMessage, options?: SendOptions): Promise<DeliveryResult>;
+  /** A later startBy for these emails' sends (by OutgoingMessage.id) not begun yet: their leases were renewed. */
+  extend?(emailIds: string[], startBy: number): void;
   close(): Promise<void>;
 }
 

@@ -70,16 +70,17 @@ export async function renewLeases(
   owner: string,
   emailIds: string[],
   leaseUntil: string,
-): Promise<number> {
-  if (emailIds.length === 0) return 0;
-  const result = await db
+): Promise<string[]> {
+  if (emailIds.length === 0) return [];
+  const rows = await db
     .updateTable('emails')
     .set({ lease_until: leaseUntil, next_attempt_at: leaseUntil })
     .where('id', 'in', emailIds)
     .where('lease_owner', '=', owner)
     .where('status', '=', 'sending')
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows);
+    .returning('id')
+    .execute();
+  return rows.map((r) => r.id);
 }
 
 /**

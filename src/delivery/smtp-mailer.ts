@@ -6,7 +6,9 @@ import {
   DeliveryError,
   type DeliveryResult,
   type Mailer,
+  NotStartedError,
   type OutgoingMessage,
+  type SendOptions,
   checkDkim,
 } from './mailer.js';
 import type { SmtpMailerOptions } from './smtp-relay.js';
@@ -27,11 +29,15 @@ export class SmtpMailer implements Mailer {
     this.thread = new SmtpThread(options);
   }
 
-  send(message: OutgoingMessage): Promise<DeliveryResult> {
+  send(message: OutgoingMessage, options: SendOptions = {}): Promise<DeliveryResult> {
     if (this.closed) return Promise.reject(new DeliveryError('the mailer is closed', false));
     // A thread that died (it should not) is replaced at the next send; its unanswered sends were deferred.
     if (this.thread.gone) this.thread = new SmtpThread(this.options);
-    return this.thread.send(message);
+    return this.thread.send(message, options.startBy);
+  }
+
+  extend(emailIds: string[], startBy: number): void {
+    if (!this.closed && !this.thread.gone) this.thread.extend(emailIds, startBy);
   }
 
   async close(): Promise<void> {
@@ -62,6 +68,7 @@ class SmtpThread {
       if (!waiter) return;
       this.settled(reply.id);
       if (reply.result) waiter.resolve(reply.result);
+      else if (reply.error!.notStarted) waiter.reject(new NotStartedError(reply.error!.message));
       else waiter.reject(new DeliveryError(reply.error!.message, reply.error!.permanent));
     });
     let failure = 'it stopped';
@@ -81,13 +88,17 @@ class SmtpThread {
     });
   }
 
-  send(message: OutgoingMessage): Promise<DeliveryResult> {
+  send(message: OutgoingMessage, startBy: number | undefined): Promise<DeliveryResult> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       if (this.waiting.size === 0) this.worker.ref();
       this.waiting.set(id, { resolve, reject });
-      this.worker.postMessage({ id, message } satisfies ThreadRequest);
+      this.worker.postMessage({ id, message, startBy } satisfies ThreadRequest);
     });
+  }
+
+  extend(ids: string[], startBy: number): void {
+    this.worker.postMessage({ extend: { ids, startBy } } satisfies ThreadRequest);
   }
 
   private settled(id: number): void {
@@ -112,13 +123,17 @@ class SmtpThread {
 export interface ThreadRequest {
   id?: number;
   message?: OutgoingMessage;
+  /** SendOptions.startBy of the message. */
+  startBy?: number | undefined;
+  /** Later startBy for sends not begun yet (Mailer.extend). */
+  extend?: { ids: string[]; startBy: number };
   close?: boolean;
 }
 
 export interface ThreadReply {
   id: number;
   result?: DeliveryResult;
-  error?: { message: string; permanent: boolean };
+  error?: { message: string; permanent: boolean; notStarted?: boolean };
 }
 
 function relayName(url: URL): string {

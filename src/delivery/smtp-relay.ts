@@ -6,6 +6,7 @@ import {
   DeliveryError,
   type DeliveryResult,
   type DkimOptions,
+  NotStartedError,
   type OutgoingMessage,
   type RecipientFailure,
   mailOptions,
@@ -29,15 +30,30 @@ export interface SmtpMailerOptions {
   socketTimeoutMs?: number;
 }
 
+interface Waiting {
+  id: string;
+  startBy: number;
+  begin: () => void;
+  refuse: (err: Error) => void;
+}
+
 /** The pooled nodemailer transport itself; it runs on the SMTP thread. */
 export class SmtpRelay {
   private readonly transport: Transporter<SMTPPool.SentMessageInfo>;
+  private readonly maxConnections: number;
+  /**
+   * Sends wait here for a connection, oldest first, rather than in the pool's own queue: a send is handed to
+   * nodemailer only while its startBy holds (SendOptions), checked when its turn comes.
+   */
+  private readonly waiting: Waiting[] = [];
+  private active = 0;
   /** What the relay and nodemailer say, as stored for the organisation (withoutAddress). */
   private readonly scrub: (text: string) => string;
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
     this.scrub = (text) => withoutAddress(text, url.hostname.replace(/^\[|\]$/g, ''));
+    this.maxConnections = options.maxConnections ?? 5;
     this.transport = nodemailer.createTransport({
       pool: true,
       host: url.hostname,
@@ -46,7 +62,7 @@ export class SmtpRelay {
       auth: url.username
         ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
         : undefined,
-      maxConnections: options.maxConnections ?? 5,
+      maxConnections: this.maxConnections,
       maxMessages: Infinity,
       connectionTimeout: options.connectionTimeoutMs ?? 30_000,
       greetingTimeout: options.connectionTimeoutMs ?? 30_000,
@@ -56,7 +72,39 @@ export class SmtpRelay {
     });
   }
 
-  async send(message: OutgoingMessage): Promise<DeliveryResult> {
+  async send(message: OutgoingMessage, startBy = Infinity): Promise<DeliveryResult> {
+    await new Promise<void>((begin, refuse) => {
+      this.waiting.push({ id: message.id, startBy, begin, refuse });
+      this.next();
+    });
+    try {
+      return await this.transmit(message);
+    } finally {
+      this.active--;
+      this.next();
+    }
+  }
+
+  /** Sends not begun yet of these emails may begin until `startBy`: their leases were renewed. */
+  extend(emailIds: string[], startBy: number): void {
+    const ids = new Set(emailIds);
+    for (const w of this.waiting) if (ids.has(w.id)) w.startBy = Math.max(w.startBy, startBy);
+  }
+
+  /** Begins waiting sends while connections are free; one whose startBy has passed is refused. */
+  private next(): void {
+    while (this.active < this.maxConnections && this.waiting.length > 0) {
+      const turn = this.waiting.shift()!;
+      if (Date.now() > turn.startBy) {
+        turn.refuse(new NotStartedError('its lease ran out before a connection to the relay was free'));
+        continue;
+      }
+      this.active++;
+      turn.begin();
+    }
+  }
+
+  private async transmit(message: OutgoingMessage): Promise<DeliveryResult> {
     try {
       const info = await this.transport.sendMail(mailOptions(message, this.options.dkim));
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
@@ -82,6 +130,7 @@ export class SmtpRelay {
   }
 
   close(): void {
+    for (const turn of this.waiting.splice(0)) turn.refuse(new NotStartedError('the mailer closed'));
     this.transport.close();
   }
 }

@@ -1,6 +1,6 @@
 // The SMTP thread: one pooled nodemailer transport, answering SmtpMailer's messages with relay answers.
 import { parentPort, workerData } from 'node:worker_threads';
-import { DeliveryError } from './mailer.js';
+import { DeliveryError, NotStartedError } from './mailer.js';
 import type { ThreadReply, ThreadRequest } from './smtp-mailer.js';
 import { SmtpRelay, type SmtpMailerOptions } from './smtp-relay.js';
 
@@ -13,8 +13,12 @@ port.on('message', (request: ThreadRequest) => {
     port.close();
     return;
   }
+  if (request.extend) {
+    relay.extend(request.extend.ids, request.extend.startBy);
+    return;
+  }
   const id = request.id!;
-  relay.send(request.message!).then(
+  relay.send(request.message!, request.startBy).then(
     (result) => port.postMessage({ id, result } satisfies ThreadReply),
     (err: unknown) =>
       port.postMessage({
@@ -22,6 +26,7 @@ port.on('message', (request: ThreadRequest) => {
         error: {
           message: err instanceof Error ? err.message : String(err),
           permanent: err instanceof DeliveryError && err.permanent,
+          notStarted: err instanceof NotStartedError,
         },
       } satisfies ThreadReply),
   );

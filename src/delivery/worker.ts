@@ -8,7 +8,13 @@ import type { EventRow, RecipientRow } from '../emails/emails.repository.js';
 import { removeExpiredIdempotencyKeys } from '../emails/emails.service.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
-import { DeliveryError, type DeliveryResult, type Mailer, type OutgoingMessage } from './mailer.js';
+import {
+  DeliveryError,
+  type DeliveryResult,
+  type Mailer,
+  NotStartedError,
+  type OutgoingMessage,
+} from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import { Leases } from './leases.js';
 import { ResultRecorder } from './recorder.js';
@@ -51,6 +57,7 @@ const RECORD_RETRY_WAITS_MS = [100, 250, 500, 1_000, 2_000, 4_000, 8_000];
 export class DeliveryWorker {
   readonly owner = randomUUID();
   private readonly leaseMs: number;
+  private readonly leaseMargin: number;
   private readonly pollMs: number;
   private readonly sendTimeoutMs: number;
   /** Sends in progress: the slots `concurrency` bounds. */
@@ -83,7 +90,17 @@ export class DeliveryWorker {
     this.pollMs = o.pollMs ?? 250;
     this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
     const { store, clock, ids, logger } = o;
-    this.leases = new Leases({ store, clock, ids, logger, owner: this.owner, leaseMs: this.leaseMs });
+    // A send waiting for a connection begins only while its lease holds, with this much to spare.
+    this.leaseMargin = Math.min(this.leaseMs / 5, 5_000);
+    this.leases = new Leases({
+      store,
+      clock,
+      ids,
+      logger,
+      owner: this.owner,
+      leaseMs: this.leaseMs,
+      onRenewed: (emailIds, until) => o.mailer.extend?.(emailIds, until - this.leaseMargin),
+    });
   }
 
   start(): void {
@@ -162,7 +179,7 @@ export class DeliveryWorker {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();
         const claimed = await this.leases.claim(free, idle);
-        for (const job of claimed) this.deliver(job.email, job.recipients);
+        for (const job of claimed) this.deliver(job.email, job.recipients, job.leaseUntil);
         if (claimed.length === free) this.wanted = true;
       } catch (err) {
         this.claimFailed(err);
@@ -196,20 +213,20 @@ export class DeliveryWorker {
    * Sends one claimed email and records its result. The slot is free once the send is over; the lease is
    * held (and renewed) until the result is committed.
    */
-  private deliver(email: EmailRow, recipients: RecipientRow[]): void {
+  private deliver(email: EmailRow, recipients: RecipientRow[], leaseUntil: number): void {
     this.leases.hold(email.id);
     this.sending++;
-    const attempt = this.attempt(email, recipients).finally(() => {
+    const attempt = this.attempt(email, recipients, leaseUntil - this.leaseMargin).finally(() => {
       this.leases.release(email.id);
       this.inflight.delete(attempt);
     });
     this.inflight.add(attempt);
   }
 
-  private async attempt(email: EmailRow, recipients: RecipientRow[]): Promise<void> {
+  private async attempt(email: EmailRow, recipients: RecipientRow[], startBy: number): Promise<void> {
     let recorded: Promise<void>;
     try {
-      const judged = await this.send(recipients, email);
+      const judged = await this.send(recipients, email, startBy);
       // Queued with the recorder at once, before the flush below can look for it. Nothing to record for
       // a send cut off by the shutdown: it keeps its lease and goes out again after it, as stop() says.
       recorded = judged ? this.record(email, recipients, judged) : Promise.resolve();
@@ -229,15 +246,25 @@ export class DeliveryWorker {
 
   /**
    * Per-recipient verdicts of one attempt; a failed send is a verdict too, never an exception. Undefined
-   * for a send that failed after stop() gave up on it: the mailer closing under it is no verdict on the
-   * email, and recording one would defer it with that text instead of leaving it to its lease.
+   * for a send that failed after stop() gave up on it, or that never began (NotStartedError): the mailer
+   * closing under it is no verdict on the email, and recording one would defer it with that text instead
+   * of leaving it to its lease.
    */
-  private async send(recipients: RecipientRow[], email: EmailRow): Promise<Map<number, Verdict> | undefined> {
+  private async send(
+    recipients: RecipientRow[],
+    email: EmailRow,
+    startBy: number,
+  ): Promise<Map<number, Verdict> | undefined> {
     const pending = pendingRecipients(recipients);
     if (pending.length === 0) return new Map();
     try {
-      return judgeResult(pending, await this.sendBounded(toMessage(email, pending)));
+      return judgeResult(pending, await this.sendBounded(toMessage(email, pending), startBy));
     } catch (err) {
+      if (err instanceof NotStartedError) {
+        // Its lease ran out while it waited (a paused process): another worker may send it now.
+        this.log(email).warn({ reason: err.message }, 'delivery: not sent; left to its next claim');
+        return undefined;
+      }
       if (this.abandoned) return undefined;
       return judgeFailure(pending, err);
     }
@@ -247,7 +274,7 @@ export class DeliveryWorker {
     return this.o.logger.child({ emailId: email.id, attempt: Number(email.attempts) });
   }
 
-  private async sendBounded(message: OutgoingMessage): Promise<DeliveryResult> {
+  private async sendBounded(message: OutgoingMessage, startBy: number): Promise<DeliveryResult> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
@@ -256,7 +283,7 @@ export class DeliveryWorker {
       );
     });
     try {
-      return await Promise.race([this.o.mailer.send(message), timeout]);
+      return await Promise.race([this.o.mailer.send(message, { startBy }), timeout]);
     } finally {
       clearTimeout(timer);
     }

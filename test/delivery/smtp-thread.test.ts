@@ -3,7 +3,7 @@
 // failure (retried, never lost), and the next send must go out through a new thread.
 import type { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { DeliveryError, type OutgoingMessage } from '../../src/delivery/mailer.js';
+import { DeliveryError, NotStartedError, type OutgoingMessage } from '../../src/delivery/mailer.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import { startSmtpSink } from '../helpers/smtp.js';
 
@@ -50,6 +50,29 @@ describe('the SMTP thread', () => {
       expect(threadOf(mailer)).not.toBe(dead);
       expect(result.accepted).toEqual(['second@example.org']);
       expect(sink.deliveredTo('second@example.org')).toHaveLength(1);
+    } finally {
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
+  it('does not begin a send whose startBy passed while it waited for a connection, unless extended', async () => {
+    // One connection, and a relay that holds each message's data: the later sends wait for the first.
+    const sink = await startSmtpSink({ dataDelayMs: 600 });
+    const mailer = new SmtpMailer({ url: sink.url, maxConnections: 1 });
+    try {
+      const first = mailer.send(message('first@example.org'));
+      const stale = mailer.send(message('stale@example.org'), { startBy: Date.now() + 200 });
+      const renewed = mailer.send(message('renewed@example.org'), { startBy: Date.now() + 200 });
+      // The worker renewed the third one's lease meanwhile; the second's ran out (a paused process).
+      mailer.extend(['id-renewed@example.org'], Date.now() + 60_000);
+      expect((await first).accepted).toEqual(['first@example.org']);
+      await expect(stale).rejects.toBeInstanceOf(NotStartedError);
+      expect((await renewed).accepted).toEqual(['renewed@example.org']);
+      expect(sink.messages.map((m) => m.envelope.to)).toEqual([
+        ['first@example.org'],
+        ['renewed@example.org'],
+      ]);
     } finally {
       await mailer.close();
       await sink.close();

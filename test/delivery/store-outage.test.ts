@@ -7,7 +7,7 @@ import Database from 'better-sqlite3';
 import path from 'node:path';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Mailer } from '../../src/delivery/mailer.js';
+import { type Mailer, NotStartedError } from '../../src/delivery/mailer.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import type { Store } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
@@ -120,6 +120,40 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       await new Promise((resolve) => setTimeout(resolve, 2_500));
       expect([sends, sink.deliveredTo('recorded-late@example.org').length]).toEqual([1, 1]);
       expect(lines.some((l) => /recording the result failed; trying again/.test(l.msg))).toBe(true);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('tells the mailer of each renewal, and leaves an email whose send never began to its next claim', async () => {
+    const extended: string[][] = [];
+    const startBys: number[] = [];
+    let sends = 0;
+    // The first send waits past a few renewals, then is refused unbegun, as a paused process's would be.
+    const mailerOf: Mailer = {
+      description: mailer.description,
+      close: async () => undefined,
+      extend: (ids) => void extended.push(ids),
+      send: async (message, options) => {
+        startBys.push(options?.startBy ?? NaN);
+        if (sends++ > 0) return mailer.send(message, options);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        throw new NotStartedError('its lease ran out before a connection to the relay was free');
+      },
+    };
+    const before = Date.now();
+    const worker = startWorker(t, mailerOf, { leaseMs: 400 });
+    try {
+      const id = await sendEmail(t, auth, basicEmail('not-begun@example.org'));
+      const email = await settled(t, auth, id);
+      // No verdict on the first attempt (no deferral): the next claim sent it, once.
+      expect([email.status, email.attempts]).toEqual(['sent', 2]);
+      expect(email.events.map((e) => e.type)).toEqual(['queued', 'sending', 'sending', 'sent']);
+      expect(sink.deliveredTo('not-begun@example.org')).toHaveLength(1);
+      expect(extended.some((ids) => ids.includes(id))).toBe(true);
+      // Each send may begin until its lease's end, less a fifth of the lease (80 ms here).
+      expect(startBys[0]).toBeGreaterThan(before + 400 - 80 - 1);
+      expect(startBys[0]).toBeLessThan(Date.now() + 400);
     } finally {
       await worker.stop();
     }
