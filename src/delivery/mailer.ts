@@ -5,6 +5,7 @@ import { createPrivateKey } from 'node:crypto';
 import type Mail from 'nodemailer/lib/mailer/index.js';
 import { encodeWord } from 'nodemailer/lib/mime-funcs';
 import { ConfigError } from '../config.js';
+import { parseConfiguredMailbox } from '../validation/addresses.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -88,18 +89,35 @@ export function checkDkim(dkim: DkimOptions | undefined): void {
  * encoded-words (RFC 2047, nodemailer's own encoder), which fold between words and decode to the same text.
  */
 export function foldableSubject(subject: string): string {
-  return /\S{900}/.test(subject) ? encodeWord(subject, 'Q', 52) : subject;
+  return /\S{900}/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
 }
+
+/**
+ * Text that holds what reads as a MIME encoded-word (`=?UTF-8?B?SGFja2Vk?=`), itself encoded: sent as it
+ * is, mail clients decode it ("Hacked"), and the recipient reads other words than the API stored and shows.
+ */
+function literal(text: string): string {
+  return /=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=/.test(text) ? encodeWord(text, 'Q', 52) : text;
+}
+
+/** A mailbox as stored (formatMailbox), its display name made literal when it needs to be. */
+function mailbox(stored: string): string | Mail.Address {
+  const parsed = parseConfiguredMailbox(stored);
+  if (!parsed?.name || literal(parsed.name) === parsed.name) return stored;
+  return { name: literal(parsed.name), address: parsed.address };
+}
+
+const mailboxes = (list: string[]) => (list.length > 0 ? list.map(mailbox) : undefined);
 
 /** What nodemailer builds the MIME from; every Mailer uses it, so SMTP and the outbox write one message. */
 export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
   return {
     messageId: m.messageId,
     date: m.date,
-    from: m.from,
-    to: m.to.length > 0 ? m.to : undefined,
-    cc: m.cc.length > 0 ? m.cc : undefined,
-    replyTo: m.replyTo.length > 0 ? m.replyTo : undefined,
+    from: mailbox(m.from),
+    to: mailboxes(m.to),
+    cc: mailboxes(m.cc),
+    replyTo: mailboxes(m.replyTo),
     subject: foldableSubject(m.subject),
     text: m.text ?? undefined,
     html: m.html ?? undefined,

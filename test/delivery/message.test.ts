@@ -101,6 +101,26 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     }
   });
 
+  it('delivers a subject and names that read as MIME encoded-words as the text sent, not decoded', async () => {
+    const { t, sink, auth } = d;
+    const to = 'words@example.org';
+    const id = await sendEmail(t, auth, {
+      to: `=?UTF-8?B?QWRtaW4=?= <${to}>`,
+      replyTo: ['"=?utf-8?q?Support?=" <help@example.org>'],
+      subject: '=?UTF-8?B?SGFja2Vk?=',
+      text: 'x',
+    });
+    expect((await settled(t, auth, id)).status).toBe('sent');
+    const parsed = await simpleParser(sink.deliveredTo(to)[0]!.raw);
+    // Sent as they were, mail clients showed "Hacked" and "Admin".
+    expect(parsed.subject).toBe('=?UTF-8?B?SGFja2Vk?=');
+    expect((parsed.to as AddressObject).value[0]).toMatchObject({
+      name: '=?UTF-8?B?QWRtaW4=?=',
+      address: to,
+    });
+    expect((parsed.replyTo as AddressObject).value[0]!.name).toBe('=?utf-8?q?Support?=');
+  });
+
   it('writes DATA_DIR/outbox/<id>.eml, parseable, and calls the email sent when there is no relay', async () => {
     const { t, auth } = d;
     const outbox = path.join(t.ts.dataDir, 'outbox');
