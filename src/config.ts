@@ -42,8 +42,23 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
   if (raw === undefined || raw === '') return fallback;
   if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
   const n = Number(raw.trim());
-  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  // The text given: a number past 2^53 would be shown rounded.
+  if (n < min || n > max) {
+    throw new ConfigError(`${name} must be between ${min} and ${max}, got ${raw.trim()}`);
+  }
   return n;
+}
+
+const LABEL = '[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?';
+/** A DKIM domain (d=): dotted labels. A selector (s=): one label or more (RFC 6376 3.1). */
+const DOMAIN = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})+$`);
+const SELECTOR = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})*$`);
+
+/** A name signatures carry as it is: blank, or with spaces, they would go out as `d=;` and fail every check. */
+function dnsName(env: Env, name: string, shape: RegExp, what: string): string {
+  const value = env[name]!.trim();
+  if (!shape.test(value)) throw new ConfigError(`${name} must be ${what}, got "${env[name]}"`);
+  return value;
 }
 
 function url(env: Env, name: string, protocols: string[], needsHost = false): string | undefined {
@@ -107,8 +122,8 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
   const dkim =
     dkimSet.length === 3
       ? {
-          domainName: env.DKIM_DOMAIN!.trim(),
-          keySelector: env.DKIM_SELECTOR!.trim(),
+          domainName: dnsName(env, 'DKIM_DOMAIN', DOMAIN, 'a domain name (acme.test)'),
+          keySelector: dnsName(env, 'DKIM_SELECTOR', SELECTOR, 'a DNS label or labels (mail, s1.2026)'),
           privateKey: readPem('DKIM_PRIVATE_KEY', env.DKIM_PRIVATE_KEY!),
         }
       : undefined;

@@ -64,6 +64,12 @@ describe('configuration from the environment', () => {
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL must be one of'],
     [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
     [{ DKIM_DOMAIN: 'acme.test' }, 'DKIM_SELECTOR, DKIM_PRIVATE_KEY must be set too'],
+    // Signed as d=; or d=not a domain;, every receiver's check failed.
+    [{ DKIM_DOMAIN: ' ', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be a domain name'],
+    [{ DKIM_DOMAIN: 'not a domain', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be'],
+    [{ DKIM_DOMAIN: 'acme', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be'],
+    [{ DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's 1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_SELECTOR must be'],
+    [{ PORT: '99999999999999999999' }, 'got 99999999999999999999'],
     [
       { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: '/no/such/key.pem' },
       'DKIM_PRIVATE_KEY must be a PEM private key or the path to a PEM file',
