@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
 import { validationError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
-import { endpoint, orgOf } from '../http/endpoint.js';
+import { endpoint, orgOf, timesSent } from '../http/endpoint.js';
 import type { EmailsService } from './emails.service.js';
 import * as s from './emails.schemas.js';
 import { MAX_IDEMPOTENCY_KEY } from './emails.schemas.js';
@@ -27,10 +27,8 @@ export function emailsEndpoints(emails: EmailsService) {
  */
 function idempotencyKey(req: FastifyRequest, joined: string | undefined): string | undefined {
   if (joined === undefined) return undefined;
-  let seen = 0;
-  const raw = req.raw.rawHeaders;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'idempotency-key') seen++;
-  if (seen > 1) throw validationError([{ field: 'Idempotency-Key', message: 'must be sent once' }]);
+  if (timesSent(req, 'idempotency-key') > 1)
+    throw validationError([{ field: 'Idempotency-Key', message: 'must be sent once' }]);
   const bytes = Buffer.from(joined, 'latin1');
   const tooLong = isUtf8(bytes)
     ? longerThan(bytes.toString('utf8'), MAX_IDEMPOTENCY_KEY)

@@ -4,6 +4,7 @@ import type { FastifyRequest } from 'fastify';
 import type { KeysService, Principal } from '../auth/keys.service.js';
 import type { Permission } from '../auth/keys.js';
 import { AppError } from '../errors.js';
+import { timesSent } from './endpoint.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -28,6 +29,14 @@ export function identifyCaller(keys: KeysService): (req: FastifyRequest, done: (
     if (!req.routeOptions.config?.permission && !req.url.startsWith('/api/')) return done();
     const match = BEARER.exec(req.headers.authorization ?? '');
     if (!match) return done();
+    // Node keeps the first of two Authorization headers: which key was meant is the client's to say.
+    if (timesSent(req, 'authorization') > 1) {
+      req.authFault = new AppError(
+        'UNAUTHORIZED',
+        'Authorization header sent more than once; send one: Authorization: Bearer <API key>',
+      );
+      return done();
+    }
     const key = match[1]!;
     const known = keys.known(key);
     if (known !== undefined) {

@@ -61,3 +61,17 @@ export function orgOf(req: FastifyRequest): string {
 export function sendJsonText(reply: FastifyReply, text: string): FastifyReply {
   return reply.type('application/json; charset=utf-8').send(text);
 }
+
+/**
+ * How many times the request carried the header `name` (lower case). Node joins some headers sent twice
+ * (Idempotency-Key: "k1, k2") and keeps only the first of others (Authorization): either way, a client that
+ * sent two is told so rather than served with a value it did not mean.
+ */
+export function timesSent(req: FastifyRequest, name: string): number {
+  const raw = req.raw.rawHeaders;
+  let seen = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name) seen++;
+  }
+  return seen;
+}

@@ -18,6 +18,7 @@ function classify(err: unknown): AppError {
       return new AppError(
         'UNSUPPORTED_MEDIA_TYPE',
         'Request body must be sent as Content-Type: application/json',
+        [{ field: 'Content-Type', message: 'must be application/json' }],
       );
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new AppError('PAYLOAD_TOO_LARGE', 'Request body is larger than the server accepts');

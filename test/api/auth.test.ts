@@ -81,6 +81,23 @@ describe.each(storeKinds())('auth on %s', (kind) => {
     expectError(await get(`Bearer${key}`), 401, 'contacts');
   });
 
+  it('two Authorization headers are a 401, whichever key each holds', async () => {
+    const other = (await t.newKey(['readContacts'])).auth;
+    for (const pair of [
+      [auth, other],
+      [other, auth],
+    ]) {
+      const res = await t.call({
+        method: 'POST',
+        url: '/api/v1/lists',
+        headers: { Authorization: pair },
+        payload: { name: 'x' },
+      });
+      expectError(res, 401, 'contacts');
+      expect(res.json().error).toMatch(/Authorization header sent more than once/);
+    }
+  });
+
   it('a key in the query string is not accepted', async () => {
     const key = auth.slice('Bearer '.length);
     for (const q of ['api_key', 'key', 'access_token', 'token', 'apiKey']) {

@@ -34,6 +34,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
       const res = await raw('/api/v1/lists', 'name=x', type);
       expectError(res, 415, 'contacts');
+      expect(res.json().details).toEqual([{ field: 'Content-Type', message: 'must be application/json' }]);
       expectRateHeaders(res);
     }
     expectError(await raw('/api/v1/emails', 'to=x', 'text/plain'), 415, 'emails');
