@@ -27,8 +27,8 @@ function checkCustomFields(errors: DetailCollector, fields: unknown): void {
   if (!isObject(fields)) return;
   for (const [key, value] of Object.entries(fields)) {
     // Characters, as every other length in the API (Ajv's maxLength counts code points).
-    if (key.trim() === '' || longerThan(key, 100))
-      errors.add(`customFields.${key}`, 'key must be 1 to 100 characters');
+    if (key.trim() === '') errors.add(`customFields.${key}`, 'key must not be empty or only spaces');
+    else if (longerThan(key, 100)) errors.add(`customFields.${key}`, 'key must be at most 100 characters');
     if (typeof value === 'number' && !Number.isFinite(value))
       errors.add(`customFields.${key}`, 'must be a finite number');
   }

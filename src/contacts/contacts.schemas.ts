@@ -31,7 +31,7 @@ const CustomValue = CustomFieldValue;
 const CustomFields = FreeKeys(CustomValue, {
   maxProperties: 2 * MAX_CUSTOM_FIELDS,
   description:
-    'Flat object: values are strings, numbers, booleans or null (null removes the field). The contact holds at most 50 keys and 16 KiB; a request names at most 100 keys.',
+    'Flat object: keys of 1 to 100 characters (not only spaces), values strings, numbers, booleans or null (null removes the field). The contact holds at most 50 keys and 16 KiB; a request names at most 100 keys.',
 });
 
 export const Contact = Type.Object(

@@ -44,7 +44,14 @@ const Tag = Type.Object(
 export const SendEmailBody = withRules(
   Type.Object(
     {
-      from: Type.Optional(Mailbox),
+      from: Type.Optional(
+        Type.String({
+          minLength: 1,
+          maxLength: MAX_MAILBOX,
+          description:
+            "`a@b.example` or `Name <a@b.example>`. Used only when its domain is MAIL_FROM's; otherwise MAIL_FROM is used, and the email's queued event says so.",
+        }),
+      ),
       to: Mailboxes(MAX_TO, 1),
       // Blank would go out with no Subject line at all: nodemailer leaves out a header with a blank value.
       subject: Type.String({ minLength: 1, maxLength: 998, pattern: '\\S' }),

@@ -64,7 +64,15 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     const emoji = (n: number) => '😀'.repeat(n);
     expect((await post({ firstName: emoji(100), customFields: { [emoji(100)]: 1 } })).statusCode).toBe(201);
     expect400(await post({ firstName: emoji(101) }), 'contacts', ['firstName']);
-    expect400(await post({ customFields: { [emoji(101)]: 1 } }), 'contacts', [`customFields.${emoji(101)}`]);
+    const long = await post({ customFields: { [emoji(101)]: 1 } });
+    expect400(long, 'contacts', [`customFields.${emoji(101)}`]);
+    expect(long.json().details[0].message).toBe('key must be at most 100 characters');
+    // A key of spaces alone is told so, not "1 to 100 characters" it has.
+    for (const blank of [' ', '\n', '\u00a0']) {
+      const res = await post({ customFields: { [blank]: 1 } });
+      expect400(res, 'contacts', [`customFields.${blank}`]);
+      expect(res.json().details[0].message).toBe('key must not be empty or only spaces');
+    }
   });
 
   it('tags: 50 accepted, 51 refused; 64 characters accepted, 65 refused', async () => {
