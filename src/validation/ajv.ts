@@ -128,6 +128,11 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
         details.push({ field: name, message: BROKEN_MESSAGE, rank: RANK.type });
       }
       if (isObject(data)) {
+        // `?limit=2&limit=3` arrives as an array: "must be an integer" would not say what is wrong.
+        for (const k of declared) {
+          if (Array.isArray(data[k]))
+            details.push({ field: k, message: 'must be given once', rank: RANK.type });
+        }
         for (const k of nullable) if (data[k] === null) delete data[k];
         for (const k of integers) {
           const v = data[k];

@@ -258,6 +258,19 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     expect(details[100]).toEqual({ field: 'body', message: 'and 800 more problems not listed' });
   });
 
+  it('a query parameter given twice is a 400 saying so, not that it has the wrong type', async () => {
+    for (const [url, field] of [
+      ['/api/v1/contacts?limit=2&limit=3', 'limit'],
+      ['/api/v1/contacts?unsubscribed=true&unsubscribed=false', 'unsubscribed'],
+      ['/api/v1/contacts?email=a&email=b', 'email'],
+      ['/api/v1/emails?status=sent&status=failed', 'status'],
+    ] as const) {
+      const res = await t.call({ method: 'GET', url, auth });
+      expect400(res, url.startsWith('/api/v1/emails') ? 'emails' : 'contacts', [field]);
+      expect(res.json().details[0].message, url).toBe('must be given once');
+    }
+  });
+
   it('names each offending field once, with its most telling message', async () => {
     const detailsOf = (res: LightMyRequestResponse, fam: 'contacts' | 'emails') => {
       expectError(res, 400, fam);
