@@ -39,7 +39,8 @@ type Env = Record<string, string | undefined>;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
+  // Blank is unset, as for every variable (an env file's `PORT=`).
+  if (raw === undefined || raw.trim() === '') return fallback;
   if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
   const n = Number(raw.trim());
   // The text given: a number past 2^53 would be shown rounded.
@@ -104,7 +105,8 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
   if (mailFrom && !parseConfiguredMailbox(mailFrom)) {
     throw new ConfigError('MAIL_FROM must be an address, e.g. "Acme <noreply@acme.test>"');
   }
-  const logLevel = env.LOG_LEVEL?.trim() || 'info';
+  // Case-insensitive, as SQLITE_SYNCHRONOUS is: LOG_LEVEL=INFO is info.
+  const logLevel = env.LOG_LEVEL?.trim().toLowerCase() || 'info';
   if (!LOG_LEVELS.includes(logLevel))
     throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
   const sync = (env.SQLITE_SYNCHRONOUS?.trim() || 'FULL').toUpperCase();

@@ -49,6 +49,11 @@ describe('configuration from the environment', () => {
     });
   });
 
+  it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
+    const config = loadConfig({ PORT: ' ', RATE_LIMIT_PER_MINUTE: '', HOST: ' ', LOG_LEVEL: 'WARN' });
+    expect(config).toMatchObject({ port: 3000, rateLimitPerMinute: 600, host: '0.0.0.0', logLevel: 'warn' });
+  });
+
   it.each([
     [{ PORT: 'eighty' }, 'PORT must be a whole number, got "eighty"'],
     [{ PORT: '70000' }, 'PORT must be between 0 and 65535, got 70000'],
