@@ -66,12 +66,7 @@ const OPTIONS = {
 } as const;
 
 function parse(argv: string[]): { positionals: string[]; flags: Flags } {
-  const { values, positionals, tokens } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: OPTIONS,
-    tokens: true,
-  });
+  const { values, positionals, tokens } = parseArgsPlainly(argv);
   // `--name a --name b` would keep b without a word: which one was meant is the operator's to say.
   const seen = new Set<string>();
   for (const token of tokens) {
@@ -80,6 +75,23 @@ function parse(argv: string[]): { positionals: string[]; flags: Flags } {
     seen.add(token.name);
   }
   return { positionals, flags: values as Flags };
+}
+
+/** parseArgs, its errors said in one line each (Node's run to three, with advice about `--`). */
+function parseArgsPlainly(argv: string[]) {
+  try {
+    return parseArgs({ args: argv, allowPositionals: true, options: OPTIONS, tokens: true });
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    const flag = /'(--?[^'= ]+)/.exec((err as Error).message)?.[1] ?? '';
+    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown flag ${flag}`, true);
+    if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+      const boolean =
+        (OPTIONS as Record<string, { type: string }>)[flag.replace(/^--?/, '')]?.type === 'boolean';
+      throw new UsageError(boolean ? `${flag} takes no value` : `${flag} needs a value`);
+    }
+    throw err;
+  }
 }
 
 /** The flags each command takes, beside --json and --help (which all take): any other is a usage error. */
@@ -255,7 +267,7 @@ async function run(argv: string[]): Promise<void> {
 
 const argv = process.argv.slice(2);
 run(argv).catch((err: unknown) => {
-  const json = argv.includes('--json');
+  const json = argv.some((arg) => arg === '--json' || arg.startsWith('--json='));
   const known =
     err instanceof ConfigError ||
     err instanceof UsageError ||

@@ -164,6 +164,11 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     ]);
     const help = await cli('--help', '--json');
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
+    // --json=1 is refused, and still answered as JSON.
+    expect(await cli('migrate', '--json=1')).toMatchObject({
+      code: 2,
+      json: { error: '--json takes no value' },
+    });
   }, 60_000);
 
   it('a flag the command does not take, one given twice, or a name it could not show on one line, is a usage error', async () => {
@@ -183,6 +188,9 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       // Either one kept, the other would be dropped without a word.
       [['orgs', 'create', '--name', 'a', '--name', 'b'], '--name is given more than once'],
       [['keys', 'list', '--org=x', '--org', 'y'], '--org is given more than once'],
+      // One line each, not Node's advice about `--`.
+      [['migrate', '--frob'], 'unknown flag --frob'],
+      [['keys', 'create', '--permissions', 'readContacts', '--name'], '--name needs a value'],
       [
         ['keys', 'create', '--name', 'a\tb', '--permissions', 'readContacts'],
         '--name must not contain control characters (line breaks, tabs)',
