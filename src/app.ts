@@ -18,7 +18,7 @@ import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
-import { identifyCaller, permissionFault } from './http/auth.js';
+import { identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
 import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
@@ -223,11 +223,7 @@ export async function buildApp(
   });
 
   app.setNotFoundHandler({ preHandler: limiter }, (req, reply) => {
-    const { status, body } = renderError(
-      new AppError('ROUTE_NOT_FOUND', `Route ${req.method} ${req.url.split('?')[0]} not found`),
-      req.url,
-      req.id,
-    );
+    const { status, body } = renderError(routeNotFound(req), req.url, req.id);
     return reply.code(status).send(body);
   });
 

@@ -56,10 +56,18 @@ export function identifyCaller(keys: KeysService): (req: FastifyRequest, done: (
   };
 }
 
+/** The answer to a path no route serves, whatever the key (README): the same for every such path. */
+export function routeNotFound(req: FastifyRequest): AppError {
+  return new AppError('ROUTE_NOT_FOUND', `Route ${req.method} ${req.url.split('?')[0]} not found`);
+}
+
 /** Why the caller may not use this route (no key, a bad key, a missing permission), if it may not. */
 export function permissionFault(req: FastifyRequest): Error | null {
   const permission = req.routeOptions.config.permission;
   if (!permission) return null;
+  // `/api/v1/lists/` reaches `/api/v1/lists/:id` with an empty id: no route serves it, key or none.
+  const params = req.params as Record<string, string> | undefined;
+  if (params && Object.values(params).includes('')) return routeNotFound(req);
   if (req.authFault) return req.authFault as Error;
   if (!req.principal) {
     const header = req.headers.authorization;

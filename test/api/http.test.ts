@@ -28,6 +28,22 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     // The route is found before the key is checked: a typo in a path is not reported as a key problem.
     expectError(await t.call({ method: 'GET', url: '/api/v1/nothing' }), 404, 'contacts');
     expectError(await t.call({ method: 'GET', url: '/api/v1/emails/a/b', auth: 'mr_nope' }), 404, 'emails');
+    // A path with an empty id is no route either: the same 404 with a key, without one, or with a bad one.
+    for (const [url, fam] of [
+      ['/api/v1/lists/', 'contacts'],
+      ['/api/v1/emails/', 'emails'],
+      ['/api/v1/lists//contacts', 'contacts'],
+    ] as const) {
+      for (const key of [auth, undefined, 'Bearer mr_nope']) {
+        const res = await t.call({
+          method: url.endsWith('contacts') ? 'POST' : 'GET',
+          url,
+          ...(key ? { auth: key } : {}),
+        });
+        expectError(res, 404, fam);
+        expect(res.json().error, `${url} ${key}`).toMatch(/^Route (GET|POST) \/api\/v1\/\w+\/.* not found$/);
+      }
+    }
   });
 
   it('a body that is not application/json is a 415', async () => {
