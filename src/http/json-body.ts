@@ -38,12 +38,15 @@ export function useJsonBodies(app: FastifyInstance): void {
     parseJson(req, body, (err, value) => {
       // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong. Only
       // text that is valid JSON was refused for its keys: `{"constructor":1,}` is just broken JSON.
-      if (err && /"(__proto__|constructor)"\s*:/.test(body) && isJson(body)) {
+      const parsed = err && /"(__proto__|constructor)"\s*:/.test(body) ? plainParse(body) : undefined;
+      if (parsed) {
+        const field = forbiddenKey(parsed.value) ?? 'body';
+        const message =
+          field === 'body'
+            ? 'must not contain __proto__ or constructor.prototype keys'
+            : 'is a key no request may use (__proto__, or constructor holding prototype)';
         return done(
-          validationError(
-            [{ field: 'body', message: 'must not contain __proto__ or constructor.prototype keys' }],
-            'Request body contains a forbidden key',
-          ),
+          validationError([{ field, message }], 'Request body contains a forbidden key'),
           undefined,
         );
       }
@@ -58,13 +61,34 @@ function contentCoding(req: FastifyRequest): string | undefined {
   return coding === undefined || coding === '' || coding.toLowerCase() === 'identity' ? undefined : coding;
 }
 
-function isJson(text: string): boolean {
+/** The text as JSON.parse reads it (`__proto__` as a key of its own, harmlessly), if it is JSON. */
+function plainParse(text: string): { value: unknown } | undefined {
   try {
-    JSON.parse(text);
-    return true;
+    return { value: JSON.parse(text) as unknown };
   } catch {
-    return false;
+    return undefined;
   }
+}
+
+/** Where a key Fastify's parser refuses is, named as details name fields (customFields.__proto__). */
+function forbiddenKey(value: unknown): string | undefined {
+  const stack: { value: unknown; path: string }[] = [{ value, path: '' }];
+  for (let node = stack.pop(); node; node = stack.pop()) {
+    const { value: v, path } = node;
+    if (typeof v !== 'object' || v === null) continue;
+    if (Array.isArray(v)) {
+      v.forEach((item, i) => stack.push({ value: item, path: `${path}[${i}]` }));
+      continue;
+    }
+    for (const [key, child] of Object.entries(v)) {
+      const at = path === '' ? key : `${path}.${key}`;
+      if (key === '__proto__') return at;
+      if (key === 'constructor' && typeof child === 'object' && child !== null && 'prototype' in child)
+        return at;
+      stack.push({ value: child, path: at });
+    }
+  }
+  return undefined;
 }
 
 /**

@@ -309,8 +309,11 @@ describe.each(storeKinds())('edges on %s', (kind) => {
         payload,
       });
     const res = await raw('{"email":"p@example.com","customFields":{"__proto__":{"x":1}}}');
-    expect400(res, 'contacts', ['body']);
+    // Named where it is, as any offending value is.
+    expect400(res, 'contacts', ['customFields.__proto__']);
     expect(res.json().error).toMatch(/forbidden key/);
+    const nested = await raw('{"email":"p@example.com","tags":["a",{"constructor":{"prototype":1}}]}');
+    expect400(nested, 'contacts', ['tags[1].constructor']);
     // Broken JSON that happens to hold such a key is broken JSON.
     const broken = await raw('{"email":"p@example.com","constructor":"x",}');
     expect400(broken, 'contacts', ['body']);
