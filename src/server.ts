@@ -22,6 +22,7 @@ export interface ServeOptions {
 /** Resolves once the server listens, with where: PORT=0 picks a free port, which a caller must learn. */
 export async function serve(config: Config, options: ServeOptions): Promise<{ host: string; port: number }> {
   const logger = createLogger(config, options.json);
+  const signals = holdSignals(logger);
   const { store, applied } = await openMigratedStore(config, { logger });
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   logger.info(
@@ -49,7 +50,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
   }
   worker?.start();
 
-  onShutdown(logger, async () => {
+  onShutdown(logger, signals, async () => {
     await connections.close(() => app.close(), SHUTDOWN_GRACE_MS);
     await worker?.stop();
     await mailer?.close();
@@ -71,12 +72,13 @@ function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
 
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
+  const signals = holdSignals(logger);
   const { store } = await openMigratedStore(config, { logger, use: 'worker' });
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger);
   logDelivery(config, mailer, logger);
   worker.start();
-  onShutdown(logger, async () => {
+  onShutdown(logger, signals, async () => {
     await worker.stop();
     await mailer.close();
     await store.close();
@@ -86,7 +88,32 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
 /** How long requests in progress at a SIGTERM get to finish, at most; the rest of the shutdown fits in 25 s. */
 const SHUTDOWN_GRACE_MS = 10_000;
 
-function onShutdown(logger: Logger, close: () => Promise<void>): void {
+/**
+ * SIGTERM or SIGINT while the process starts (migrating, opening the store) is held, then acted on as soon as
+ * it has started (onShutdown): Node's default would end it at once, with 143 and not a word.
+ */
+function holdSignals(logger: Logger): { release(stop: (signal: string) => void): void } {
+  let held: string | undefined;
+  const hold = (signal: string) => {
+    if (held === undefined) logger.info({ signal }, 'stopping once started');
+    held ??= signal;
+  };
+  process.on('SIGTERM', hold);
+  process.on('SIGINT', hold);
+  return {
+    release(stop) {
+      process.off('SIGTERM', hold);
+      process.off('SIGINT', hold);
+      if (held !== undefined) stop(held);
+    },
+  };
+}
+
+function onShutdown(
+  logger: Logger,
+  signals: ReturnType<typeof holdSignals>,
+  close: () => Promise<void>,
+): void {
   let closing = false;
   const handler = (signal: string) => {
     if (closing) return;
@@ -106,4 +133,5 @@ function onShutdown(logger: Logger, close: () => Promise<void>): void {
   };
   process.on('SIGTERM', () => handler('SIGTERM'));
   process.on('SIGINT', () => handler('SIGINT'));
+  signals.release(handler);
 }
