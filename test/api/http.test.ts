@@ -56,6 +56,16 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expectError(await raw('/api/v1/emails', 'to=x', 'text/plain'), 415, 'emails');
     const charset = await raw('/api/v1/lists', '{"name":"x"}', 'application/json; charset=utf-8');
     expect(charset.statusCode).toBe(201);
+    for (const other of ['latin1', 'ISO-8859-1', 'utf-16']) {
+      const res = await raw('/api/v1/lists', '{"name":"x"}', `application/json; charset=${other}`);
+      expectError(res, 415, 'contacts');
+      expect(res.json().details).toEqual([
+        { field: 'Content-Type', message: 'charset must be utf-8, or left out' },
+      ]);
+    }
+    expect((await raw('/api/v1/lists', '{"name":"x"}', 'application/json;charset="UTF8"')).statusCode).toBe(
+      201,
+    );
   });
 
   it('a compressed body is a 415 naming Content-Encoding, not a body of broken bytes; identity is fine', async () => {
