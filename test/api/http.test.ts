@@ -213,10 +213,9 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     // Latin-1 é; a lone continuation byte; a lead byte cut short. Decoded as they came, each was stored as
     // U+FFFD in place of what the client meant.
     expect400(await send('/api/v1/lists', json('{"name":"caf', [0xe9], '"}')), 'contacts', ['body']);
+    // Declared Latin-1, it is refused for its charset first (a 415 naming Content-Type).
     const latin1 = 'application/json; charset=iso-8859-1';
-    expect400(await send('/api/v1/lists', json('{"name":"', [0xff, 0xfe], '"}'), latin1), 'contacts', [
-      'body',
-    ]);
+    expectError(await send('/api/v1/lists', json('{"name":"', [0xff, 0xfe], '"}'), latin1), 415, 'contacts');
     const mail = json('{"to":"a@example.com","text":"t","subject":"', [0xc3, 0x28], '"}');
     expect400(await send('/api/v1/emails', mail), 'emails', ['body']);
     expect(await total()).toBe(before);
