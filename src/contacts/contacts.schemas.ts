@@ -24,7 +24,8 @@ const Email = Type.String({
 });
 const PersonName = Type.String({ maxLength: 100 });
 const ContactId = LookupId('Contact id; one Mailroom never issued is not found (404)');
-const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: MAX_TAGS });
+// A tag of spaces alone is refused, as a blank list name is: no one could tell it from another, or want it.
+const Tags = Type.Array(Type.String({ minLength: 1, maxLength: 64, pattern: '\\S' }), { maxItems: MAX_TAGS });
 const CustomValue = CustomFieldValue;
 // A request may name up to 100 keys: removing 50 (null) and setting 50 in one update. The 50-key and
 // 16 KiB limits are on what the contact then holds (contacts.rules.ts).

@@ -81,6 +81,9 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     expect400(await post({ tags: tags(51) }), 'contacts', ['tags']);
     expect((await post({ tags: [x(64)] })).statusCode).toBe(201);
     expect400(await post({ tags: ['ok', x(65)] }), 'contacts', ['tags[1]']);
+    const blank = await post({ tags: ['ok', ' '] });
+    expect400(blank, 'contacts', ['tags[1]']);
+    expect(blank.json().details[0].message).toBe('must not be blank');
     const c = await createContact(t, auth);
     expect400(await put({ id: c.id, tags: tags(51) }), 'contacts', ['tags']);
     expect400(await put({ id: c.id, tags: [x(65)] }), 'contacts', ['tags[0]']);
