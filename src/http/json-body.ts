@@ -22,8 +22,9 @@ export function useJsonBodies(app: FastifyInstance): void {
         undefined,
       );
     }
+    if (bytes.length === 0) return done(null, undefined);
     const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(req.headers['content-type'] ?? '')?.[1];
-    if (charset !== undefined && !/^utf-?8$/i.test(charset)) {
+    if (charset !== undefined && !/^(utf-?8|us-ascii)$/i.test(charset)) {
       // A body its client says is Latin-1 would be read as UTF-8 anyway, its accented letters refused or
       // changed: the client is told instead.
       return done(
@@ -33,7 +34,6 @@ export function useJsonBodies(app: FastifyInstance): void {
         undefined,
       );
     }
-    if (bytes.length === 0) return done(null, undefined);
     // JSON text is UTF-8 (RFC 8259). Decoded as it comes, a byte that is not would turn into U+FFFD and be
     // stored in its place, as silently as a lone surrogate would (validation/characters.ts refuses those).
     if (!isUtf8(bytes)) {

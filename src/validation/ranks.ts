@@ -17,11 +17,23 @@ export function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
     const held = best.get(d.field);
     if (!held || d.rank < held.rank) best.set(d.field, d);
   }
-  const wrongType = [...best.values()].filter((d) => d.rank === RANK.type).map((d) => d.field);
-  // The part itself (a body that is not an object) has no field of its own to be under.
-  const under = (field: string, parent: string) =>
-    parent === part ? field !== part : field.startsWith(`${parent}.`) || field.startsWith(`${parent}[`);
+  const wrongType = new Set([...best.values()].filter((d) => d.rank === RANK.type).map((d) => d.field));
+  // The part itself (a body that is not an object) has no field of its own to be under. Each field's
+  // ancestors are looked up, not each wrong-typed field compared with each detail (quadratic).
+  const underWrongType = (field: string): boolean => {
+    if (wrongType.has(part) && field !== part) return true;
+    for (let end = ancestorEnd(field, field.length); end > 0; end = ancestorEnd(field, end)) {
+      if (wrongType.has(field.slice(0, end))) return true;
+    }
+    return false;
+  };
   return [...best.values()]
-    .filter((d) => !wrongType.some((parent) => under(d.field, parent)))
+    .filter((d) => !underWrongType(d.field))
     .map(({ field, message }) => ({ field, message }));
+}
+
+/** Where the parent of `field.slice(0, end)` ends (`a.b[3]` → `a.b`, `a.b` → `a`); 0 if it has none. */
+function ancestorEnd(field: string, end: number): number {
+  for (let i = end - 1; i > 0; i--) if (field[i] === '.' || field[i] === '[') return i;
+  return 0;
 }

@@ -66,6 +66,18 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect((await raw('/api/v1/lists', '{"name":"x"}', 'application/json;charset="UTF8"')).statusCode).toBe(
       201,
     );
+    // ASCII is UTF-8; and a request with no body has no charset to be wrong about.
+    expect(
+      (await raw('/api/v1/lists', '{"name":"x"}', 'application/json; charset=us-ascii')).statusCode,
+    ).toBe(201);
+    const list = (await raw('/api/v1/lists', '{"name":"x"}', 'application/json')).json().list.id as string;
+    const bodiless = await t.call({
+      method: 'DELETE',
+      url: `/api/v1/lists/${list}`,
+      auth,
+      headers: { 'content-type': 'application/json; charset=ISO-8859-1' },
+    });
+    expect(bodiless.statusCode, bodiless.body).toBe(200);
   });
 
   it('a compressed body is a 415 naming Content-Encoding, not a body of broken bytes; identity is fine', async () => {
