@@ -5,7 +5,7 @@ import { createPrivateKey } from 'node:crypto';
 import type Mail from 'nodemailer/lib/mailer/index.js';
 import { encodeWord } from 'nodemailer/lib/mime-funcs';
 import { ConfigError } from '../config.js';
-import { parseConfiguredMailbox } from '../validation/addresses.js';
+import { ENCODED_WORD } from '../validation/addresses.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -93,31 +93,23 @@ export function foldableSubject(subject: string): string {
 }
 
 /**
- * Text that holds what reads as a MIME encoded-word (`=?UTF-8?B?SGFja2Vk?=`), itself encoded: sent as it
- * is, mail clients decode it ("Hacked"), and the recipient reads other words than the API stored and shows.
+ * A subject that holds what reads as a MIME encoded-word (`=?UTF-8?B?SGFja2Vk?=`), itself encoded: sent as
+ * it is, mail clients decode it ("Hacked"), and the recipient reads other words than the API stored and
+ * shows. (Display names cannot be: an encoded-word may not be quoted, so the API refuses such names.)
  */
 function literal(text: string): string {
-  return /=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=/.test(text) ? encodeWord(text, 'Q', 52) : text;
+  return ENCODED_WORD.test(text) ? encodeWord(text, 'Q', 52) : text;
 }
-
-/** A mailbox as stored (formatMailbox), its display name made literal when it needs to be. */
-function mailbox(stored: string): string | Mail.Address {
-  const parsed = parseConfiguredMailbox(stored);
-  if (!parsed?.name || literal(parsed.name) === parsed.name) return stored;
-  return { name: literal(parsed.name), address: parsed.address };
-}
-
-const mailboxes = (list: string[]) => (list.length > 0 ? list.map(mailbox) : undefined);
 
 /** What nodemailer builds the MIME from; every Mailer uses it, so SMTP and the outbox write one message. */
 export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
   return {
     messageId: m.messageId,
     date: m.date,
-    from: mailbox(m.from),
-    to: mailboxes(m.to),
-    cc: mailboxes(m.cc),
-    replyTo: mailboxes(m.replyTo),
+    from: m.from,
+    to: m.to.length > 0 ? m.to : undefined,
+    cc: m.cc.length > 0 ? m.cc : undefined,
+    replyTo: m.replyTo.length > 0 ? m.replyTo : undefined,
     subject: foldableSubject(m.subject),
     text: m.text ?? undefined,
     html: m.html ?? undefined,

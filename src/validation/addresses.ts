@@ -46,6 +46,9 @@ function splitAngle(value: string): { name: string; address: string } | undefine
   return { name: value.slice(0, open), address };
 }
 
+/** What reads as a MIME encoded-word (RFC 2047) to a mail client. */
+export const ENCODED_WORD = /=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=/;
+
 /** Returns the parsed mailbox, or a message saying what is wrong with it. */
 export function parseMailbox(input: string): ParsedAddress | string {
   // Bounded before any other look at it: the rules run even where the schema refused the value.
@@ -72,6 +75,11 @@ export function parseMailbox(input: string): ParsedAddress | string {
     return 'display name with special characters must be quoted';
   }
   if (longerThan(name, 256)) return 'display name must be at most 256 characters';
+  // Mail clients decode `=?UTF-8?B?QWRtaW4=?=` to "Admin"; sent encoded again, it may not be quoted (RFC
+  // 2047), so it could not arrive as written either way. Names are plain text; Mailroom encodes them.
+  if (ENCODED_WORD.test(name)) {
+    return 'display name must be plain text, not a MIME encoded-word (=?charset?B?…?=): Mailroom encodes it';
+  }
   return { name: name === '' ? undefined : name, address };
 }
 

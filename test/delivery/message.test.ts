@@ -101,24 +101,28 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     }
   });
 
-  it('delivers a subject and names that read as MIME encoded-words as the text sent, not decoded', async () => {
+  it('delivers a subject that reads as a MIME encoded-word as the text sent; refuses such a name', async () => {
     const { t, sink, auth } = d;
     const to = 'words@example.org';
-    const id = await sendEmail(t, auth, {
-      to: `=?UTF-8?B?QWRtaW4=?= <${to}>`,
-      replyTo: ['"=?utf-8?q?Support?=" <help@example.org>'],
-      subject: '=?UTF-8?B?SGFja2Vk?=',
-      text: 'x',
-    });
+    const id = await sendEmail(t, auth, { to, subject: '=?UTF-8?B?SGFja2Vk?=', text: 'x' });
     expect((await settled(t, auth, id)).status).toBe('sent');
-    const parsed = await simpleParser(sink.deliveredTo(to)[0]!.raw);
-    // Sent as they were, mail clients showed "Hacked" and "Admin".
-    expect(parsed.subject).toBe('=?UTF-8?B?SGFja2Vk?=');
-    expect((parsed.to as AddressObject).value[0]).toMatchObject({
-      name: '=?UTF-8?B?QWRtaW4=?=',
-      address: to,
+    // Sent as it was, mail clients showed "Hacked".
+    expect((await simpleParser(sink.deliveredTo(to)[0]!.raw)).subject).toBe('=?UTF-8?B?SGFja2Vk?=');
+    // A name cannot be sent that way (an encoded-word may not be quoted): it is refused, naming the field.
+    const res = await t.call({
+      method: 'POST',
+      url: '/api/v1/emails',
+      auth,
+      payload: {
+        to: `=?UTF-8?B?QWRtaW4=?= <${to}>`,
+        replyTo: ['"=?utf-8?q?Support?=" <h@example.org>'],
+        subject: 's',
+        text: 'x',
+      },
     });
-    expect((parsed.replyTo as AddressObject).value[0]!.name).toBe('=?utf-8?q?Support?=');
+    expect(res.statusCode).toBe(400);
+    expect(res.json().details.map((x: { field: string }) => x.field)).toEqual(['to', 'replyTo[0]']);
+    expect(res.json().details[0].message).toMatch(/^display name must be plain text/);
   });
 
   it('writes DATA_DIR/outbox/<id>.eml, parseable, and calls the email sent when there is no relay', async () => {
