@@ -2,6 +2,7 @@
 // a bad value stops the process with a one-line message naming the variable.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { domainToASCII } from 'node:url';
 import { parseConfiguredMailbox } from './validation/addresses.js';
 
 /**
@@ -50,15 +51,20 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
   return n;
 }
 
-const LABEL = '[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?';
-/** A DKIM domain (d=): dotted labels. A selector (s=): one label or more (RFC 6376 3.1). */
+const LABEL = '[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?';
+/**
+ * A DKIM domain (d=): dotted labels. A selector (s=): one label or more (RFC 6376 3.1). Underscores are
+ * let through, as DNS has them; an international domain is checked as nodemailer signs it (punycode).
+ */
 const DOMAIN = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})+$`);
 const SELECTOR = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})*$`);
 
 /** A name signatures carry as it is: blank, or with spaces, they would go out as `d=;` and fail every check. */
 function dnsName(env: Env, name: string, shape: RegExp, what: string): string {
   const value = env[name]!.trim();
-  if (!shape.test(value)) throw new ConfigError(`${name} must be ${what}, got "${env[name]}"`);
+  // Only a domain is punycoded: a selector such as `s1.2026` ends in a number, which URL rules take for IPv4.
+  const ascii = shape === DOMAIN ? domainToASCII(value) : value;
+  if (!shape.test(ascii)) throw new ConfigError(`${name} must be ${what}, got "${env[name]}"`);
   return value;
 }
 

@@ -1,4 +1,5 @@
 // The environment is read once; a bad value stops start-up with one line that names the variable.
+import { generateKeyPairSync } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
@@ -47,6 +48,19 @@ describe('configuration from the environment', () => {
       sqliteSynchronous: 'NORMAL',
       deliveryConcurrency: 5,
     });
+  });
+
+  it('takes DKIM names as DNS has them: an international domain, an underscore in a selector', () => {
+    const key = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey.export({
+      type: 'pkcs8',
+      format: 'pem',
+    });
+    const config = loadConfig({
+      DKIM_DOMAIN: 'bücher.example',
+      DKIM_SELECTOR: 's_1.2026',
+      DKIM_PRIVATE_KEY: String(key),
+    });
+    expect(config.dkim).toMatchObject({ domainName: 'bücher.example', keySelector: 's_1.2026' });
   });
 
   it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
