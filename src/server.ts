@@ -95,8 +95,14 @@ const SHUTDOWN_GRACE_MS = 10_000;
 function holdSignals(logger: Logger): { release(stop: (signal: string) => void): void } {
   let held: string | undefined;
   const hold = (signal: string) => {
-    if (held === undefined) logger.info({ signal }, 'stopping once started');
-    held ??= signal;
+    if (held === undefined) {
+      held = signal;
+      logger.info({ signal }, 'stopping once started; a second signal stops at once');
+      return;
+    }
+    // Start-up can wait minutes (another process's migration lock): a second Ctrl-C means now.
+    logger.warn({ signal }, 'stopped while starting');
+    process.exit(1);
   };
   process.on('SIGTERM', hold);
   process.on('SIGINT', hold);
