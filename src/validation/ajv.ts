@@ -108,7 +108,7 @@ function capped(details: ErrorDetail[], part: string): ErrorDetail[] {
 export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
   const body = makeAjv(false);
   const text = makeAjv(true);
-  // Stops at the first error: for bodies with a huge object or array (hasHugeContainer).
+  // Stops at the first error: for bodies with more entries than any request takes (tooManyEntries).
   const firstOnly = makeAjv(false, false);
   return ({ schema, httpPart }) => {
     const part = httpPart ?? 'body';
