@@ -64,6 +64,11 @@ export interface Mailer {
   send(message: OutgoingMessage, options?: SendOptions): Promise<DeliveryResult>;
   /** A later startBy for these emails' sends (by OutgoingMessage.id) not begun yet: their leases were renewed. */
   extend?(emailIds: string[], startBy: number): void;
+  /**
+   * Drops this email's send if it has not begun (it rejects with NotStartedError): the worker stopped
+   * waiting for it and recorded it deferred, so it must not go out later as well as on its retry.
+   */
+  cancel?(emailId: string): void;
   close(): Promise<void>;
 }
 

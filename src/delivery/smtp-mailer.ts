@@ -40,6 +40,10 @@ export class SmtpMailer implements Mailer {
     if (!this.closed && !this.thread.gone) this.thread.extend(emailIds, startBy);
   }
 
+  cancel(emailId: string): void {
+    if (!this.closed && !this.thread.gone) this.thread.cancel(emailId);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     await this.thread.close();
@@ -101,6 +105,10 @@ class SmtpThread {
     this.worker.postMessage({ extend: { ids, startBy } } satisfies ThreadRequest);
   }
 
+  cancel(emailId: string): void {
+    this.worker.postMessage({ cancel: emailId } satisfies ThreadRequest);
+  }
+
   private settled(id: number): void {
     this.waiting.delete(id);
     if (this.waiting.size === 0) this.worker.unref();
@@ -127,6 +135,8 @@ export interface ThreadRequest {
   startBy?: number | undefined;
   /** Later startBy for sends not begun yet (Mailer.extend). */
   extend?: { ids: string[]; startBy: number };
+  /** An email whose send, if not begun yet, is dropped (Mailer.cancel). */
+  cancel?: string;
   close?: boolean;
 }
 

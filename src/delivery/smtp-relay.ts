@@ -91,6 +91,16 @@ export class SmtpRelay {
     for (const w of this.waiting) if (ids.has(w.id)) w.startBy = Math.max(w.startBy, startBy);
   }
 
+  /** Drops this email's sends not begun yet: the worker gave up waiting for them (Mailer.cancel). */
+  cancel(emailId: string): void {
+    for (let i = this.waiting.length - 1; i >= 0; i--) {
+      const turn = this.waiting[i]!;
+      if (turn.id !== emailId) continue;
+      this.waiting.splice(i, 1);
+      turn.refuse(new NotStartedError('the worker stopped waiting for it'));
+    }
+  }
+
   /** Begins waiting sends while connections are free; one whose startBy has passed is refused. */
   private next(): void {
     while (this.active < this.maxConnections && this.waiting.length > 0) {

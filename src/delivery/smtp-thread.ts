@@ -17,6 +17,10 @@ port.on('message', (request: ThreadRequest) => {
     relay.extend(request.extend.ids, request.extend.startBy);
     return;
   }
+  if (request.cancel !== undefined) {
+    relay.cancel(request.cancel);
+    return;
+  }
   const id = request.id!;
   relay.send(request.message!, request.startBy).then(
     (result) => port.postMessage({ id, result } satisfies ThreadReply),

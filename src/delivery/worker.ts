@@ -277,10 +277,11 @@ export class DeliveryWorker {
   private async sendBounded(message: OutgoingMessage, startBy: number): Promise<DeliveryResult> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new DeliveryError(`send did not finish within ${this.sendTimeoutMs} ms`, false)),
-        this.sendTimeoutMs,
-      );
+      timer = setTimeout(() => {
+        // Deferred now and sent again on retry: it must not also go out from the relay's queue later.
+        this.o.mailer.cancel?.(message.id);
+        reject(new DeliveryError(`send did not finish within ${this.sendTimeoutMs} ms`, false));
+      }, this.sendTimeoutMs);
     });
     try {
       return await Promise.race([this.o.mailer.send(message, { startBy }), timeout]);

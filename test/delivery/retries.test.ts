@@ -272,6 +272,33 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       }
     }));
 
+  it('does not also send later an email deferred while it waited for a connection', () =>
+    withApp(async (t, auth) => {
+      // One connection held a second by each message: the second email is still waiting for it when the
+      // worker's bound runs out. It is deferred (its retry is a minute away) and must not go out meanwhile.
+      const sink = await startSmtpSink({ dataDelayMs: 1_000 });
+      const mailer = new SmtpMailer({ url: sink.url, maxConnections: 1 });
+      const worker = startWorker(t, mailer, { retryBaseMs: 60_000, sendTimeoutMs: 300 });
+      try {
+        const ids = await Promise.all(
+          ['held@example.org', 'waiting@example.org'].map((to) => sendEmail(t, auth, basicEmail(to))),
+        );
+        const emails = await Promise.all(ids.map((id) => untilStatus(t, auth, id, 'deferred')));
+        expect(emails.map((e) => e.lastError)).toEqual([
+          expect.stringMatching(/did not finish/),
+          expect.stringMatching(/did not finish/),
+        ]);
+        await eventually(() => sink.messages.length === 1);
+        // Long enough for a second message to have begun and been answered, had it been left queued.
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        expect(sink.messages).toHaveLength(1);
+      } finally {
+        await worker.stop();
+        await mailer.close();
+        await sink.close();
+      }
+    }));
+
   it('defers when the relay goes quiet after the message data (socket timeout)', () =>
     withApp(async (t, auth) => {
       const sink = await startSmtpSink({ dataDelayMs: 3_000 });

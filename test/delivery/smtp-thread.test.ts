@@ -79,6 +79,24 @@ describe('the SMTP thread', () => {
     }
   });
 
+  it('drops a waiting send the worker gave up on, and never hands it to the relay', async () => {
+    const sink = await startSmtpSink({ dataDelayMs: 400 });
+    const mailer = new SmtpMailer({ url: sink.url, maxConnections: 1 });
+    try {
+      const first = mailer.send(message('first@example.org'));
+      const dropped = mailer.send(message('dropped@example.org'));
+      const next = mailer.send(message('next@example.org'));
+      mailer.cancel('id-dropped@example.org');
+      await expect(dropped).rejects.toBeInstanceOf(NotStartedError);
+      expect((await first).accepted).toEqual(['first@example.org']);
+      expect((await next).accepted).toEqual(['next@example.org']);
+      expect(sink.messages.map((m) => m.envelope.to)).toEqual([['first@example.org'], ['next@example.org']]);
+    } finally {
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
   it('refuses sends after close, without starting a thread', async () => {
     const sink = await startSmtpSink();
     const mailer = new SmtpMailer({ url: sink.url });
