@@ -25,7 +25,7 @@ export type RecipientStatus = (typeof RECIPIENT_STATUSES)[number];
 const Mailbox = Type.String({
   minLength: 1,
   maxLength: MAX_MAILBOX,
-  description: '`a@b.example` or `Name <a@b.example>`',
+  description: '`a@b.example` or `Name <a@b.example>`; a display name of at most 256 characters',
 });
 // `to` needs a recipient; an empty cc, bcc or replyTo array simply means none, as clients often send it.
 const Mailboxes = (max: number, minItems = 0) =>
@@ -64,7 +64,7 @@ export const SendEmailBody = withRules(
         FreeKeys(Type.String({ maxLength: 900, pattern: '\\S' }), {
           maxProperties: 50,
           description:
-            'Custom headers; string values only, no CR/LF, and not the headers Mailroom sets itself',
+            'Custom headers. Names: header field names of at most 100 printable ASCII characters without `:`, given once whatever their case, and not the headers Mailroom sets itself. Values: strings, no CR/LF.',
         }),
       ),
       tags: Type.Optional(Type.Array(Tag, { maxItems: MAX_TAGS })),
@@ -157,7 +157,13 @@ export const listEmailsSchema = {
   tags: ['emails'],
   querystring: Type.Object({
     ...PageQuery,
-    status: Type.Optional(StringEnum(EMAIL_STATUSES)),
+    // Empty (`?status=`, as query builders send an unset field) filters nothing, as `tag` and `email` do
+    // on contacts.
+    status: Type.Optional(
+      StringEnum([...EMAIL_STATUSES, ''] as const, {
+        description: 'Only emails in this state; empty for all',
+      }),
+    ),
   }),
   response: { 200: Type.Object({ emails: Type.Array(EmailSummary), pagination: Pagination }), ...errors },
 };

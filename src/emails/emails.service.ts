@@ -174,11 +174,12 @@ export class EmailsService {
     };
   }
 
-  async page(orgId: string, query: Page & { status?: EmailStatus | undefined }) {
+  async page(orgId: string, query: Page & { status?: EmailStatus | '' | undefined }) {
     const page = { page: query.page, limit: query.limit };
+    const status = query.status || undefined;
     const [rows, total] = await Promise.all([
-      repo.pageEmails(this.store.db, orgId, query.status, page),
-      repo.countEmails(this.store.db, orgId, query.status),
+      repo.pageEmails(this.store.db, orgId, status, page),
+      repo.countEmails(this.store.db, orgId, status),
     ]);
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }

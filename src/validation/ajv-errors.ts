@@ -72,7 +72,11 @@ function messageOf(e: ErrorObject): string {
     case 'minimum':
       return `must be at least ${String(p.limit)}`;
     case 'enum':
-      return `must be one of: ${(p.allowedValues as unknown[]).map(String).join(', ')}`;
+      // An empty value some filters allow (it filters nothing) is not one to suggest.
+      return `must be one of: ${(p.allowedValues as unknown[])
+        .filter((v) => v !== '')
+        .map(String)
+        .join(', ')}`;
     case 'format':
       return `must be a valid ${String(p.format)}`;
     case 'pattern':

@@ -109,7 +109,11 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect(p3.emails.map((e: { id: string }) => e.id)).toEqual([ids[0]]);
     expect((await page({ status: 'queued' })).json().pagination.total).toBe(5);
     expect((await page({ status: 'sent' })).json()).toMatchObject({ emails: [], pagination: { total: 0 } });
-    expect400(await page({ status: 'bogus' }), 'emails', ['status']);
+    // Empty, as query builders send an unset field: every status, as `?tag=` is on contacts.
+    expect((await page({ status: '' })).json().pagination.total).toBe(5);
+    const bogus = await page({ status: 'bogus' });
+    expect400(bogus, 'emails', ['status']);
+    expect(bogus.json().details[0].message).toBe('must be one of: queued, sending, sent, deferred, failed');
     expect400(await page({ limit: '101' }), 'emails', ['limit']);
     expect400(await page({ page: '0' }), 'emails', ['page']);
   });
