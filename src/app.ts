@@ -138,7 +138,9 @@ export async function buildApp(
   // Set before any plugin is registered: a plugin's routes (the docs page) keep the handler of their time.
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = renderError(err, req.url, req.id);
-    if (status >= 500) req.log.error({ err }, 'request failed');
+    // A refusal while shutting down is expected, not a fault: no error, no stack.
+    if (err instanceof AppError && err.code === 'SHUTTING_DOWN') req.log.info('refused: shutting down');
+    else if (status >= 500) req.log.error({ err }, 'request failed');
     return reply.code(status).send(body);
   });
 

@@ -16,7 +16,7 @@ async function unfinished(
   url: string,
   head: string,
   heard?: string,
-): Promise<{ closed(): boolean; destroy(): void }> {
+): Promise<{ closed(): boolean; destroy(): void; write(more: string): void; received(): string }> {
   const { hostname, port } = new URL(url);
   const socket = net.connect(Number(port), hostname);
   let closed = false;
@@ -28,7 +28,12 @@ async function unfinished(
   if (head) socket.write(head);
   if (heard !== undefined)
     await eventually(() => received.includes(heard), 5_000, `server answered ${heard}`);
-  return { closed: () => closed, destroy: () => socket.destroy() };
+  return {
+    closed: () => closed,
+    destroy: () => socket.destroy(),
+    write: (more) => socket.write(more),
+    received: () => received,
+  };
 }
 
 describe.each(storeKinds())('SIGTERM with unfinished connections on %s', (kind) => {
@@ -68,6 +73,51 @@ describe.each(storeKinds())('SIGTERM with unfinished connections on %s', (kind) 
       await eventually(() => halfBody.closed(), 5_000, 'the body in progress cut after its grace');
     } finally {
       for (const c of [silent, halfHeaders, halfBody]) c.destroy();
+      await server.kill('SIGKILL');
+    }
+  });
+
+  it('answers the request in progress, and does nothing of one pipelined behind it, logging no error', async () => {
+    const key = await d.newKey();
+    const server = await startProcess(['serve', '--no-worker'], d.env);
+    const host = new URL(server.url).host;
+    const silent = await unfinished(server.url, '');
+    const body = '{"name":"Pipelined before"}';
+    const halfBody = await unfinished(
+      server.url,
+      `POST /api/v1/lists HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${key}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n` +
+        body.slice(0, 10),
+      '100 Continue',
+    );
+    try {
+      const exited = server.kill('SIGTERM');
+      // The silent connection is cut once the server has begun to close.
+      await eventually(() => silent.closed(), 5_000, 'the server began to close');
+      halfBody.write(
+        body.slice(10) +
+          `POST /api/v1/lists HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${key}\r\n` +
+          'Content-Type: application/json\r\nContent-Length: 16\r\n\r\n{"name":"After"}',
+      );
+      await eventually(() => halfBody.closed(), 5_000, 'the connection closed after its answer');
+      const answers = halfBody.received().match(/^HTTP\/1\.1 \d+/gm);
+      expect(answers).toEqual(['HTTP/1.1 100', 'HTTP/1.1 201']);
+      expect(halfBody.received()).toMatch(/connection: close/i);
+      await exited;
+      expect(server.child.exitCode).toBe(0);
+      expect(server.output(), 'a refusal while shutting down is no error').not.toMatch(/"level":50/);
+
+      const again = await startProcess(['serve', '--no-worker'], d.env);
+      try {
+        const res = await fetch(`${again.url}/api/v1/lists`, { headers: { authorization: `Bearer ${key}` } });
+        const names = ((await res.json()) as { lists: { name: string }[] }).lists.map((l) => l.name);
+        expect(names).toContain('Pipelined before');
+        expect(names).not.toContain('After');
+      } finally {
+        await again.kill('SIGTERM');
+      }
+    } finally {
+      for (const c of [silent, halfBody]) c.destroy();
       await server.kill('SIGKILL');
     }
   });
