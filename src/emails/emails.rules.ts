@@ -123,8 +123,9 @@ function checkRules(body: Loose, errors: DetailCollector) {
     const field = `headers.${name}`;
     const first = names.get(name.toLowerCase());
     names.set(name.toLowerCase(), first ?? name);
-    if (!FIELD_NAME.test(name) || name.length > 100) errors.add(field, 'is not a valid header name');
-    else if (isRefusedHeader(name)) errors.add(field, 'is set by Mailroom and cannot be overridden');
+    if (!FIELD_NAME.test(name) || name.length > 100) {
+      errors.add(field, 'is not a valid header name: at most 100 printable ASCII characters, without `:`');
+    } else if (isRefusedHeader(name)) errors.add(field, 'is set by Mailroom and cannot be overridden');
     else if (first !== undefined) {
       errors.add(field, `is the header ${first} again (header names are case-insensitive): give it once`);
     } else if (typeof value !== 'string') continue;

@@ -165,11 +165,19 @@ export async function registerDocsPage(app: FastifyInstance): Promise<void> {
     staticCSP: true,
     // Without `upgrade-insecure-requests`: a server on plain HTTP (the usual self-hosted one, reached by
     // its address) would have the browser fetch the page's scripts and the document over HTTPS, and fail.
+    // Nor the sources elsewhere the plugin allows (fonts and styles from any https: site, the badge of
+    // validator.swagger.io, which `validatorUrl: null` never asks): the page loads its own files alone.
     transformStaticCSP: (csp: string) =>
       csp
         .split(';')
         .filter((d) => d.trim() !== 'upgrade-insecure-requests')
+        .map((d) =>
+          d
+            .split(' ')
+            .filter((source) => source !== 'https:' && source !== 'validator.swagger.io')
+            .join(' '),
+        )
         .join(';'),
-    uiConfig: { url: '/api/v1/openapi.json' },
+    uiConfig: { url: '/api/v1/openapi.json', validatorUrl: null },
   });
 }

@@ -311,8 +311,24 @@ describe.each(storeKinds())('edges on %s', (kind) => {
       { field: 'from', message: 'must be a string' },
     ]);
     expect(detailsOf(await post('/api/v1/emails', { ...mail, headers: { 'X-A\n': 'v' } }), 'emails')).toEqual(
-      [{ field: 'headers.X-A\n', message: 'is not a valid header name' }],
+      [
+        {
+          field: 'headers.X-A\n',
+          message: 'is not a valid header name: at most 100 printable ASCII characters, without `:`',
+        },
+      ],
     );
+    expect(
+      detailsOf(
+        await post('/api/v1/emails', { ...mail, headers: { [`X-${'a'.repeat(99)}`]: 'v' } }),
+        'emails',
+      ),
+    ).toEqual([
+      {
+        field: `headers.X-${'a'.repeat(99)}`,
+        message: 'is not a valid header name: at most 100 printable ASCII characters, without `:`',
+      },
+    ]);
     // Different fields are all still named, each once.
     const many = await post('/api/v1/contacts', { email: 'bad', firstName: 1, tags: [''] });
     expect(

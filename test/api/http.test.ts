@@ -277,6 +277,9 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     const csp = String(page.headers['content-security-policy']);
     expect(csp).toMatch(/default-src 'self'/);
     expect(csp).not.toMatch(/upgrade-insecure-requests/);
+    // Nothing from elsewhere: no https: wildcard, no validator badge.
+    expect(csp).not.toMatch(/https:|validator\.swagger\.io/);
+    expect(csp).toMatch(/img-src 'self' data:;/);
   });
 
   it('the OpenAPI document is 3.1 and has every route of the table', async () => {
