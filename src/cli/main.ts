@@ -118,12 +118,19 @@ function refuseOtherFlags(command: string, flags: Flags): void {
   }
 }
 
+/**
+ * Control characters, Unicode line and paragraph separators, and the marks that reverse the direction of
+ * what follows (a name holding U+202E shows the rest of its line, the key's id included, backwards).
+ */
+const UNSHOWABLE = /[\p{Cc}\p{Zl}\p{Zp}\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/u;
+
 /** A name as the CLI shows it again, one per line: at most 100 characters, no control characters. */
 function nameFlag(value: string | undefined): string {
   const name = required(value, 'name');
   if (longerThan(name, 100)) throw new UsageError('--name must be at most 100 characters');
-  if (/\p{Cc}/u.test(name))
-    throw new UsageError('--name must not contain control characters (line breaks, tabs)');
+  if (UNSHOWABLE.test(name)) {
+    throw new UsageError('--name must not contain control characters (line breaks, tabs, direction marks)');
+  }
   return name;
 }
 

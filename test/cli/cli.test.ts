@@ -182,8 +182,13 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       [['keys', 'list', '--permissions', 'sendEmails'], 'keys list does not take --permissions'],
       [
         ['orgs', 'create', '--name', 'two\nlines'],
-        '--name must not contain control characters (line breaks, tabs)',
+        '--name must not contain control characters (line breaks, tabs, direction marks)',
       ],
+      // A Unicode line separator breaks the line as \n does; U+202E shows the rest of the line backwards.
+      ...['two\u2028lines', 'evil\u202Eeman'].map((name): [string[], string] => [
+        ['orgs', 'create', '--name', name],
+        '--name must not contain control characters (line breaks, tabs, direction marks)',
+      ]),
       [['orgs', 'create', '--name', 'n'.repeat(101)], '--name must be at most 100 characters'],
       // Either one kept, the other would be dropped without a word.
       [['orgs', 'create', '--name', 'a', '--name', 'b'], '--name is given more than once'],
@@ -193,7 +198,7 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       [['keys', 'create', '--permissions', 'readContacts', '--name'], '--name needs a value'],
       [
         ['keys', 'create', '--name', 'a\tb', '--permissions', 'readContacts'],
-        '--name must not contain control characters (line breaks, tabs)',
+        '--name must not contain control characters (line breaks, tabs, direction marks)',
       ],
     ];
     const results = await Promise.all(cases.map(([args]) => cli(...args, '--json')));
