@@ -229,8 +229,21 @@ export async function buildApp(
     return reply.code(status).send(body);
   });
 
-  // Not rate-limited (contract.md), so it carries no rate-limit headers: probes must never be refused.
-  app.get('/health', { config: { rateLimit: false }, schema: healthSchema }, async (_req, reply) => {
+  // Not rate-limited (contract.md): a probe is never refused, nor counted. Like every answer (api-v1.md 8)
+  // it carries the caller's rate-limit headers, its key's or its address's standing as it is.
+  const standing = app.createRateLimit();
+  app.get('/health', { config: { rateLimit: false }, schema: healthSchema }, async (req, reply) => {
+    try {
+      const s = await standing(req, { increment: false });
+      if (!s.isAllowed) {
+        reply.header('x-ratelimit-limit', s.max);
+        reply.header('x-ratelimit-remaining', s.remaining);
+        reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + s.ttlInSeconds);
+      }
+    } catch (err) {
+      // The counters could not be read: the probe is answered all the same.
+      req.log.warn({ err: (err as Error).message }, 'health: rate-limit standing not read');
+    }
     try {
       await store.ping();
       return { status: 'ok' as const };

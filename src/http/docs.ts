@@ -7,10 +7,12 @@ import { Type } from 'typebox';
 import { nullMeansAbsent } from '../validation/ajv.js';
 import { ContactsError } from './schemas.js';
 
-/** GET /health: no key, no rate limit (contract.md). */
+/** GET /health: no key, not rate-limited (contract.md), though it shows the caller's standing. */
 export const healthSchema = {
   operationId: 'getHealth',
   summary: 'Health: 200 once the store answers, 503 while it does not',
+  description:
+    'Never refused by the rate limit and not counted against it; its rate-limit headers show where the key sent (or, without one, the client address) stands.',
   tags: ['health'],
   security: [],
   response: {
@@ -84,14 +86,11 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             for (const name of nullable) properties[name] = orNull(properties[name]);
             json.schema = { ...json.schema, properties };
           }
-          // Every route but /health is rate-limited, the document and the docs page included.
-          const limited = route !== '/health';
           for (const [status, response] of Object.entries(op.responses ?? {})) {
             response.description = RESPONSES[status] ?? response.description;
-            // Every answer of a rate-limited route says where its key stands (api-v1.md 8).
-            if (limited || status === '429') {
-              response.headers = { ...RATE_LIMIT_HEADERS, ...(status === '429' ? RETRY_AFTER : {}) };
-            }
+            // Every answer says where its key (or address) stands (api-v1.md 8); /health too, which is
+            // not itself counted.
+            response.headers = { ...RATE_LIMIT_HEADERS, ...(status === '429' ? RETRY_AFTER : {}) };
             for (const content of Object.values(response.content ?? {})) {
               content.schema = nameTitled(content.schema, named);
             }

@@ -8,6 +8,8 @@ type Result = { current: number; ttl: number };
 type Callback = (err: Error | null, result?: Result) => void;
 interface CounterStore {
   incr(key: string, cb: Callback, timeWindow: number, max: number): void;
+  /** The count and time left without counting a request (ttl 0: no window is running). */
+  read(key: string, cb: Callback, timeWindow: number, max: number): void;
 }
 
 // The plugin's own Redis (atomic Lua script) and in-memory stores; they are not exported by name.
@@ -102,6 +104,22 @@ export function sharedLimitStore(
           failing = false;
           cb(null, result);
         },
+        timeWindow,
+        max,
+      );
+    }
+
+    /**
+     * Where the key stands, counting nothing (GET /health shows it). Redis is asked only while counting
+     * there; if it fails now, this process's count is shown, and the next counted request judges Redis.
+     */
+    read(key: string, done: Callback, timeWindow: number, max: number): void {
+      const cb = (err: Error | null, result?: Result) =>
+        result?.ttl === 0 ? done(err, result) : endingOnWholeSecond(done)(err, result);
+      if (!remote || failing || redis!.status !== 'ready') return local.read(key, cb, timeWindow, max);
+      remote.read(
+        key,
+        (err, result) => (err ? local.read(key, cb, timeWindow, max) : cb(null, result)),
         timeWindow,
         max,
       );

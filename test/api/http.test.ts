@@ -264,8 +264,8 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     const health = await t.call({ method: 'GET', url: '/health' });
     expect(health.statusCode).toBe(200);
     expect(health.json()).toEqual({ status: 'ok' });
-    // Exempt from the limit (contract.md), so it says nothing about one.
-    expect(health.headers['x-ratelimit-limit']).toBeUndefined();
+    // Exempt from the limit (contract.md), yet it shows the caller's standing, as every answer does.
+    expectRateHeaders(health);
     const docs = await t.call({ method: 'GET', url: '/docs' });
     const page =
       docs.statusCode === 302 ? await t.call({ method: 'GET', url: docs.headers.location! }) : docs;
@@ -372,8 +372,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       for (const [status, response] of Object.entries(op.responses)) {
         expect([path, status, response.description]).not.toEqual([path, status, 'Default Response']);
         const headers = Object.keys(response.headers ?? {});
-        if (path === '/health') expect(headers).toEqual([]);
-        else expect([path, status, headers]).toEqual([path, status, expect.arrayContaining(RATE_HEADERS)]);
+        expect([path, status, headers]).toEqual([path, status, expect.arrayContaining(RATE_HEADERS)]);
         if (status === '429') expect(headers).toContain('Retry-After');
         // Every such answer carries them: a generated client should not type them as optional.
         for (const header of Object.values(response.headers ?? {})) {
@@ -441,7 +440,32 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     const missing = await t.call({ method: 'GET', url: '/api/v1/nothing', auth: other });
     expect(missing.statusCode).toBe(404);
     expect(missing.headers['x-ratelimit-remaining']).toBe('1');
-    expect((await t.call({ method: 'GET', url: '/health' })).statusCode).toBe(200);
+  });
+
+  it('a health probe is never refused nor counted, and shows where its address stands', async () => {
+    const from = (remoteAddress: string, url: string) => t.call({ method: 'GET', url, remoteAddress });
+    const counted = await from('10.8.8.8', '/api/v1/lists');
+    await from('10.8.8.8', '/api/v1/lists');
+    const spent = await from('10.8.8.8', '/api/v1/lists');
+    expect(spent.headers['x-ratelimit-remaining']).toBe('0');
+    for (let i = 0; i < 5; i++) {
+      const health = await from('10.8.8.8', '/health');
+      expect(health.statusCode).toBe(200);
+      expect([health.headers['x-ratelimit-limit'], health.headers['x-ratelimit-remaining']]).toEqual([
+        '3',
+        '0',
+      ]);
+      expect(health.headers['x-ratelimit-reset']).toBe(counted.headers['x-ratelimit-reset']);
+    }
+    expect((await from('10.8.8.8', '/api/v1/lists')).statusCode).toBe(429);
+    const half = await from('10.8.8.9', '/api/v1/lists');
+    expect((await from('10.8.8.9', '/health')).headers['x-ratelimit-remaining']).toBe('2');
+    expect((await from('10.8.8.9', '/api/v1/lists')).headers['x-ratelimit-remaining']).toBe('1');
+    expect(half.statusCode).toBe(401);
+    // An address that sent nothing yet: a full budget, and no window running (Reset is now).
+    const fresh = await from('10.7.7.7', '/health');
+    expect(fresh.headers['x-ratelimit-remaining']).toBe('3');
+    expect(Number(fresh.headers['x-ratelimit-reset'])).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
   });
 
   it('requests without a valid key are limited per client address', async () => {
