@@ -72,7 +72,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       if (!('openapiObject' in doc)) return doc.swaggerObject;
       const openapiObject = doc.openapiObject;
       const named: Record<string, unknown> = {};
-      for (const [route, item] of Object.entries(openapiObject.paths ?? {})) {
+      for (const item of Object.values(openapiObject.paths ?? {})) {
         for (const op of Object.values(item as Record<string, Op>)) {
           for (const param of op.parameters ?? []) {
             const p = param as { in?: string; required?: boolean; schema?: { default?: unknown } };
