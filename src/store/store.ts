@@ -11,6 +11,7 @@ import type { Database } from './schema.js';
 import { type DialectName, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
+import { allowSnapshotConnections } from './snapshot.js';
 import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { foldAddressChunks } from './address-chunks-postgres.js';
@@ -250,6 +251,8 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   // that was waiting fails on its own, and the pool drops the broken client.
   pool.on('connect', (client) => client.on('error', () => undefined));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  // Counts that read one snapshot on several connections leave one of the pool for everything else.
+  allowSnapshotConnections(db, poolSize - 1);
   const group = new GroupCommit<Database>((fn) => db.transaction().execute(fn));
   // A few batches at once: each waits on round trips and its commit, and the pool has room for reads.
   const appender = new Appender<Database>((fn) => db.transaction().execute(fn), {

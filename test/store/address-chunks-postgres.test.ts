@@ -14,7 +14,9 @@ import {
   LOOSE_CHARS,
   PG_CHUNK_CHARS,
   foldAddressChunks,
+  rebuildAddressChunks,
 } from '../../src/store/address-chunks-postgres.js';
+import { inOneSnapshot } from '../../src/store/snapshot.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import type { Database } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
@@ -252,6 +254,58 @@ describe.skipIf(!TEST_DATABASE_URL)('address chunks on postgres', () => {
     expect(made).toBeGreaterThan(50);
     await foldAddressChunks(db, { looseRows: 2 });
     expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
+  });
+
+  it('are counted in one snapshot outside a transaction, while folds write them anew', async () => {
+    const db = ts.store.db;
+    const org = 'chunk-refold';
+    await newOrg(db, org);
+    await insertContacts(
+      db,
+      Array.from({ length: 3_000 }, (_, i) => ({
+        row: { ...contactRow(org, `f-${i}`, `fold${i}@refold${i % 7}.test`, AT), json: null },
+        tags: [],
+      })),
+    );
+    const terms = ['fold', 'refold3', 'd1', '@'];
+    const truths = await Promise.all(terms.map((term) => truth(db, org, term)));
+    // Each rebuild deletes the organisation's rows and writes them again under new ids, which the count's
+    // parts divide between them: parts reading snapshots of their own, a moment apart, saw an address in
+    // both or in neither when a rebuild committed between them. (One rebuilder: folds take a lock so that
+    // two never rebuild one organisation at once.)
+    let stop = false;
+    const rebuilder = async () => {
+      while (!stop) await rebuildAddressChunks(db, org);
+    };
+    const wrong: string[] = [];
+    const reader = async () => {
+      for (let i = 0; i < 60; i++) {
+        const counts = await Promise.all(terms.map((term) => chunkCount(db, org, term)));
+        counts.forEach((n, t) => n !== truths[t] && wrong.push(`${terms[t]}: ${n}, not ${truths[t]}`));
+      }
+      stop = true;
+    };
+    await Promise.all([rebuilder(), reader()]);
+    expect(wrong).toEqual([]);
+  });
+
+  it('share one snapshot between the connections of a count, whatever commits meanwhile', async () => {
+    const db = ts.store.db;
+    await newOrg(db, 'snapshot-probe');
+    const seen = await inOneSnapshot(db, 2, async (conn, i) => {
+      // The second part reads only after a row was committed elsewhere, after the snapshot was taken.
+      if (i === 1) await newOrg(db, 'snapshot-later');
+      const { rows } = await sql<{ n: string }>`select count(*) as n from organizations
+        where id like 'snapshot-%'`.execute(conn);
+      return Number(rows[0]!.n);
+    });
+    expect(seen).toEqual([1, 1]);
+    // One connection at a time per pool beyond the first: it never waits on itself.
+    const pool = ts.store.db;
+    const results = await Promise.all(
+      Array.from({ length: 12 }, () => inOneSnapshot(pool, 2, async (_conn, i) => i)),
+    );
+    expect(results).toEqual(Array(12).fill([0, 1]));
   });
 
   it('go with their organisation', async () => {

@@ -1,0 +1,87 @@
+// PostgreSQL: several statements at once, each on a connection of its own, all reading one snapshot. The
+// first connection exports its snapshot and the others take it up (SET TRANSACTION SNAPSHOT), so their
+// results add up as one statement's would, whatever commits meanwhile.
+import { sql } from 'kysely';
+import type { Executor } from './store.js';
+
+/** Connections one call may hold at once, per pool (registered by the store: its size, less one). */
+const spare = new WeakMap<Executor, number>();
+/** Calls holding connections, one at a time per pool: two each holding one and waiting for another would wait for ever. */
+const turns = new WeakMap<Executor, Promise<unknown>>();
+
+/** How many connections of `db`'s pool inOneSnapshot may take at once; 1 (the default) runs the parts in turn. */
+export function allowSnapshotConnections(db: Executor, connections: number): void {
+  spare.set(db, connections);
+}
+
+/**
+ * fn(conn, i, n) for i in 0..n-1, all in one read-only snapshot: at once, each on a connection of its own,
+ * when the pool has room (n is then `wanted`); else n is 1 and fn runs once, in a transaction.
+ */
+export async function inOneSnapshot<T>(
+  db: Executor,
+  wanted: number,
+  fn: (conn: Executor, i: number, n: number) => Promise<T>,
+): Promise<T[]> {
+  const n = Math.min(wanted, spare.get(db) ?? 1);
+  if (n <= 1) {
+    return [
+      await db
+        .transaction()
+        .setIsolationLevel('repeatable read')
+        .setAccessMode('read only')
+        .execute((trx) => fn(trx, 0, 1)),
+    ];
+  }
+  const before = turns.get(db) ?? Promise.resolve();
+  const run = before.then(() => onConnections(db, n, fn));
+  turns.set(
+    db,
+    run.catch(() => undefined),
+  );
+  return run;
+}
+
+async function onConnections<T>(
+  db: Executor,
+  n: number,
+  fn: (conn: Executor, i: number, n: number) => Promise<T>,
+): Promise<T[]> {
+  const connections: Executor[] = [];
+  // Each connection is held, by a callback that does not return, until every part is done.
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const held = Array.from(
+    { length: n },
+    () =>
+      new Promise<void>((ready, failed) => {
+        db.connection()
+          .execute(async (conn) => {
+            connections.push(conn);
+            ready();
+            await finished;
+          })
+          .catch(failed);
+      }),
+  );
+  try {
+    await Promise.all(held);
+    const [first, ...others] = connections as [Executor, ...Executor[]];
+    await sql`begin isolation level repeatable read, read only`.execute(first);
+    const { rows } = await sql<{ id: string }>`select pg_export_snapshot() as id`.execute(first);
+    const id = rows[0]!.id;
+    // A snapshot id is the server's own text (`00000003-0000001B-1`): it can go in as a literal.
+    if (!/^[0-9A-F-]+$/i.test(id)) throw new Error(`unexpected snapshot id ${id}`);
+    await Promise.all(
+      others.map(async (conn) => {
+        await sql`begin isolation level repeatable read, read only`.execute(conn);
+        await sql.raw(`set transaction snapshot '${id}'`).execute(conn);
+      }),
+    );
+    return await Promise.all(connections.map((conn, i) => fn(conn, i, n)));
+  } finally {
+    // Ends the read-only transactions (a no-op where none began) and gives the connections back.
+    await Promise.all(connections.map((conn) => sql`rollback`.execute(conn).catch(() => undefined)));
+    finish();
+  }
+}
