@@ -131,6 +131,10 @@ export async function pageByEmailIndex(
   const term = filter.email.toLowerCase();
   const size = await organizationSize(db, organizationId);
   const reach = page.page * page.limit;
+  // A page past the organisation's contacts holds none of them. Asked of the index, whose keys are every
+  // organisation's, a page number of a billion let the cap below read hundreds of thousands of other
+  // organisations' matches, on the event loop, for nothing.
+  if (reach - page.limit >= size) return { contacts: [] };
   return unlessDamaged(async () => {
     if (isTrigramSearchable(term)) {
       // A walk reads about reach × size / m contacts to fill the page; the index m matches.

@@ -222,6 +222,50 @@ describe('contact email index on sqlite', () => {
     );
   });
 
+  it("never reads other organisations' matches for a page past the organisation's contacts", async () => {
+    const small = (await t.services.orgs.create('small')).id;
+    const big = (await t.services.orgs.create('big')).id;
+    await seed(t.ts.store, small, ['a@small.example', 'b@small.example', 'c@small.example']);
+    await seed(
+      t.ts.store,
+      big,
+      Array.from({ length: 1_000 }, (_, i) => `m${i}@mass.example`),
+    );
+    withIndexer(t.ts.dataDir, (ix) => ix.step());
+    // Every statement the search runs, as kysely hands it over: the index is read by a MATCH.
+    const statements: string[] = [];
+    const db = t.ts.store.db.withPlugin({
+      transformQuery: (args) => {
+        statements.push(JSON.stringify(args.node));
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    });
+    const readsIndex = () => statements.some((s) => s.includes('contacts_search match'));
+    const deep = { page: 1_000_000_000, limit: 100 };
+    expect(await pageByEmailIndex(db, 'sqlite', small, { email: 'mass.example' }, deep)).toEqual({
+      contacts: [],
+    });
+    expect(readsIndex()).toBe(false);
+    // Within the organisation's contacts the index is read as before, and finds none of the other's.
+    expect(
+      await pageByEmailIndex(db, 'sqlite', small, { email: 'mass.example' }, { page: 1, limit: 20 }),
+    ).toEqual({ contacts: [], total: 0 });
+    expect(readsIndex()).toBe(true);
+    // Through the API: no contacts, and the total as it is.
+    const auth = (await t.newKey(undefined, small)).auth;
+    const res = await t.call({
+      method: 'GET',
+      url: '/api/v1/contacts',
+      auth,
+      query: { email: 'small.example', page: '1000000000', limit: '100' },
+    });
+    expect(res.json()).toMatchObject({
+      contacts: [],
+      pagination: { page: 1_000_000_000, limit: 100, total: 3, pages: 1 },
+    });
+  });
+
   it('follows address changes and deletes', async () => {
     const org = (await t.services.orgs.create('triggers')).id;
     const c = t.services.contacts;
