@@ -331,10 +331,13 @@ export class DeliveryWorker {
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
+    // A relay's answer quotes the recipient (`451 <ann@acme.test>: try later`); addresses are personal
+    // data, kept in the email's record, not in the log (SECURITY.md).
+    const error = lastError === null ? null : withoutAddresses(lastError);
     if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
     else if (status === 'sent') log.info('delivered');
-    else if (status === 'deferred') log.warn({ nextAttempt, lastError }, 'deferred');
-    else log.warn({ lastError }, 'failed');
+    else if (status === 'deferred') log.warn({ nextAttempt, lastError: error }, 'deferred');
+    else log.warn({ lastError: error }, 'failed');
   }
 
   private async cleanupIdempotency(): Promise<void> {
@@ -343,4 +346,9 @@ export class DeliveryWorker {
     this.lastCleanup = now.getTime();
     await removeExpiredIdempotencyKeys(this.o.store, now);
   }
+}
+
+/** The text with every email address in it written as `<address>`. */
+export function withoutAddresses(text: string): string {
+  return text.replace(/[^\s<>"'(),;:[\]]+@[^\s<>"'(),;:[\]]+/g, '<address>');
 }

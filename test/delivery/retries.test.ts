@@ -1,5 +1,6 @@
 // How the relay's answers become statuses: temporary failures retried, permanent ones final, per recipient,
 // and nothing lost while the relay is down, hangs, or the worker stops mid-send.
+import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { Mailer } from '../../src/delivery/mailer.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
@@ -292,6 +293,39 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
         // Long enough for a second message to have begun and been answered, had it been left queued.
         await new Promise((resolve) => setTimeout(resolve, 1_500));
         expect(sink.messages).toHaveLength(1);
+      } finally {
+        await worker.stop();
+        await mailer.close();
+        await sink.close();
+      }
+    }));
+
+  it('logs a deferral and a failure without the addresses the relay quoted', () =>
+    withApp(async (t, auth) => {
+      const sink = await startSmtpSink({
+        onRcpt: (address) =>
+          address.startsWith('later')
+            ? { code: 451, message: `<${address}>: try later` }
+            : address.startsWith('gone')
+              ? { code: 550, message: `5.1.1 ${address} user unknown` }
+              : undefined,
+      });
+      const lines: string[] = [];
+      const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+      const mailer = new SmtpMailer({ url: sink.url });
+      const worker = startWorker(t, mailer, { retryBaseMs: 60_000, logger });
+      try {
+        const later = await sendEmail(t, auth, basicEmail('later.person@private.test'));
+        const gone = await sendEmail(t, auth, basicEmail('gone.person@private.test'));
+        const deferred = await untilStatus(t, auth, later, 'deferred');
+        await untilStatus(t, auth, gone, 'failed');
+        // The email's record keeps the relay's answer as it was.
+        expect(deferred.lastError).toContain('later.person@private.test');
+        await eventually(() => lines.some((l) => l.includes('"msg":"failed"')));
+        const logged = lines.join('');
+        expect(logged).toMatch(/"msg":"deferred"/);
+        expect(logged).toContain('<address>');
+        expect(logged).not.toContain('private.test');
       } finally {
         await worker.stop();
         await mailer.close();
