@@ -17,8 +17,36 @@ export interface MailroomProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/**
+ * Mailroom's own settings (README's table): a child gets only those the test gives. Inherited, a developer's
+ * DATABASE_URL would turn a SQLite suite's server into one on their database, and SMTP_URL send real mail.
+ */
+const SETTINGS = new Set([
+  'PORT',
+  'HOST',
+  'DATA_DIR',
+  'DATABASE_URL',
+  'DATABASE_POOL_SIZE',
+  'SMTP_URL',
+  'MAIL_FROM',
+  'REDIS_URL',
+  'RATE_LIMIT_PER_MINUTE',
+  'DELIVERY_RETRY_BASE_MS',
+  'DELIVERY_MAX_ATTEMPTS',
+  'DELIVERY_CONCURRENCY',
+  'DELIVERY_LEASE_MS',
+  'BODY_LIMIT_BYTES',
+  'REQUEST_TIMEOUT_MS',
+  'LOG_LEVEL',
+  'SQLITE_SYNCHRONOUS',
+  'DKIM_DOMAIN',
+  'DKIM_SELECTOR',
+  'DKIM_PRIVATE_KEY',
+]);
+
 function baseEnv(env: Record<string, string>): NodeJS.ProcessEnv {
-  return { ...process.env, LOG_LEVEL: 'warn', HOST: '127.0.0.1', ...env };
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !SETTINGS.has(name)));
+  return { ...inherited, LOG_LEVEL: 'warn', HOST: '127.0.0.1', ...env };
 }
 
 /** Runs the CLI once and returns the JSON object of its last stdout line. */
