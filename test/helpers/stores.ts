@@ -19,11 +19,28 @@ export const TEST_REDIS_URL = process.env.TEST_REDIS_URL;
 
 let warned = false;
 export function storeKinds(): StoreKind[] {
+  return noPostgres() ? ['sqlite'] : ['sqlite', 'postgres'];
+}
+
+/** For `describe.skipIf`: true, with a visible warning, when TEST_DATABASE_URL is not set. */
+export function noPostgres(): boolean {
   if (!TEST_DATABASE_URL && !warned) {
     warned = true;
     console.warn('\n*** TEST_DATABASE_URL is not set: PostgreSQL variants of the suites are SKIPPED ***\n');
   }
-  return TEST_DATABASE_URL ? ['sqlite', 'postgres'] : ['sqlite'];
+  return !TEST_DATABASE_URL;
+}
+
+let warnedRedis = false;
+/** For `describe.skipIf`: true, with a visible warning, when TEST_REDIS_URL is not set. */
+export function noRedis(): boolean {
+  if (!TEST_REDIS_URL && !warnedRedis) {
+    warnedRedis = true;
+    console.warn(
+      '\n*** TEST_REDIS_URL is not set: the suites that share rate limits through Redis are SKIPPED ***\n',
+    );
+  }
+  return !TEST_REDIS_URL;
 }
 
 export interface TestStore {

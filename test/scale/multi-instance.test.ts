@@ -7,7 +7,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MailroomProcess, cli, pool, startProcess } from '../helpers/process.js';
 import { type SmtpSink, startSmtpSink } from '../helpers/smtp.js';
-import { TEST_DATABASE_URL, createTestDatabase } from '../helpers/stores.js';
+import { TEST_DATABASE_URL, createTestDatabase, noPostgres } from '../helpers/stores.js';
 
 if (!TEST_DATABASE_URL)
   console.warn('\n*** TEST_DATABASE_URL is not set: multi-instance PostgreSQL tests are SKIPPED ***\n');
@@ -27,7 +27,7 @@ function arrivals(sink: SmtpSink, prefix: string): Map<string, number> {
   return seen;
 }
 
-describe.skipIf(!TEST_DATABASE_URL)('many processes on one PostgreSQL', () => {
+describe.skipIf(noPostgres())('many processes on one PostgreSQL', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let sink: SmtpSink;
   let dataDir: string;

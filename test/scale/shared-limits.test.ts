@@ -8,12 +8,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MailroomProcess, cli, startProcess } from '../helpers/process.js';
 import { createTestApp } from '../helpers/app.js';
 import { sharedLimitStore } from '../../src/ratelimit/shared-store.js';
-import { TEST_DATABASE_URL, TEST_REDIS_URL, createTestDatabase } from '../helpers/stores.js';
+import { TEST_DATABASE_URL, TEST_REDIS_URL, createTestDatabase, noRedis } from '../helpers/stores.js';
 
 if (!TEST_REDIS_URL)
   console.warn('\n*** TEST_REDIS_URL is not set: shared rate-limit tests are SKIPPED ***\n');
 
-describe.skipIf(!TEST_REDIS_URL)('two instances', () => {
+describe.skipIf(noRedis())('two instances', () => {
   let dataDir: string;
   let db: Awaited<ReturnType<typeof createTestDatabase>> | undefined;
   let env: Record<string, string>;

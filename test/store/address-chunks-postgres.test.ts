@@ -20,7 +20,7 @@ import { inOneSnapshot } from '../../src/store/snapshot.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import type { Database } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
-import { TEST_DATABASE_URL, type TestStore, createTestDatabase, useStore } from '../helpers/stores.js';
+import { type TestStore, createTestDatabase, useStore, noPostgres } from '../helpers/stores.js';
 import { contactRow } from '../helpers/rows.js';
 
 const AT = '2031-05-01T00:00:00.000Z';
@@ -79,7 +79,7 @@ async function newOrg(db: Executor, id: string): Promise<void> {
   await db.insertInto('organizations').values({ id, name: id, created_at: AT }).execute();
 }
 
-describe.skipIf(!TEST_DATABASE_URL)('address chunks on postgres', () => {
+describe.skipIf(noPostgres())('address chunks on postgres', () => {
   let ts: TestStore;
   useStore('postgres', (opened) => (ts = opened));
 

@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import { pageByEmailOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
 import type { ContactFilter } from '../../src/contacts/contacts.repository.js';
-import { TEST_DATABASE_URL, type TestStore, useStore } from '../helpers/stores.js';
+import { type TestStore, useStore, noPostgres } from '../helpers/stores.js';
 import { contactRow } from '../helpers/rows.js';
 import type { ContactRow } from '../../src/store/schema.js';
 
@@ -24,7 +24,7 @@ function row(org: string, i: number): ContactRow {
   return { ...contactRow(org, id, email, at, i % 4 === 0), json: null };
 }
 
-describe.skipIf(!TEST_DATABASE_URL)('email substring pages on postgres', () => {
+describe.skipIf(noPostgres())('email substring pages on postgres', () => {
   let ts: TestStore;
   const rows: ContactRow[] = [];
   useStore('postgres', (opened) => (ts = opened));

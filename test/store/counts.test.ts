@@ -11,7 +11,7 @@ import { foldCountShards } from '../../src/store/counts.js';
 import { addressesVersion } from '../../src/contacts/contact-search.repository.js';
 import type { NewContact, NewEmail } from '../../src/store/schema.js';
 import { type Executor, type Store } from '../../src/store/store.js';
-import { TEST_DATABASE_URL, type TestStore, useStore, storeKinds, olderStore } from '../helpers/stores.js';
+import { type TestStore, useStore, storeKinds, olderStore, noPostgres } from '../helpers/stores.js';
 
 const AT = '2031-01-01T00:00:00.000Z';
 const TAGS = [['a', 'b'], ['b', 'a'], ['c'], []];
@@ -275,7 +275,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
 });
 
 // What only PostgreSQL has: many connections writing at once, and migrations under live traffic.
-describe.skipIf(!TEST_DATABASE_URL)('maintained counts on postgres, with concurrent connections', () => {
+describe.skipIf(noPostgres())('maintained counts on postgres, with concurrent connections', () => {
   const kind = 'postgres';
   let ts: TestStore;
   useStore(kind, (opened) => (ts = opened));

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { fileKeyChanges, postgresKeyChanges } from '../../src/store/key-changes.js';
 import { eventually } from '../helpers/smtp.js';
-import { TEST_DATABASE_URL, createTestDatabase } from '../helpers/stores.js';
+import { createTestDatabase, noPostgres } from '../helpers/stores.js';
 import pg from 'pg';
 
 /** Counts what a subscriber hears. */
@@ -56,7 +56,7 @@ describe('key changes on SQLite (a watched file in DATA_DIR)', () => {
   });
 });
 
-describe.runIf(TEST_DATABASE_URL)('key changes on PostgreSQL (NOTIFY)', () => {
+describe.skipIf(noPostgres())('key changes on PostgreSQL (NOTIFY)', () => {
   it('reach another process on the same database, and its listening connection ends with it', async () => {
     const db = await createTestDatabase();
     const pool = new pg.Pool({ connectionString: db.url, max: 2 });

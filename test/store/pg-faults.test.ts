@@ -7,9 +7,15 @@ import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';
 import { createStore } from '../../src/store/store.js';
 import { eventually } from '../helpers/smtp.js';
-import { TEST_DATABASE_URL, type TestStore, createTestDatabase, useStore } from '../helpers/stores.js';
+import {
+  TEST_DATABASE_URL,
+  type TestStore,
+  createTestDatabase,
+  useStore,
+  noPostgres,
+} from '../helpers/stores.js';
 
-describe.skipIf(!TEST_DATABASE_URL)('PostgreSQL faults', () => {
+describe.skipIf(noPostgres())('PostgreSQL faults', () => {
   let ts: TestStore;
   useStore('postgres', (opened) => (ts = opened));
 

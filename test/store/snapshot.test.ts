@@ -3,9 +3,9 @@
 // share one read transaction by construction (sqlite-reads.ts); there is nothing in between to commit.
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { TEST_DATABASE_URL, type TestStore, useStore } from '../helpers/stores.js';
+import { type TestStore, useStore, noPostgres } from '../helpers/stores.js';
 
-describe.skipIf(!TEST_DATABASE_URL)('store.snapshot on PostgreSQL', () => {
+describe.skipIf(noPostgres())('store.snapshot on PostgreSQL', () => {
   let ts: TestStore;
   useStore('postgres', (opened) => (ts = opened));
 
