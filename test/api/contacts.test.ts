@@ -57,6 +57,9 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     const res = await post({ email: uniqueEmail(), unsubscribed: true });
     expect(res.statusCode).toBe(201);
     expect(res.json().contact).toMatchObject({ tags: [], customFields: {}, unsubscribed: true });
+    // A tag given twice is kept once (README), in the order first given.
+    const tagged = await post({ email: uniqueEmail(), tags: ['b', 'a', 'b', 'a'] });
+    expect(tagged.json().contact.tags).toEqual(['b', 'a']);
   });
 
   it('GET answers {success, contacts, pagination}', async () => {
@@ -212,13 +215,17 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     const list = await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'L' } });
     const listId = list.json().list.id;
     const c = await createContact(t, auth);
-    await t.call({
+    const added = await t.call({
       method: 'POST',
       url: `/api/v1/lists/${listId}/contacts`,
       auth,
       payload: { contactIds: [c.id] },
     });
-    await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: c.id } });
+    expect(added.json()).toMatchObject({ success: true, added: 1 });
+    const before = await t.call({ method: 'GET', url: `/api/v1/lists/${listId}`, auth });
+    expect(before.json().list.contactCount).toBe(1);
+    const deleted = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id: c.id } });
+    expect(deleted.statusCode).toBe(200);
     const got = await t.call({ method: 'GET', url: `/api/v1/lists/${listId}`, auth });
     expect(got.json().list.contactCount).toBe(0);
   });
@@ -396,6 +403,7 @@ describe.each(storeKinds())('contact pages, byte for byte, on %s', (kind) => {
       });
     expect(await page()).toBe(expected());
     const stored = await db.selectFrom('contacts').select(['id', 'json']).where('id', 'in', ids).execute();
+    expect(stored).toHaveLength(3);
     for (const row of stored) expect(JSON.parse(row.json!)).toEqual(now.get(row.id));
 
     // A writer that changes a shown column without writing the text: the stale text is cleared.

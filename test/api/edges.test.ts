@@ -377,7 +377,10 @@ describe.each(storeKinds())('edges on %s', (kind) => {
       name: string;
       required?: boolean;
     }[];
-    for (const name of ['page', 'limit'])
-      expect(params.find((p) => p.name === name)?.required).not.toBe(true);
+    for (const name of ['page', 'limit']) {
+      const param = params.find((p) => p.name === name);
+      expect(param, name).toBeDefined();
+      expect(param!.required).not.toBe(true);
+    }
   });
 });

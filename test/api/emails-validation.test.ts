@@ -162,6 +162,9 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
 
   it('html and text both missing is refused; either one is enough', async () => {
     expect400(await send({ to: base.to, subject: 'x' }), 'emails', ['html']);
+    // Empty counts as not given (README); spaces are something to send.
+    expect400(await send({ to: base.to, subject: 'x', text: '', html: '' }), 'emails', ['html']);
+    expect((await send({ to: base.to, subject: 'x', text: ' ' })).statusCode).toBe(200);
     expect((await send({ to: base.to, subject: 'x', html: '<b>x</b>' })).statusCode).toBe(200);
     expect((await send({ to: base.to, subject: 'x', text: 'x' })).statusCode).toBe(200);
   });
