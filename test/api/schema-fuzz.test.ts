@@ -174,6 +174,17 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
   );
 
   it('every operation of the OpenAPI document holds its contract under generated input', async () => {
+    // Operations that answered 2xx at least once: the schema checks below ran for them.
+    const answered = new Set<string>();
+    const sentEmail = async (): Promise<string> => {
+      const res = await t.call({
+        method: 'POST',
+        url: '/api/v1/emails',
+        auth,
+        payload: { to: 'fuzz@example.com', subject: 'Fuzz', text: 'x' },
+      });
+      return (res.json() as { id: string }).id;
+    };
     const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json() as {
       components: { schemas: Record<string, object> };
       paths: Record<
@@ -234,7 +245,9 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
               existing && op.path.includes('{id}')
                 ? op.path.startsWith('/api/v1/lists')
                   ? await createList(t, auth)
-                  : (await createContact(t, auth)).id
+                  : op.path.startsWith('/api/v1/emails')
+                    ? await sentEmail()
+                    : (await createContact(t, auth)).id
                 : 'no-such-id';
             const url =
               op.path.replace('{id}', id) +
@@ -256,6 +269,7 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
             if (res.statusCode >= 400) expectError(res, res.statusCode, family);
             else {
               ok++;
+              answered.add(`${op.method} ${op.path}`);
               const validate = op.responses[String(res.statusCode)];
               expect(validate, `${where}: status ${res.statusCode} is not documented`).toBeDefined();
               expect(validate!(res.json()), `${where}: ${JSON.stringify(validate!.errors)}`).toBe(true);
@@ -265,5 +279,11 @@ describe.each(storeKinds())('schema-driven fuzz on %s', (kind) => {
         { numRuns: RUNS },
       );
     }
+    // Generated input that stopped being valid would leave "every 2xx matches its schema" checking nothing.
+    // Most operations answered 2xx (one or two, as PUT /api/v1/contacts, need an id or address the
+    // generators seldom hit), and a good share of all answers were 2xx.
+    const unanswered = ops.map((op) => `${op.method} ${op.path}`).filter((o) => !answered.has(o));
+    expect(unanswered.length, `never answered 2xx: ${unanswered.join(', ')}`).toBeLessThanOrEqual(2);
+    expect(ok).toBeGreaterThan(sent / 10);
   }, 120_000);
 });
