@@ -80,17 +80,29 @@ const MAX_ENTRIES = 2_000;
 /** Details in one answer at most; the rest are counted in a last one. */
 const MAX_DETAILS = 100;
 
-/** Whether the objects and arrays in `data` hold more than MAX_ENTRIES entries in all. */
+/**
+ * Whether the objects and arrays in `data` hold more than MAX_ENTRIES entries in all. An object's keys are
+ * counted as they come, never copied out: `Object.values` of 760,000 custom fields (a 9 MB body) took
+ * 1.2–1.5 s on its own, more than parsing the body.
+ */
 function tooManyEntries(data: unknown): boolean {
   let count = 0;
   const stack: unknown[] = [data];
   while (stack.length > 0) {
     const value = stack.pop();
     if (typeof value !== 'object' || value === null) continue;
-    const entries = Array.isArray(value) ? value : Object.values(value);
-    count += entries.length;
-    if (count > MAX_ENTRIES) return true;
-    for (const entry of entries) if (typeof entry === 'object' && entry !== null) stack.push(entry);
+    if (Array.isArray(value)) {
+      count += value.length;
+      if (count > MAX_ENTRIES) return true;
+      for (const entry of value) if (typeof entry === 'object' && entry !== null) stack.push(entry);
+      continue;
+    }
+    // A parsed body's objects are plain: for-in walks their own keys.
+    for (const key in value) {
+      if (++count > MAX_ENTRIES) return true;
+      const entry = (value as Record<string, unknown>)[key];
+      if (typeof entry === 'object' && entry !== null) stack.push(entry);
+    }
   }
   return false;
 }
