@@ -41,7 +41,10 @@ const toInfo = (r: repo.ApiKeyRow): ApiKeyInfo => ({
 });
 
 export class KeysService {
+  /** Lookups of keys that exist: as many as the store issued, so a flood of made-up keys cannot push them out. */
   private readonly cache = new Map<string, { principal: Principal | null; expires: number }>();
+  /** Lookups that found no key (made-up, mistyped or revoked), the oldest dropped past CACHE_MAX. */
+  private readonly unknown = new Map<string, { principal: null; expires: number }>();
   /** Raised by forget(): a lookup that started before it is not kept, as it may predate a revocation. */
   private generation = 0;
 
@@ -96,6 +99,7 @@ export class KeysService {
   forget(): void {
     this.generation++;
     this.cache.clear();
+    this.unknown.clear();
   }
 
   /**
@@ -103,7 +107,7 @@ export class KeysService {
    * for text that cannot be a key. Undefined when authenticate has to look it up.
    */
   known(key: string): Principal | null | undefined {
-    const cached = this.cache.get(key);
+    const cached = this.cache.get(key) ?? this.unknown.get(key);
     if (cached && cached.expires > this.clock.now().getTime()) return cached.principal;
     return looksLikeKey(key) ? undefined : null;
   }
@@ -126,8 +130,17 @@ export class KeysService {
         : null;
     // Read before a revocation that was announced meanwhile: answered, but not kept.
     if (generation !== this.generation) return principal;
-    if (this.cache.size >= CACHE_MAX) this.cache.clear();
-    this.cache.set(key, { principal, expires: now + KEY_CACHE_TTL_MS });
+    const expires = now + KEY_CACHE_TTL_MS;
+    if (principal === null) {
+      this.unknown.delete(key);
+      if (this.unknown.size >= CACHE_MAX) this.unknown.delete(this.unknown.keys().next().value!);
+      this.unknown.set(key, { principal, expires });
+    } else {
+      this.unknown.delete(key);
+      // Bounded by the keys issued; cleared only should a store hold more keys than this.
+      if (this.cache.size >= CACHE_MAX) this.cache.clear();
+      this.cache.set(key, { principal, expires });
+    }
     return principal;
   }
 }
