@@ -238,7 +238,8 @@ export async function buildApp(
       if (!s.isAllowed) {
         reply.header('x-ratelimit-limit', s.max);
         reply.header('x-ratelimit-remaining', s.remaining);
-        reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + s.ttlInSeconds);
+        // Seconds left, as the plugin sets it on counted routes: finishHeaders makes it the unix time.
+        reply.header('x-ratelimit-reset', s.ttlInSeconds);
       }
     } catch (err) {
       // The counters could not be read: the probe is answered all the same.

@@ -131,12 +131,11 @@ export class KeysService {
     // Read before a revocation that was announced meanwhile: answered, but not kept.
     if (generation !== this.generation) return principal;
     const expires = now + KEY_CACHE_TTL_MS;
+    this.unknown.delete(key);
     if (principal === null) {
-      this.unknown.delete(key);
       if (this.unknown.size >= CACHE_MAX) this.unknown.delete(this.unknown.keys().next().value!);
       this.unknown.set(key, { principal, expires });
     } else {
-      this.unknown.delete(key);
       // Bounded by the keys issued; cleared only should a store hold more keys than this.
       if (this.cache.size >= CACHE_MAX) this.cache.clear();
       this.cache.set(key, { principal, expires });
