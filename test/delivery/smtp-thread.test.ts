@@ -5,7 +5,7 @@ import type { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { DeliveryError, NotStartedError, type OutgoingMessage } from '../../src/delivery/mailer.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
-import { startSmtpSink } from '../helpers/smtp.js';
+import { eventually, startSmtpSink } from '../helpers/smtp.js';
 
 function message(to: string): OutgoingMessage {
   return {
@@ -30,13 +30,15 @@ const threadOf = (mailer: SmtpMailer) => (mailer as unknown as { thread: { worke
 
 describe('the SMTP thread', () => {
   it('answers a send it never finished as a temporary failure, and the next send gets a new thread', async () => {
-    // The sink holds its answer to the data, so the first send is still waiting when its thread ends.
-    const sink = await startSmtpSink({ dataDelayMs: 500 });
+    // The sink holds its answer to the first message, so that send is still waiting when its thread ends.
+    const sink = await startSmtpSink({
+      hold: (m) => (m.envelope.to.includes('first@example.org') ? new Promise(() => undefined) : undefined),
+    });
     const mailer = new SmtpMailer({ url: sink.url });
     try {
       const first = mailer.send(message('first@example.org'));
       const dead = threadOf(mailer);
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      await eventually(() => sink.messages.length === 1, 10_000, 'the first message at the relay');
       await dead.terminate();
       const err: unknown = await first.then(
         () => undefined,

@@ -28,6 +28,12 @@ export interface SinkOptions {
   credentials?: { user: string; pass: string };
   /** Milliseconds to wait before answering the data, to keep sends in flight. */
   dataDelayMs?: number;
+  /**
+   * Called for each accepted message as soon as its data has arrived: the message is recorded at once (the
+   * relay has taken it), and the OK waits until the returned promise settles (never, to leave the sender
+   * hanging). Keeps sends in flight for exactly as long as a test wants, instead of for a guessed delay.
+   */
+  hold?: (message: SinkMessage) => Promise<void> | undefined;
 }
 
 export interface SmtpSink {
@@ -87,8 +93,12 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
         const answer = () => {
           const reply = options.onData?.(raw, envelope);
           if (reply) return callback(replyError(reply));
-          messages.push({ envelope, raw, messageId: messageIdOf(raw) });
-          callback(null, 'OK queued');
+          const message = { envelope, raw, messageId: messageIdOf(raw) };
+          messages.push(message);
+          const held = options.hold?.(message);
+          const ok = () => callback(null, 'OK queued');
+          if (held) void held.then(ok, ok);
+          else ok();
         };
         if (options.dataDelayMs) setTimeout(answer, options.dataDelayMs);
         else answer();
