@@ -15,19 +15,31 @@ import { type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
 import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from './harness.js';
 
-/** The store, except that `batch` (claims, leases, results) fails while `down` is set, or `failNext` times. */
-function flaky(store: Store): { store: Store; down: boolean; claims: number; failNext: number } {
-  const state = { store, down: false, claims: 0, failNext: 0 };
+/**
+ * The store, except that `batch` (claims, leases, results) fails while `down` is set, or `failNext` times.
+ * Counts the batches (`claims`, with the time of each refused one) and the reads the worker begins
+ * (`reads`: an idle poll is one).
+ */
+function flaky(store: Store) {
+  const state = { store, down: false, claims: 0, failNext: 0, reads: 0, refusedAt: [] as number[] };
+  const db = new Proxy(store.db, {
+    get(target, prop) {
+      if (prop === 'selectFrom') state.reads++;
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
   state.store = new Proxy(store, {
     get(target, prop) {
+      if (prop === 'db') return db;
       if (prop === 'batch') {
         return (...args: Parameters<Store['batch']>) => {
           state.claims++;
           const fail = state.down || state.failNext > 0;
           if (state.failNext > 0) state.failNext--;
-          return fail
-            ? Promise.reject(new Error('Connection terminated unexpectedly'))
-            : target.batch(...args);
+          if (!fail) return target.batch(...args);
+          state.refusedAt.push(performance.now());
+          return Promise.reject(new Error('Connection terminated unexpectedly'));
         };
       }
       const value: unknown = Reflect.get(target, prop, target);
@@ -36,6 +48,26 @@ function flaky(store: Store): { store: Store; down: boolean; claims: number; fai
   });
   return state;
 }
+
+/** Waits for ten polls of the worker's idle queue; fails at once if one takes a write transaction. */
+function tenIdlePolls(counted: ReturnType<typeof flaky>, what: string): Promise<true> {
+  return eventually(
+    () => {
+      if (counted.claims > 0) throw new Error(`a poll took a write transaction (${what})`);
+      return counted.reads >= 10;
+    },
+    10_000,
+    `ten polls ${what}`,
+  );
+}
+
+/** The email's lease and due time, as the store holds them. */
+const leaseOf = (t: TestApp, id: string) =>
+  t.ts.store.db
+    .selectFrom('emails')
+    .select(['lease_owner', 'lease_until', 'next_attempt_at'])
+    .where('id', '=', id)
+    .executeTakeFirstOrThrow();
 
 describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
   let t: TestApp, sink: SmtpSink, mailer: SmtpMailer, auth: string;
@@ -59,10 +91,18 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     const worker = startWorker(t, mailer, { store: outage.store, logger, pollMs: 20 });
     try {
       const id = await sendEmail(t, auth, basicEmail('after-outage@example.org'));
-      await new Promise((resolve) => setTimeout(resolve, 1_500));
-      // Every 20 ms that would be ~75 tries; doubling from 20 ms it is about 7.
-      expect(outage.claims).toBeGreaterThanOrEqual(2);
-      expect(outage.claims).toBeLessThan(20);
+      await eventually(() => outage.refusedAt.length >= 5, 15_000, 'five refused claims');
+      // Each wait is twice the one before, from twice pollMs (a retry every poll would wait 20 ms each
+      // time). Only lower bounds: a slow machine makes the waits longer, never shorter. The timestamps are
+      // taken when the claims were refused; the worker sets its timer after that.
+      const [first, ...later] = outage.refusedAt.slice(0, 5);
+      let previous = first!;
+      later.forEach((at, i) => {
+        expect(at - previous, `wait ${i + 1} of ${JSON.stringify(outage.refusedAt)}`).toBeGreaterThanOrEqual(
+          20 * 2 ** (i + 1) - 1,
+        );
+        previous = at;
+      });
       const errors = lines.filter((l) => l.level >= 50);
       expect(errors.map((l) => l.msg)).toEqual([expect.stringContaining('claiming failed')]);
 
@@ -84,9 +124,8 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     const counted = flaky(t.ts.store);
     const worker = startWorker(t, mailer, { store: counted.store, pollMs: 20 });
     try {
-      await new Promise((resolve) => setTimeout(resolve, 400));
-      // About 20 polls, none of which took a write transaction.
-      expect(counted.claims).toBe(0);
+      // Polls of the idle queue are reads, none of which takes a write transaction.
+      await tenIdlePolls(counted, 'of the idle queue');
       const id = await sendEmail(t, auth, basicEmail('idle-poll@example.org'));
       expect((await settled(t, auth, id)).status).toBe('sent');
       expect(counted.claims).toBeGreaterThan(0);
@@ -117,9 +156,11 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       const id = await sendEmail(t, auth, basicEmail('recorded-late@example.org'));
       const email = await settled(t, auth, id);
       expect([email.status, email.attempts]).toEqual(['sent', 1]);
-      await new Promise((resolve) => setTimeout(resolve, 2_500));
-      expect([sends, sink.deliveredTo('recorded-late@example.org').length]).toEqual([1, 1]);
+      expect(outage.failNext, 'both refusals were met').toBe(0);
       expect(lines.some((l) => /recording the result failed; trying again/.test(l.msg))).toBe(true);
+      // Recorded for good: no lease left to run out, and never due again, so no later claim can send it.
+      expect(await leaseOf(t, id)).toEqual({ lease_owner: null, lease_until: null, next_attempt_at: null });
+      expect([sends, sink.deliveredTo('recorded-late@example.org').length]).toEqual([1, 1]);
     } finally {
       await worker.stop();
     }
@@ -129,7 +170,8 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     const extended: string[][] = [];
     const startBys: number[] = [];
     let sends = 0;
-    // The first send waits past a few renewals, then is refused unbegun, as a paused process's would be.
+    // The first send waits until a renewal was told to the mailer, then is refused unbegun, as a paused
+    // process's would be.
     const mailerOf: Mailer = {
       description: mailer.description,
       close: async () => undefined,
@@ -137,11 +179,14 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       send: async (message, options) => {
         startBys.push(options?.startBy ?? NaN);
         if (sends++ > 0) return mailer.send(message, options);
-        await new Promise((resolve) => setTimeout(resolve, 500));
+        await eventually(
+          () => extended.some((ids) => ids.includes(message.id)),
+          10_000,
+          'a renewal told to the mailer',
+        );
         throw new NotStartedError('its lease ran out before a connection to the relay was free');
       },
     };
-    const before = Date.now();
     const worker = startWorker(t, mailerOf, { leaseMs: 400 });
     try {
       const id = await sendEmail(t, auth, basicEmail('not-begun@example.org'));
@@ -150,10 +195,10 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       expect([email.status, email.attempts]).toEqual(['sent', 2]);
       expect(email.events.map((e) => e.type)).toEqual(['queued', 'sending', 'sending', 'sent']);
       expect(sink.deliveredTo('not-begun@example.org')).toHaveLength(1);
-      expect(extended.some((ids) => ids.includes(id))).toBe(true);
-      // Each send may begin until its lease's end, less a fifth of the lease (80 ms here).
-      expect(startBys[0]).toBeGreaterThan(before + 400 - 80 - 1);
-      expect(startBys[0]).toBeLessThan(Date.now() + 400);
+      // Each send may begin until its lease's end, less a fifth of the lease (80 ms here); the lease runs
+      // from the claim, the time of its `sending` event.
+      const claimedAt = email.events.filter((e) => e.type === 'sending').map((e) => Date.parse(e.at));
+      expect(startBys).toEqual(claimedAt.map((at) => at + 400 - 80));
     } finally {
       await worker.stop();
     }
@@ -170,7 +215,9 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
         return mailer.send(message);
       },
     };
-    const worker = startWorker(t, slow, { leaseMs: 200, sendTimeoutMs: 30_000 });
+    const lines: { msg: string; time: number }[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const worker = startWorker(t, slow, { leaseMs: 200, sendTimeoutMs: 30_000, logger });
     try {
       const id = await sendEmail(t, auth, basicEmail('twice-claimed@example.org'));
       await eventually(() => gates.length === 1, 5_000, 'first send started');
@@ -185,10 +232,24 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
           .execute(),
       );
       await eventually(() => gates.length === 2, 5_000, 'claimed again by the same worker');
-      // The first attempt ends; its result is refused (the lease moved on). The second's lease must
-      // still be renewed: three lease periods later, nobody has claimed the email a third time.
+      // The first attempt ends; its result is refused (the lease moved on), which the worker logs.
       gates[0]!();
-      await new Promise((resolve) => setTimeout(resolve, 600));
+      const ended = await eventually(
+        () => lines.find((l) => /lease was lost before the result was recorded/.test(l.msg))?.time,
+        10_000,
+        'the first attempt to end',
+      );
+      // The second's lease must still be renewed: it reaches three lease periods past the first's end,
+      // and meanwhile nobody claims the email a third time (which a lease left to run out would allow).
+      await eventually(
+        async () => {
+          if (gates.length > 2) throw new Error('claimed a third time: its lease was not renewed');
+          const lease = await leaseOf(t, id);
+          return lease.lease_until !== null && new Date(lease.lease_until).getTime() > ended + 3 * 200;
+        },
+        10_000,
+        'the lease of the second claim renewed three lease periods on',
+      );
       expect(gates).toHaveLength(2);
       gates[1]!();
       expect((await settled(t, auth, id)).status).toBe('sent');
@@ -204,12 +265,12 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     it('does not stop the event loop while another process holds the write lock', async () => {
       const other = new Database(path.join(t.ts.dataDir, 'mailroom.sqlite'));
       other.exec('begin immediate');
-      const worker = startWorker(t, mailer, { pollMs: 20 });
+      const counted = flaky(t.ts.store);
+      const worker = startWorker(t, mailer, { store: counted.store, pollMs: 20 });
       try {
-        // A claim would wait out busy_timeout (10 s) with the event loop stopped; this timer would fire late.
-        const started = Date.now();
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        expect(Date.now() - started).toBeLessThan(5_000);
+        // A claim would take the write lock: better-sqlite3 would wait out busy_timeout (seconds) with the
+        // event loop stopped. Polls are reads, which the lock does not hold up, and nothing is claimed.
+        await tenIdlePolls(counted, 'while the lock is held');
       } finally {
         other.exec('rollback');
         other.close();
