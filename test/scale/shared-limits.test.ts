@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MailroomProcess, cli, startProcess } from '../helpers/process.js';
 import { createTestApp } from '../helpers/app.js';
+import { eventually } from '../helpers/smtp.js';
 import { sharedLimitStore } from '../../src/ratelimit/shared-store.js';
 import { TEST_DATABASE_URL, TEST_REDIS_URL, createTestDatabase, noRedis } from '../helpers/stores.js';
 
@@ -74,16 +75,23 @@ describe.skipIf(noRedis())('two instances', () => {
 
   it('keep serving, limited per instance, while Redis stops answering without closing the connection', async () => {
     // Redis behind a proxy that can stop passing bytes on, as a dead host or a dropped route does: the
-    // connection stays open, so the client still looks connected, and TCP delivers everything late.
+    // connection stays open, so the client still looks connected, and everything arrives late. What the
+    // server sends meanwhile is held here, so the commands it asked of Redis can be counted.
     const upstream = new URL(TEST_REDIS_URL!);
     let stalled = false;
-    const pairs: net.Socket[][] = [];
+    const held: { to: net.Socket; chunk: Buffer }[] = [];
+    const toRedis = new Set<net.Socket>();
+    const sockets: net.Socket[] = [];
     const proxy = net.createServer((client) => {
       const server = net.connect(Number(upstream.port || 6379), upstream.hostname);
-      pairs.push([client, server]);
-      client.pipe(server);
-      server.pipe(client);
-      if (stalled) [client, server].forEach((s) => s.pause());
+      toRedis.add(server);
+      sockets.push(client, server);
+      for (const [from, to] of [
+        [client, server],
+        [server, client],
+      ] as const) {
+        from.on('data', (chunk: Buffer) => (stalled ? held.push({ to, chunk }) : to.write(chunk)));
+      }
       const close = () => [client, server].forEach((s) => s.destroy());
       client.on('error', close).on('close', close);
       server.on('error', close).on('close', close);
@@ -91,13 +99,13 @@ describe.skipIf(noRedis())('two instances', () => {
     await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
     const stall = (on: boolean) => {
       stalled = on;
-      for (const pair of pairs) {
-        for (const socket of pair) {
-          if (on) socket.pause();
-          else socket.resume();
-        }
-      }
+      if (!on) for (const { to, chunk } of held.splice(0)) to.write(chunk);
     };
+    /** Rate-limit commands (the plugin's Lua script) the server sent while Redis was stalled. */
+    const askedWhileStalled = () =>
+      Buffer.concat(held.filter((h) => toRedis.has(h.to)).map((h) => h.chunk))
+        .toString('latin1')
+        .match(/\r\n(?:evalsha|eval)\r\n/gi)?.length ?? 0;
     const api = await startProcess(['serve', '--no-worker'], {
       ...env,
       REDIS_URL: `redis://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`,
@@ -107,27 +115,31 @@ describe.skipIf(noRedis())('two instances', () => {
     procs.push(api);
     try {
       const { auth } = await newKey();
-      const get = async () => {
-        const started = Date.now();
-        const res = await fetch(`${api.url}/api/v1/lists`, {
-          headers: { authorization: auth },
-          signal: AbortSignal.timeout(10_000),
-        });
-        return { status: res.status, ms: Date.now() - started };
-      };
-      expect((await get()).status).toBe(200);
+      // Without the command timeout a request would wait for Redis for ever; the abort fails it loudly.
+      const get = async () =>
+        (
+          await fetch(`${api.url}/api/v1/lists`, {
+            headers: { authorization: auth },
+            signal: AbortSignal.timeout(20_000),
+          })
+        ).status;
+      expect(await get()).toBe(200);
       stall(true);
-      // Each request is answered (the first two after Redis's command timeout, 0.5 s; the rest count
-      // locally at once), long before the connection timeout they waited for before.
-      const during: { status: number; ms: number }[] = [];
-      for (let i = 0; i < 5; i++) during.push(await get());
-      expect(during.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
-      expect(during.every((r) => r.ms < 5_000)).toBe(true);
+      // Each request is answered: the first ones after Redis's command timeout (0.5 s), until a second
+      // command in a row has failed and the server says it counts locally.
+      const during: number[] = [];
+      for (let i = 0; i < 10 && !/Redis is not answering/.test(api.output()); i++) during.push(await get());
+      expect(api.output(), api.output()).toMatch(/Redis is not answering/);
+      expect(during.every((status) => status === 200)).toBe(true);
+      const asked = askedWhileStalled();
+      expect(asked).toBeGreaterThanOrEqual(2);
+      // From then on requests count locally at once: none of them asks Redis (for 5 s, then one at a time).
+      for (let i = 0; i < 3; i++) expect(await get()).toBe(200);
+      expect(askedWhileStalled()).toBe(asked);
       stall(false);
       // Redis is asked again after 5 s of counting locally, by one request at a time.
-      const deadline = Date.now() + 20_000;
-      while (!/Redis answers again/.test(api.output()) && Date.now() < deadline) {
-        expect((await get()).status).toBe(200);
+      for (let i = 0; i < 80 && !/Redis answers again/.test(api.output()); i++) {
+        expect(await get()).toBe(200);
         await new Promise((resolve) => setTimeout(resolve, 250));
       }
       expect(api.output(), api.output()).toMatch(/Redis answers again/);
@@ -135,7 +147,7 @@ describe.skipIf(noRedis())('two instances', () => {
     } finally {
       await api.kill();
       proxy.close();
-      for (const pair of pairs) for (const socket of pair) socket.destroy();
+      for (const socket of sockets) socket.destroy();
     }
   }, 60_000);
 
@@ -177,23 +189,24 @@ describe.skipIf(noRedis())('two instances', () => {
     }
   });
 
-  it('refuse a key revoked on one instance on both within 5 seconds', async () => {
+  // How soon: test/api/auth.test.ts pins, with the clock in hand, that a server refuses a revoked key
+  // within 5 s even if it missed the word, and at once if it heard it (which test/store/key-changes.test.ts
+  // carries between processes). Timed here, on a shared machine, it would only measure the machine.
+  it('refuse a key revoked by the CLI on both instances', async () => {
     const apis = await Promise.all([0, 1].map(() => startProcess(['serve', '--no-worker'], env)));
     procs.push(...apis);
     const { id, auth } = await newKey();
     for (const api of apis)
       expect((await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status).toBe(200);
     await cli(['keys', 'revoke', id], env);
-    const revokedAt = Date.now();
     for (const api of apis) {
-      let status = 200;
-      while (status === 200 && Date.now() - revokedAt < 6_000) {
-        status = (await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status;
-        if (status === 200) await new Promise((r) => setTimeout(r, 100));
-      }
-      expect(status).toBe(401);
+      await eventually(
+        async () =>
+          (await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status === 401,
+        20_000,
+        `the revoked key refused by ${api.url}`,
+      );
     }
-    expect(Date.now() - revokedAt).toBeLessThan(5_500);
     await Promise.all(apis.map((a) => a.kill()));
   }, 60_000);
 });
