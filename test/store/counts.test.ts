@@ -11,6 +11,7 @@ import { foldCountShards } from '../../src/store/counts.js';
 import { addressesVersion } from '../../src/contacts/contact-search.repository.js';
 import type { NewContact, NewEmail } from '../../src/store/schema.js';
 import { type Executor, type Store } from '../../src/store/store.js';
+import { eventually } from '../helpers/smtp.js';
 import { type TestStore, useStore, storeKinds, olderStore, noPostgres } from '../helpers/stores.js';
 
 const AT = '2031-01-01T00:00:00.000Z';
@@ -290,22 +291,39 @@ describe.skipIf(noPostgres())('maintained counts on postgres, with concurrent co
     await old.db.destroy();
     const store = old.open();
     const reader = new pg.Client({ connectionString: old.url });
+    const pool = new pg.Pool({ connectionString: old.url, max: 1 });
     try {
       // A tag page reads contact_tags, then contacts, in one transaction.
       await reader.connect();
       await reader.query('BEGIN');
       await reader.query(`SELECT count(*) FROM contact_tags`);
-      const migrated = store.migrate();
-      const settled = await Promise.race([
-        migrated.then(() => 'migrated'),
-        new Promise((r) => setTimeout(() => r('still waiting'), 3000)),
-      ]);
-      expect(settled).toBe('migrated');
+      const readerPid = (await reader.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      let done = false;
+      const migrated = store.migrate().finally(() => (done = true));
+      // The migration either ends or waits for a lock the reader holds; a wait would last until the reader
+      // commits, which here it does only after the migration.
+      const blocked = async () =>
+        (
+          await pool.query<{ pid: number }>(
+            'SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))',
+            [readerPid],
+          )
+        ).rows.length > 0;
+      await eventually(
+        async () => {
+          if (done) return true;
+          if (await blocked()) throw new Error('the migration waits for a lock the reader holds');
+          return false;
+        },
+        20_000,
+        'the migration to end',
+      );
+      await migrated;
       expect((await reader.query(`SELECT count(*) AS n FROM contacts`)).rows[0].n).toBe('10');
       await reader.query('COMMIT');
-      await migrated;
       await expectExact(store.db, 'live');
     } finally {
+      await pool.end();
       await reader.end();
       await store.close();
       await old.drop();
@@ -320,7 +338,9 @@ describe.skipIf(noPostgres())('maintained counts on postgres, with concurrent co
     try {
       // Counted in a shard per transaction (txid % 8), some pair of these would share one and wait: the
       // other connection uses up 0-7 transaction ids before each of its transactions.
-      await other.query(`SET statement_timeout = '3s'`);
+      // A wait for the holder's locks would last until its commit, which comes after: any wait at all is
+      // the fault, so a lock wait fails the statement (a slow machine makes statements slow, not waits).
+      await other.query(`SET lock_timeout = '3s'`);
       const insert = `INSERT INTO emails (id, organization_id, status, from_address, to_addresses,
             cc_addresses, bcc_addresses, reply_to, subject, headers, tags, message_id, created_at, updated_at)
           VALUES ($1, $2, 'queued', 'a@x.org', '[]', '[]', '[]', '[]', 's', '{}', '[]', $1, $3, $3)`;
