@@ -4,11 +4,21 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { Mailer } from '../../src/delivery/mailer.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
+import type { SmtpMailerOptions } from '../../src/delivery/smtp-relay.js';
+import type { DeliveryWorker, WorkerOptions } from '../../src/delivery/worker.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { pool } from '../helpers/process.js';
-import { eventually, freePort, startSilentRelay, startSmtpSink } from '../helpers/smtp.js';
+import {
+  type SinkOptions,
+  type SmtpSink,
+  eventually,
+  freePort,
+  startSilentRelay,
+  startSmtpSink,
+} from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
 import {
+  MAIL_FROM,
   TEST_ENV,
   basicEmail,
   getEmail,
@@ -148,15 +158,22 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
   });
 
   it('lets in-flight sends finish when the worker stops, and loses nothing', async () => {
-    d.script.dataDelayMs = 300;
+    // The relay takes each message and holds its answer until released: five sends stay in flight.
+    let release!: () => void;
+    const answers = new Promise<void>((resolve) => (release = resolve));
+    d.script.hold = () => answers;
     const ids = await Promise.all(
       Array.from({ length: 5 }, (_, i) => sendEmail(d.t, d.auth, basicEmail(`drain${i}@example.org`))),
     );
-    await eventually(async () => {
-      const emails = await Promise.all(ids.map((id) => getEmail(d.t, d.auth, id)));
-      return emails.every((e) => e.status === 'sending');
-    });
-    await d.worker.stop();
+    await eventually(() => d.sink.messages.length === 5, 10_000, 'five messages at the relay, unanswered');
+    let stopped = false;
+    const stopping = d.worker.stop().then(() => (stopped = true));
+    // The stop waits for the relay's answers (its own bound is 10 s): a turn of the event loop on, it has
+    // not ended, and once they come, each is recorded before it ends.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(stopped).toBe(false);
+    release();
+    await stopping;
     const emails = await Promise.all(ids.map((id) => getEmail(d.t, d.auth, id)));
     expect(emails.map((e) => e.status)).toEqual(Array(5).fill('sent'));
     expect(d.sink.messages).toHaveLength(5);
@@ -164,145 +181,160 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
   });
 });
 
+/** What a test of relay outages starts; each is stopped after the test, the last started first. */
+interface Relay {
+  t: TestApp;
+  auth: string;
+  sink(options?: SinkOptions): Promise<SmtpSink>;
+  silentRelay(): Promise<{ port: number }>;
+  mailer(options: SmtpMailerOptions): SmtpMailer;
+  worker(mailer: Mailer, options?: Partial<WorkerOptions>): DeliveryWorker;
+}
+
+/** A relay that takes messages and never answers them. */
+const never = () => new Promise<void>(() => undefined);
+
 describe.each(storeKinds())('relay outages on %s', (kind) => {
-  async function withApp(fn: (t: TestApp, auth: string) => Promise<void>): Promise<void> {
+  /** Runs fn on an app of its own (a worker claims any organisation's due emails), then stops it all. */
+  async function withRelay(fn: (r: Relay) => Promise<void>): Promise<void> {
     const t = await createTestApp(kind, TEST_ENV);
+    const started: (() => Promise<void>)[] = [];
+    const kept = <T>(thing: T, stop: (thing: T) => Promise<void>): T => {
+      started.push(() => stop(thing));
+      return thing;
+    };
     try {
-      await fn(t, (await t.newKey()).auth);
+      await fn({
+        t,
+        auth: (await t.newKey()).auth,
+        sink: async (options) => kept(await startSmtpSink(options), (s) => s.close()),
+        silentRelay: async () => kept(await startSilentRelay(), (r) => r.close()),
+        mailer: (options) => kept(new SmtpMailer(options), (m) => m.close()),
+        worker: (mailer, options) => kept(startWorker(t, mailer, options), (w) => w.stop()),
+      });
     } finally {
+      for (const stop of started.reverse()) await stop();
       await t.close();
     }
   }
 
   it('delivers all 20 emails accepted while the relay was down, each once, when it returns', () =>
-    withApp(async (t, auth) => {
+    withRelay(async ({ t, auth, ...r }) => {
       const port = await freePort();
-      const mailer = new SmtpMailer({ url: `smtp://127.0.0.1:${port}` });
-      const worker = startWorker(t, mailer, { maxAttempts: 30 });
-      try {
-        const ids = await Promise.all(
-          Array.from({ length: 20 }, (_, i) => sendEmail(t, auth, basicEmail(`down${i}@example.org`))),
-        );
-        await eventually(async () => {
-          const emails = await Promise.all(ids.map((id) => getEmail(t, auth, id)));
-          return emails.every((e) => e.status === 'deferred' && /ECONNREFUSED/.test(e.lastError ?? ''));
-        });
-        // The relay's address is the operator's: not in what every key of the organisation can read.
-        const deferred = await getEmail(t, auth, ids[0]!);
-        const shown = JSON.stringify(deferred);
-        expect(shown).not.toContain('127.0.0.1');
-        expect(shown).not.toContain(`:${port}`);
-        const sink = await startSmtpSink({ port });
-        try {
-          const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
-          expect(emails.map((e) => e.status)).toEqual(Array(20).fill('sent'));
-          expect(sink.messages).toHaveLength(20);
-          expect(new Set(sink.messages.map((m) => m.messageId)).size).toBe(20);
-        } finally {
-          await sink.close();
-        }
-      } finally {
-        await worker.stop();
-        await mailer.close();
-      }
+      r.worker(r.mailer({ url: `smtp://127.0.0.1:${port}` }), { maxAttempts: 30 });
+      const ids = await Promise.all(
+        Array.from({ length: 20 }, (_, i) => sendEmail(t, auth, basicEmail(`down${i}@example.org`))),
+      );
+      await eventually(async () => {
+        const emails = await Promise.all(ids.map((id) => getEmail(t, auth, id)));
+        return emails.every((e) => e.status === 'deferred' && /ECONNREFUSED/.test(e.lastError ?? ''));
+      });
+      // The relay's address is the operator's: not in what every key of the organisation can read.
+      const deferred = await getEmail(t, auth, ids[0]!);
+      const shown = JSON.stringify(deferred);
+      expect(shown).not.toContain('127.0.0.1');
+      expect(shown).not.toContain(`:${port}`);
+      const sink = await r.sink({ port });
+      const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
+      expect(emails.map((e) => e.status)).toEqual(Array(20).fill('sent'));
+      expect(sink.messages).toHaveLength(20);
+      expect(new Set(sink.messages.map((m) => m.messageId)).size).toBe(20);
     }));
 
   it('leaves a send that outlives the worker stop to its lease, recording nothing about it', () =>
-    withApp(async (t, auth) => {
-      const sink = await startSmtpSink({ dataDelayMs: 5_000 });
-      const mailer = new SmtpMailer({ url: sink.url });
-      const worker = startWorker(t, mailer);
-      try {
-        const id = await sendEmail(t, auth, basicEmail('cut-off@example.org'));
-        await untilStatus(t, auth, id, 'sending');
-        // The stop gives up on the send; closing the mailer then cuts it. That is no verdict on the email.
-        await worker.stop(100);
-        await mailer.close();
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        const email = await getEmail(t, auth, id);
-        expect(email.status).toBe('sending');
-        expect(email.lastError).toBeNull();
-        expect(types(email.events)).toEqual(['queued', 'sending']);
-      } finally {
-        await worker.stop();
-        await mailer.close();
-        await sink.close();
-      }
+    withRelay(async ({ t, auth, ...r }) => {
+      const mailer = r.mailer({ url: (await r.sink({ hold: never })).url });
+      const worker = r.worker(mailer);
+      const id = await sendEmail(t, auth, basicEmail('cut-off@example.org'));
+      await untilStatus(t, auth, id, 'sending');
+      // The stop gives up on the send; closing the mailer then cuts it. That is no verdict on the email.
+      await worker.stop(100);
+      await mailer.close();
+      // Stopped again, the worker waits for the cut send's attempt to end, and for anything it records.
+      await worker.stop();
+      const email = await getEmail(t, auth, id);
+      expect(email.status).toBe('sending');
+      expect(email.lastError).toBeNull();
+      expect(types(email.events)).toEqual(['queued', 'sending']);
     }));
 
   it('defers, and releases the lease, when the relay accepts the connection and never answers', () =>
-    withApp(async (t, auth) => {
-      const relay = await startSilentRelay();
-      const mailer = new SmtpMailer({
+    withRelay(async ({ t, auth, ...r }) => {
+      const relay = await r.silentRelay();
+      const mailer = r.mailer({
         url: `smtp://127.0.0.1:${relay.port}`,
         connectionTimeoutMs: 200,
         socketTimeoutMs: 200,
       });
-      const worker = startWorker(t, mailer, { retryBaseMs: 60_000 });
-      try {
-        const id = await sendEmail(t, auth, basicEmail('silent@example.org'));
-        const email = await untilStatus(t, auth, id, 'deferred');
-        expect(email.attempts).toBe(1);
-        expect(email.lastError).toMatch(/ETIMEDOUT/);
-        const row = await t.ts.store.db
-          .selectFrom('emails')
-          .select(['lease_owner', 'lease_until'])
-          .where('id', '=', id)
-          .executeTakeFirstOrThrow();
-        expect(row).toEqual({ lease_owner: null, lease_until: null });
-      } finally {
-        await worker.stop();
-        await mailer.close();
-        await relay.close();
-      }
+      r.worker(mailer, { retryBaseMs: 60_000 });
+      const id = await sendEmail(t, auth, basicEmail('silent@example.org'));
+      const email = await untilStatus(t, auth, id, 'deferred');
+      expect(email.attempts).toBe(1);
+      expect(email.lastError).toMatch(/ETIMEDOUT/);
+      const row = await t.ts.store.db
+        .selectFrom('emails')
+        .select(['lease_owner', 'lease_until'])
+        .where('id', '=', id)
+        .executeTakeFirstOrThrow();
+      expect(row).toEqual({ lease_owner: null, lease_until: null });
     }));
 
   it('defers a send that outlasts the worker bound even when the SMTP timeouts are long', () =>
-    withApp(async (t, auth) => {
-      const relay = await startSilentRelay();
-      const mailer = new SmtpMailer({ url: `smtp://127.0.0.1:${relay.port}` });
-      const worker = startWorker(t, mailer, { retryBaseMs: 60_000, sendTimeoutMs: 300 });
-      try {
-        const id = await sendEmail(t, auth, basicEmail('slow@example.org'));
-        const email = await untilStatus(t, auth, id, 'deferred');
-        expect(email.lastError).toMatch(/did not finish/);
-      } finally {
-        await worker.stop();
-        await mailer.close();
-        await relay.close();
-      }
+    withRelay(async ({ t, auth, ...r }) => {
+      const relay = await r.silentRelay();
+      r.worker(r.mailer({ url: `smtp://127.0.0.1:${relay.port}` }), {
+        retryBaseMs: 60_000,
+        sendTimeoutMs: 300,
+      });
+      const id = await sendEmail(t, auth, basicEmail('slow@example.org'));
+      const email = await untilStatus(t, auth, id, 'deferred');
+      expect(email.lastError).toMatch(/did not finish/);
     }));
 
   it('does not also send later an email deferred while it waited for a connection', () =>
-    withApp(async (t, auth) => {
-      // One connection held a second by each message: the second email is still waiting for it when the
-      // worker's bound runs out. It is deferred (its retry is a minute away) and must not go out meanwhile.
-      const sink = await startSmtpSink({ dataDelayMs: 1_000 });
-      const mailer = new SmtpMailer({ url: sink.url, maxConnections: 1 });
-      const worker = startWorker(t, mailer, { retryBaseMs: 60_000, sendTimeoutMs: 300 });
-      try {
-        const ids = await Promise.all(
-          ['held@example.org', 'waiting@example.org'].map((to) => sendEmail(t, auth, basicEmail(to))),
-        );
-        const emails = await Promise.all(ids.map((id) => untilStatus(t, auth, id, 'deferred')));
-        expect(emails.map((e) => e.lastError)).toEqual([
-          expect.stringMatching(/did not finish/),
-          expect.stringMatching(/did not finish/),
-        ]);
-        await eventually(() => sink.messages.length === 1);
-        // Long enough for a second message to have begun and been answered, had it been left queued.
-        await new Promise((resolve) => setTimeout(resolve, 1_500));
-        expect(sink.messages).toHaveLength(1);
-      } finally {
-        await worker.stop();
-        await mailer.close();
-        await sink.close();
-      }
+    withRelay(async ({ t, auth, ...r }) => {
+      // One connection, and a relay that holds its answer to the first message until released: the second
+      // email is still waiting for the connection when the worker's bound runs out. Both are deferred
+      // (their retry is a minute away), and the second must not go out meanwhile.
+      let release!: () => void;
+      const answer = new Promise<void>((resolve) => (release = resolve));
+      const sink = await r.sink({ hold: () => (sink.messages.length === 1 ? answer : undefined) });
+      const mailer = r.mailer({ url: sink.url, maxConnections: 1 });
+      r.worker(mailer, { retryBaseMs: 60_000, sendTimeoutMs: 300 });
+      const to = ['held@example.org', 'waiting@example.org'];
+      const ids = await Promise.all(to.map((address) => sendEmail(t, auth, basicEmail(address))));
+      const emails = await Promise.all(ids.map((id) => untilStatus(t, auth, id, 'deferred')));
+      expect(emails.map((e) => e.lastError)).toEqual([
+        expect.stringMatching(/did not finish/),
+        expect.stringMatching(/did not finish/),
+      ]);
+      // The connection is free again. Sends wait for it first come, first served: had the deferred email
+      // still been waiting, it would reach the relay before this one.
+      release();
+      await mailer.send({
+        id: 'after',
+        messageId: '<after@mailroom.test>',
+        date: new Date(),
+        from: MAIL_FROM,
+        envelopeFrom: 'noreply@mailroom.test',
+        to: ['after@example.org'],
+        cc: [],
+        replyTo: [],
+        subject: 'after',
+        html: null,
+        text: 'after',
+        headers: {},
+        recipients: ['after@example.org'],
+      });
+      const arrived = sink.messages.map((m) => m.envelope.to[0]);
+      expect(arrived).toHaveLength(2);
+      expect(to).toContain(arrived[0]);
+      expect(arrived[1]).toBe('after@example.org');
     }));
 
   it('logs a deferral and a failure without the addresses the relay quoted', () =>
-    withApp(async (t, auth) => {
-      const sink = await startSmtpSink({
+    withRelay(async ({ t, auth, ...r }) => {
+      const sink = await r.sink({
         onRcpt: (address) =>
           address.startsWith('later')
             ? { code: 451, message: `<${address}>: try later` }
@@ -312,96 +344,61 @@ describe.each(storeKinds())('relay outages on %s', (kind) => {
       });
       const lines: string[] = [];
       const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
-      const mailer = new SmtpMailer({ url: sink.url });
-      const worker = startWorker(t, mailer, { retryBaseMs: 60_000, logger });
-      try {
-        const later = await sendEmail(t, auth, basicEmail('later.person@private.test'));
-        const gone = await sendEmail(t, auth, basicEmail('gone.person@private.test'));
-        const deferred = await untilStatus(t, auth, later, 'deferred');
-        await untilStatus(t, auth, gone, 'failed');
-        // The email's record keeps the relay's answer as it was.
-        expect(deferred.lastError).toContain('later.person@private.test');
-        await eventually(() => lines.some((l) => l.includes('"msg":"failed"')));
-        const logged = lines.join('');
-        expect(logged).toMatch(/"msg":"deferred"/);
-        expect(logged).toContain('<address>');
-        expect(logged).not.toContain('private.test');
-      } finally {
-        await worker.stop();
-        await mailer.close();
-        await sink.close();
-      }
+      r.worker(r.mailer({ url: sink.url }), { retryBaseMs: 60_000, logger });
+      const later = await sendEmail(t, auth, basicEmail('later.person@private.test'));
+      const gone = await sendEmail(t, auth, basicEmail('gone.person@private.test'));
+      const deferred = await untilStatus(t, auth, later, 'deferred');
+      await untilStatus(t, auth, gone, 'failed');
+      // The email's record keeps the relay's answer as it was.
+      expect(deferred.lastError).toContain('later.person@private.test');
+      await eventually(() => lines.some((l) => l.includes('"msg":"failed"')));
+      const logged = lines.join('');
+      expect(logged).toMatch(/"msg":"deferred"/);
+      expect(logged).toContain('<address>');
+      expect(logged).not.toContain('private.test');
     }));
 
   it('defers when the relay goes quiet after the message data (socket timeout)', () =>
-    withApp(async (t, auth) => {
-      const sink = await startSmtpSink({ dataDelayMs: 3_000 });
-      const mailer = new SmtpMailer({ url: sink.url, socketTimeoutMs: 200 });
-      const worker = startWorker(t, mailer, { retryBaseMs: 60_000 });
-      try {
-        const id = await sendEmail(t, auth, basicEmail('quiet@example.org'));
-        const email = await untilStatus(t, auth, id, 'deferred');
-        expect(email.lastError).toMatch(/ETIMEDOUT/);
-        expect(email.recipients[0]?.status).toBe('deferred');
-      } finally {
-        await worker.stop();
-        await mailer.close();
-        await sink.close();
-      }
+    withRelay(async ({ t, auth, ...r }) => {
+      const sink = await r.sink({ hold: never });
+      r.worker(r.mailer({ url: sink.url, socketTimeoutMs: 200 }), { retryBaseMs: 60_000 });
+      const id = await sendEmail(t, auth, basicEmail('quiet@example.org'));
+      const email = await untilStatus(t, auth, id, 'deferred');
+      expect(email.lastError).toMatch(/ETIMEDOUT/);
+      expect(email.recipients[0]?.status).toBe('deferred');
     }));
 
   it('defers (never fails) mail that a relay wanting AUTH refuses at MAIL FROM for want of credentials', () =>
-    withApp(async (t, auth) => {
-      const sink = await startSmtpSink({ credentials: { user: 'u', pass: 'p' } });
-      const none = new SmtpMailer({ url: `smtp://127.0.0.1:${sink.port}` });
-      const good = new SmtpMailer({ url: `smtp://u:p@127.0.0.1:${sink.port}` });
-      const noneWorker = startWorker(t, none, { retryBaseMs: 60_000 });
-      try {
-        const id = await sendEmail(t, auth, basicEmail('noauth@example.org'));
-        const deferred = await untilStatus(t, auth, id, 'deferred');
-        // 530 at MAIL FROM: the sender was refused, not a recipient, and an operator can fix it.
-        expect(deferred.lastError).toMatch(/530/);
-        expect(deferred.recipients).toEqual([expect.objectContaining({ status: 'deferred' })]);
-        await noneWorker.stop();
-        const goodWorker = startWorker(t, good, { clock: { now: () => new Date(Date.now() + 120_000) } });
-        try {
-          expect((await settled(t, auth, id)).status).toBe('sent');
-          expect(sink.deliveredTo('noauth@example.org')).toHaveLength(1);
-        } finally {
-          await goodWorker.stop();
-        }
-      } finally {
-        await noneWorker.stop();
-        await none.close();
-        await good.close();
-        await sink.close();
-      }
+    withRelay(async ({ t, auth, ...r }) => {
+      const sink = await r.sink({ credentials: { user: 'u', pass: 'p' } });
+      const none = r.mailer({ url: `smtp://127.0.0.1:${sink.port}` });
+      const good = r.mailer({ url: `smtp://u:p@127.0.0.1:${sink.port}` });
+      const noneWorker = r.worker(none, { retryBaseMs: 60_000 });
+      const id = await sendEmail(t, auth, basicEmail('noauth@example.org'));
+      const deferred = await untilStatus(t, auth, id, 'deferred');
+      // 530 at MAIL FROM: the sender was refused, not a recipient, and an operator can fix it.
+      expect(deferred.lastError).toMatch(/530/);
+      expect(deferred.recipients).toEqual([expect.objectContaining({ status: 'deferred' })]);
+      await noneWorker.stop();
+      // A clock two minutes on makes the retry due without waiting.
+      r.worker(good, { clock: { now: () => new Date(Date.now() + 120_000) } });
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      expect(sink.deliveredTo('noauth@example.org')).toHaveLength(1);
     }));
 
   it('authenticates to the relay, and only defers (never fails) mail when the credentials are refused', () =>
-    withApp(async (t, auth) => {
-      const sink = await startSmtpSink({ credentials: { user: 'relay user', pass: 'p@ss:word' } });
-      const good = new SmtpMailer({ url: `smtp://relay%20user:p%40ss%3Aword@127.0.0.1:${sink.port}` });
-      const bad = new SmtpMailer({ url: `smtp://relay%20user:wrong@127.0.0.1:${sink.port}` });
-      const badWorker = startWorker(t, bad, { retryBaseMs: 60_000 });
-      try {
-        const id = await sendEmail(t, auth, basicEmail('auth@example.org'));
-        const deferred = await untilStatus(t, auth, id, 'deferred');
-        expect(deferred.lastError).toMatch(/535/);
-        await badWorker.stop();
-        // The operator fixes the credentials; a clock two minutes on makes the retry due without waiting.
-        const goodWorker = startWorker(t, good, { clock: { now: () => new Date(Date.now() + 120_000) } });
-        try {
-          expect((await settled(t, auth, id)).status).toBe('sent');
-          expect(sink.deliveredTo('auth@example.org')).toHaveLength(1);
-        } finally {
-          await goodWorker.stop();
-        }
-      } finally {
-        await badWorker.stop();
-        await good.close();
-        await bad.close();
-        await sink.close();
-      }
+    withRelay(async ({ t, auth, ...r }) => {
+      const sink = await r.sink({ credentials: { user: 'relay user', pass: 'p@ss:word' } });
+      const good = r.mailer({ url: `smtp://relay%20user:p%40ss%3Aword@127.0.0.1:${sink.port}` });
+      const bad = r.mailer({ url: `smtp://relay%20user:wrong@127.0.0.1:${sink.port}` });
+      const badWorker = r.worker(bad, { retryBaseMs: 60_000 });
+      const id = await sendEmail(t, auth, basicEmail('auth@example.org'));
+      const deferred = await untilStatus(t, auth, id, 'deferred');
+      expect(deferred.lastError).toMatch(/535/);
+      await badWorker.stop();
+      // The operator fixes the credentials; a clock two minutes on makes the retry due without waiting.
+      r.worker(good, { clock: { now: () => new Date(Date.now() + 120_000) } });
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      expect(sink.deliveredTo('auth@example.org')).toHaveLength(1);
     }));
 });
