@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
 import { MAIN, startProcess } from '../helpers/process.js';
+import { eventually } from '../helpers/smtp.js';
 import { createTestDatabase, storeKinds } from '../helpers/stores.js';
 
 const run = promisify(execFile);
@@ -300,10 +301,11 @@ describe('mailroom serve --no-worker and worker: what they say at start-up', () 
       });
       // Where mail goes is said once at start-up by a worker of its own too, as serve says it.
       const worker = await start(['worker'], {});
-      const deadline = Date.now() + 20_000;
-      while (!/no SMTP_URL: accepted mail is written to/.test(worker.output()) && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await eventually(
+        () => /no SMTP_URL: accepted mail is written to/.test(worker.output()),
+        20_000,
+        () => `the worker to say where mail goes; it said:\n${worker.output()}`,
+      );
       await worker.kill();
       expect(
         worker.output().match(/no SMTP_URL: accepted mail is written to/g),

@@ -19,10 +19,20 @@ it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
   delete env.SMTP_URL;
   const npm = spawn('npm', ['start', '--silent', '--', '--json'], { cwd: ROOT, env, stdio: 'pipe' });
   let out = '';
+  let err = '';
   npm.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  npm.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => npm.once('exit', (code) => resolve(code)));
   try {
-    await eventually(() => out.includes('"listening"'), 60_000, 'the server listening');
+    await eventually(
+      () => {
+        if (npm.exitCode !== null)
+          throw new Error(`npm start exited ${npm.exitCode} before listening:\n${out}${err}`);
+        return out.includes('"listening"');
+      },
+      60_000,
+      () => `the server listening; it said:\n${out}${err}`,
+    );
     const { port } = JSON.parse(out.trim().split('\n').at(-1)!) as { port: number };
     const health = `http://127.0.0.1:${port}/health`;
     expect((await fetch(health)).status).toBe(200);
@@ -48,11 +58,21 @@ it('serve: a SIGTERM while it starts stops it once started, with exit 0', async 
   delete env.SMTP_URL;
   const server = spawn(process.execPath, [...MAIN, 'serve'], { cwd: ROOT, env, stdio: 'pipe' });
   let out = '';
+  let err = '';
   server.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  server.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
   try {
     // The store is open; the HTTP server is still being built (hundreds of ms), nothing listens yet.
-    await eventually(() => out.includes('"store open"'), 60_000, 'the store open');
+    await eventually(
+      () => {
+        if (server.exitCode !== null)
+          throw new Error(`serve exited ${server.exitCode} before opening its store:\n${out}${err}`);
+        return out.includes('"store open"');
+      },
+      60_000,
+      () => `the store open; it said:\n${out}${err}`,
+    );
     server.kill('SIGTERM');
     expect(await exited).toBe(0);
     expect(out).toContain('shutting down');

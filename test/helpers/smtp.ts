@@ -151,17 +151,23 @@ export async function startSilentRelay(): Promise<{ port: number; close(): Promi
   };
 }
 
-/** Polls `check` until it returns a value (not undefined/false), or fails after `timeoutMs`. */
+/**
+ * Polls `check` until it returns a value (not undefined/false), or fails after `timeoutMs` naming `what`
+ * (a function is asked at the timeout, e.g. for a process's output by then).
+ */
 export async function eventually<T>(
   check: () => Promise<T | undefined | false> | T | undefined | false,
   timeoutMs = 15_000,
-  what = 'condition',
+  what: string | (() => string) = 'condition',
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
     if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`,
+      );
     await new Promise((r) => setTimeout(r, 25));
   }
 }

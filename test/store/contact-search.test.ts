@@ -18,6 +18,7 @@ import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../helpers/smtp.js';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
 import { migrateTo } from '../../src/store/migrations.js';
@@ -594,11 +595,9 @@ describe('contacts not yet in the index (above its watermark)', () => {
   });
 });
 
-/** Waits, polling, until `done` holds (the search thread works on its own time); fails after 10 s. */
-async function until(done: () => Promise<boolean> | boolean): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!(await done()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-  expect(await done()).toBe(true);
+/** Waits, polling, until `done` holds (the search thread works on its own time); fails after 10 s, naming it. */
+async function until(what: string, done: () => Promise<boolean> | boolean): Promise<void> {
+  await eventually(done, 10_000, what);
 }
 
 describe('the store keeping its search index', () => {
@@ -618,14 +617,17 @@ describe('the store keeping its search index', () => {
       );
       const top = async () =>
         (await sql<{ k: number }>`select max(search_key) as k from contacts`.execute(store.db)).rows[0]!.k;
-      await until(async () => viewIndex(dir).watermark === (await top()));
+      await until(
+        'the index to reach the newest contact',
+        async () => viewIndex(dir).watermark === (await top()),
+      );
       await store.write((trx) => trx.deleteFrom('contacts').where('id', 'like', 'o-1%').execute());
       const retired = () =>
         sql<{ n: number }>`select count(*) as n from contacts_search_retired`
           .execute(store.db)
           .then((r) => r.rows[0]!.n);
       // Taken out of the index by the thread, then out of the log by the store.
-      await until(async () => (await retired()) === 0);
+      await until('the retired keys to be pruned', async () => (await retired()) === 0);
       const { keys, held } = viewIndex(dir);
       expect(keys).toEqual(held);
       expect(await search(store.db, 'o', 'later1')).toEqual([]);
@@ -650,22 +652,22 @@ describe('the store keeping its search index', () => {
       await addOrganization(store, 'o');
       // The thread at work first (it starts through tsx here, which takes a while).
       await seed(store, 'o', ['zero@fail.example']);
-      await until(() => indexed() === 1);
+      await until('one contact indexed', () => indexed() === 1);
       expect(told).toEqual([]);
       // The log of retired keys gone: every round fails the same way, for several rounds.
       await away('contacts_search_retired', 'retired_away');
       await seed(store, 'o', ['one@fail.example'], 1);
-      await until(() => told.length > 0);
+      await until('the failure to be told', () => told.length > 0);
       await new Promise((r) => setTimeout(r, 300));
       expect(told).toHaveLength(1);
       expect(told[0]).toMatch(/^keeping the search index: .*contacts_search_retired/);
       // Searches stay exact meanwhile: the contact is read from the table.
       expect(await search(store.db, 'o', 'one@fail')).toEqual(['o-1']);
       await away('retired_away', 'contacts_search_retired');
-      await until(() => indexed() === 2);
+      await until('two contacts indexed', () => indexed() === 2);
       await away('contacts_search_retired', 'retired_away');
       await seed(store, 'o', ['two@fail.example'], 2);
-      await until(() => told.length > 1);
+      await until('the second failure to be told', () => told.length > 1);
       expect(told).toHaveLength(2);
       await away('retired_away', 'contacts_search_retired');
     } finally {
@@ -866,7 +868,10 @@ describe('the index file', () => {
     const store = createStore({ dataDir: dir, onBackgroundError: (err) => errors.push(String(err)) });
     try {
       await store.migrate();
-      await until(async () => (await search(store.db, ORG, 'dmg1234@')).join() === wanted);
+      await until(
+        'the rebuilt index to find the contact',
+        async () => (await search(store.db, ORG, 'dmg1234@')).join() === wanted,
+      );
       expect(errors.join('\n')).toMatch(/quick check at start; the index is being built again/);
     } finally {
       await store.close();
@@ -888,10 +893,13 @@ describe('the index file', () => {
       await store.migrate();
       // The next contact goes to the damaged chunk: the thread's step finds the damage.
       await seed(store, ORG, ['after.damage@damage0.example'], many.length);
-      await until(() =>
+      await until('the damaged chunk to be reported', () =>
         errors.some((e) => /address chunk .* damaged; the index is being built again/.test(e)),
       );
-      await until(async () => (await search(store.db, ORG, 'after.damage@')).length === 1);
+      await until(
+        'the rebuilt index to find the new contact',
+        async () => (await search(store.db, ORG, 'after.damage@')).length === 1,
+      );
     } finally {
       await store.close();
     }

@@ -25,9 +25,16 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     try {
       const failed = ts.store.write(async (trx) => {
         const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
-        await admin.query('select pg_terminate_backend($1)', [rows[0]!.pid]);
-        // Between two queries of the transaction, as kysely is while a service awaits something else.
-        await new Promise((r) => setTimeout(r, 200));
+        const pid = rows[0]!.pid;
+        await admin.query('select pg_terminate_backend($1)', [pid]);
+        // Between two queries of the transaction, as kysely is while a service awaits something else: the
+        // next query goes to a backend that is gone (a signal, so it may take a moment to end).
+        await eventually(
+          async () =>
+            (await admin.query('select 1 from pg_stat_activity where pid = $1', [pid])).rowCount === 0,
+          10_000,
+          'the terminated backend to end',
+        );
         await sql`select 1`.execute(trx);
       });
       const err = await failed.then(

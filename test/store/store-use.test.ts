@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { afterAll, describe, expect, it } from 'vitest';
+import { eventually } from '../helpers/smtp.js';
 import { loadConfig } from '../../src/config.js';
 import { type StoreUse, openMigratedStore } from '../../src/runtime.js';
 import { SEARCH_FILE } from '../../src/store/search-file.js';
@@ -60,8 +61,11 @@ describe('background work by the kind of process', () => {
     const oneShot = await storeFor('one-shot');
     const server = await storeFor('long-running');
     try {
-      const deadline = Date.now() + 10_000;
-      while (server.watermark() === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await eventually(
+        () => server.watermark() > 0,
+        10_000,
+        "the server's search thread to index the contact",
+      );
       expect(server.watermark()).toBe(1);
       expect(worker.watermark()).toBe(0);
       expect(oneShot.watermark()).toBe(0);
