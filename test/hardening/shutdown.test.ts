@@ -36,7 +36,8 @@ async function unfinished(
   };
 }
 
-describe.each(storeKinds())('SIGTERM with unfinished connections on %s', (kind) => {
+// Concurrently, the stores and the tests: each runs servers of its own, and the grace is 10 s of waiting.
+describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %s', (kind) => {
   let d: Deployment;
   beforeAll(async () => {
     // Longer than the shutdown's 10 s grace, so that the grace, not the body's own deadline, ends it.
