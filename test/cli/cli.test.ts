@@ -130,81 +130,16 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     expect(owner?.name).toBe('Default');
   }, 60_000);
 
-  it('a bad permission, a missing name or an unknown key exit non-zero with {error}', async () => {
-    const cases = [
-      ['keys', 'create', '--name', 'k', '--permissions', 'readEverything'],
-      ['keys', 'create', '--permissions', 'readContacts'],
-      ['keys', 'revoke', 'no-such-key'],
-      ['keys', 'revoke'],
-      ['keys', 'revoke', 'a', 'b'],
-      ['migrate', 'now'],
-      ['orgs', 'create'],
-      ['nonsense'],
-      [],
-      ['keys'],
-      ['orgs', 'remove'],
-    ];
-    // Independent processes: run them side by side to keep the suite quick.
-    const results = await Promise.all(cases.map((args) => cli(...args, '--json')));
-    results.forEach((res, i) => {
-      expect(res.code, cases[i]!.join(' ')).not.toBe(0);
-      expect(Object.keys(res.json)).toEqual(['error']);
-      expect(typeof res.json.error).toBe('string');
-    });
-    expect(results[3]!.json.error).toBe('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
-    expect(results[4]!.json.error).toMatch(/^unexpected argument "b"/);
-    expect(results[5]!.json.error).toMatch(/^unexpected argument "now"/);
-    // No command at all is a usage error (2); asking for the usage is not.
-    // Each says what is wrong in one line; the usage text goes to stderr, not into the JSON.
-    expect(results.slice(6).map((r) => [r.code, r.json.error])).toEqual([
-      [2, '--name is required'],
-      [2, 'unknown command "nonsense"'],
-      [2, 'a command is needed'],
-      [2, 'keys needs a subcommand: create, list or revoke'],
-      [2, 'unknown command "orgs remove": orgs takes create or list'],
-    ]);
-    const help = await cli('--help', '--json');
-    expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
-    // --json=1 is refused, and still answered as JSON.
-    expect(await cli('migrate', '--json=1')).toMatchObject({
-      code: 2,
-      json: { error: '--json takes no value' },
-    });
-  }, 60_000);
-
-  it('a flag the command does not take, one given twice, or a name it could not show on one line, is a usage error', async () => {
+  it('an unknown key is an error; a flag the command does not take changes nothing; a 100-character name is fine', async () => {
+    const unknown = await cli('keys', 'revoke', 'no-such-key', '--json');
+    expect(unknown.code).toBe(1);
+    expect(Object.keys(unknown.json)).toEqual(['error']);
+    expect(typeof unknown.json.error).toBe('string');
     const key = await cli('keys', 'create', '--name', 'kept', '--permissions', 'readContacts', '--json');
-    const cases: [string[], string][] = [
-      // Heard as "revoke it in that organisation", it revoked the key wherever it was.
-      [['keys', 'revoke', key.json.id as string, '--org', 'elsewhere'], 'keys revoke does not take --org'],
-      [['orgs', 'list', '--org', 'x'], 'orgs list does not take --org'],
-      [['migrate', '--name', 'x'], 'migrate does not take --name'],
-      [['worker', '--no-worker'], 'worker does not take --no-worker'],
-      [['keys', 'list', '--permissions', 'sendEmails'], 'keys list does not take --permissions'],
-      [
-        ['orgs', 'create', '--name', 'two\nlines'],
-        '--name must not contain control characters (line breaks, tabs, direction marks)',
-      ],
-      // A Unicode line separator breaks the line as \n does; U+202E shows the rest of the line backwards.
-      ...['two\u2028lines', 'evil\u202Eeman'].map((name): [string[], string] => [
-        ['orgs', 'create', '--name', name],
-        '--name must not contain control characters (line breaks, tabs, direction marks)',
-      ]),
-      [['orgs', 'create', '--name', 'n'.repeat(101)], '--name must be at most 100 characters'],
-      // Either one kept, the other would be dropped without a word.
-      [['orgs', 'create', '--name', 'a', '--name', 'b'], '--name is given more than once'],
-      [['keys', 'list', '--org=x', '--org', 'y'], '--org is given more than once'],
-      // One line each, not Node's advice about `--`.
-      [['migrate', '--frob'], 'unknown flag --frob'],
-      [['keys', 'create', '--permissions', 'readContacts', '--name'], '--name needs a value'],
-      [
-        ['keys', 'create', '--name', 'a\tb', '--permissions', 'readContacts'],
-        '--name must not contain control characters (line breaks, tabs, direction marks)',
-      ],
-    ];
-    const results = await Promise.all(cases.map(([args]) => cli(...args, '--json')));
-    results.forEach((res, i) => {
-      expect([res.code, res.json], cases[i]![0].join(' ')).toEqual([2, { error: cases[i]![1] }]);
+    // Heard as "revoke it in that organisation", it revoked the key wherever it was.
+    expect(await cli('keys', 'revoke', key.json.id as string, '--org', 'elsewhere', '--json')).toMatchObject({
+      code: 2,
+      json: { error: 'keys revoke does not take --org' },
     });
     const listed = (await cli('keys', 'list', '--json')).json.keys as { id: string; revokedAt: unknown }[];
     expect(listed.find((k) => k.id === key.json.id)?.revokedAt).toBeNull();
@@ -241,6 +176,100 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     const store = createStore({ databaseUrl, dataDir });
     return { kind, store, dataDir, databaseUrl, reopen: () => store, destroy: async () => {} };
   }
+});
+
+// Usage errors are found before any store is opened (exit 2): run once, not once per store. The DATA_DIR
+// given is never made; a command that opened a store would fail there instead, with exit 1.
+describe('mailroom CLI usage errors', () => {
+  async function cli(...args: string[]): Promise<Result> {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      DATA_DIR: '/proc/mailroom-usage/data',
+      LOG_LEVEL: 'silent',
+    };
+    delete env.DATABASE_URL;
+    const done = await run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env }).then(
+      (r) => ({ code: 0, stdout: r.stdout }),
+      (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
+    );
+    const last = done.stdout.trim().split('\n').at(-1) ?? '';
+    return { ...done, json: JSON.parse(last) as Record<string, unknown> };
+  }
+
+  it('a bad permission, a missing name, a missing or extra argument, or no command, exit 2 with {error}', async () => {
+    const cases = [
+      ['keys', 'create', '--name', 'k', '--permissions', 'readEverything'],
+      ['keys', 'create', '--permissions', 'readContacts'],
+      ['keys', 'revoke'],
+      ['keys', 'revoke', 'a', 'b'],
+      ['migrate', 'now'],
+      ['orgs', 'create'],
+      ['nonsense'],
+      [],
+      ['keys'],
+      ['orgs', 'remove'],
+    ];
+    // Independent processes: run them side by side to keep the suite quick.
+    const results = await Promise.all(cases.map((args) => cli(...args, '--json')));
+    results.forEach((res, i) => {
+      expect(res.code, cases[i]!.join(' ')).toBe(2);
+      expect(Object.keys(res.json)).toEqual(['error']);
+      expect(typeof res.json.error).toBe('string');
+    });
+    expect(results[2]!.json.error).toBe('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
+    expect(results[3]!.json.error).toMatch(/^unexpected argument "b"/);
+    expect(results[4]!.json.error).toMatch(/^unexpected argument "now"/);
+    // No command at all is a usage error (2); asking for the usage is not.
+    // Each says what is wrong in one line; the usage text goes to stderr, not into the JSON.
+    expect(results.slice(5).map((r) => [r.code, r.json.error])).toEqual([
+      [2, '--name is required'],
+      [2, 'unknown command "nonsense"'],
+      [2, 'a command is needed'],
+      [2, 'keys needs a subcommand: create, list or revoke'],
+      [2, 'unknown command "orgs remove": orgs takes create or list'],
+    ]);
+    const help = await cli('--help', '--json');
+    expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
+    // --json=1 is refused, and still answered as JSON.
+    expect(await cli('migrate', '--json=1')).toMatchObject({
+      code: 2,
+      json: { error: '--json takes no value' },
+    });
+  }, 60_000);
+
+  it('a flag the command does not take, one given twice, or a name it could not show on one line, is a usage error', async () => {
+    const cases: [string[], string][] = [
+      [['keys', 'revoke', 'some-key', '--org', 'elsewhere'], 'keys revoke does not take --org'],
+      [['orgs', 'list', '--org', 'x'], 'orgs list does not take --org'],
+      [['migrate', '--name', 'x'], 'migrate does not take --name'],
+      [['worker', '--no-worker'], 'worker does not take --no-worker'],
+      [['keys', 'list', '--permissions', 'sendEmails'], 'keys list does not take --permissions'],
+      [
+        ['orgs', 'create', '--name', 'two\nlines'],
+        '--name must not contain control characters (line breaks, tabs, direction marks)',
+      ],
+      // A Unicode line separator breaks the line as \n does; U+202E shows the rest of the line backwards.
+      ...['two\u2028lines', 'evil\u202Eeman'].map((name): [string[], string] => [
+        ['orgs', 'create', '--name', name],
+        '--name must not contain control characters (line breaks, tabs, direction marks)',
+      ]),
+      [['orgs', 'create', '--name', 'n'.repeat(101)], '--name must be at most 100 characters'],
+      // Either one kept, the other would be dropped without a word.
+      [['orgs', 'create', '--name', 'a', '--name', 'b'], '--name is given more than once'],
+      [['keys', 'list', '--org=x', '--org', 'y'], '--org is given more than once'],
+      // One line each, not Node's advice about `--`.
+      [['migrate', '--frob'], 'unknown flag --frob'],
+      [['keys', 'create', '--permissions', 'readContacts', '--name'], '--name needs a value'],
+      [
+        ['keys', 'create', '--name', 'a\tb', '--permissions', 'readContacts'],
+        '--name must not contain control characters (line breaks, tabs, direction marks)',
+      ],
+    ];
+    const results = await Promise.all(cases.map(([args]) => cli(...args, '--json')));
+    results.forEach((res, i) => {
+      expect([res.code, res.json], cases[i]![0].join(' ')).toEqual([2, { error: cases[i]![1] }]);
+    });
+  }, 60_000);
 });
 
 describe('mailroom CLI with a DATA_DIR it cannot make', () => {
