@@ -194,7 +194,8 @@ interface Relay {
 /** A relay that takes messages and never answers them. */
 const never = () => new Promise<void>(() => undefined);
 
-describe.each(storeKinds())('relay outages on %s', (kind) => {
+// Concurrently: each test has an app, a store, a relay and a worker of its own, and mostly waits on timeouts.
+describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
   /** Runs fn on an app of its own (a worker claims any organisation's due emails), then stops it all. */
   async function withRelay(fn: (r: Relay) => Promise<void>): Promise<void> {
     const t = await createTestApp(kind, TEST_ENV);
