@@ -2,7 +2,7 @@ import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
 import { prepared, rowCount } from '../store/prepared.js';
-import { dialectOf } from '../store/dialect.js';
+import { dialectOf, rowLocator } from '../store/dialect.js';
 
 export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
   await db.insertInto('lists').values(row).execute();
@@ -98,6 +98,38 @@ export async function addMembers(
     .onConflict((oc) => oc.columns(['list_id', 'contact_id']).doNothing())
     .executeTakeFirst();
   return Number(result.numInsertedOrUpdatedRows ?? 0);
+}
+
+/**
+ * Removes up to `limit` of the list's memberships if the list is the organisation's; how many it removed.
+ * What deleting a list does before deleting it, a slice a commit (ListsService.delete). Found and deleted
+ * by where they are stored: probing the primary key for each of 2,000 contact ids took 5 times as long.
+ */
+export async function removeSomeMembers(
+  db: Executor,
+  organizationId: string,
+  listId: string,
+  limit: number,
+): Promise<number> {
+  const at = rowLocator(dialectOf(db));
+  const slice = db
+    .selectFrom('list_members')
+    .select(at.as('at'))
+    .where('list_id', '=', listId)
+    .where(({ exists, selectFrom }) =>
+      exists(
+        selectFrom('lists')
+          .select('id')
+          .where('id', '=', listId)
+          .where('organization_id', '=', organizationId),
+      ),
+    )
+    .limit(limit);
+  const result = await db
+    .deleteFrom('list_members')
+    .where((eb) => eb(at, 'in', slice))
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
 }
 
 export async function removeMembers(db: Executor, listId: string, contactIds: string[]): Promise<number> {

@@ -24,11 +24,15 @@ export const toList = (r: ListRow): List => ({
   updatedAt: r.updated_at,
 });
 
+const DELETE_SLICE = 2_000;
+
 export class ListsService {
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly ids: Ids,
+    /** Memberships removed a commit when a list is deleted (about 10 ms of SQLite's writer). */
+    private readonly deleteSlice = DELETE_SLICE,
   ) {}
 
   async create(
@@ -77,7 +81,16 @@ export class ListsService {
     return toList(row);
   }
 
+  /**
+   * The list's memberships go first, a slice a commit, then the list: one statement cascading to 300,000
+   * memberships held SQLite's writer, and so every other write, for about a second. Between slices other
+   * writes go on; members added meanwhile go with the list. Another organisation's list loses nothing.
+   */
   async delete(orgId: string, id: string): Promise<void> {
+    let removed: number;
+    do {
+      removed = await this.store.write((trx) => repo.removeSomeMembers(trx, orgId, id, this.deleteSlice));
+    } while (removed === this.deleteSlice);
     const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
     if (!deleted) throw notFound(id);
   }

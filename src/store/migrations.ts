@@ -16,6 +16,7 @@ import { createdIndexWithAddress } from './migrations-0010.js';
 import { addressVersions } from './migrations-0011.js';
 import { addressChunksOnPostgres } from './migrations-0012.js';
 import { markedDefaultOrganization } from './migrations-0013.js';
+import { listCountsPerStatement } from './migrations-0014.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -248,6 +249,7 @@ class StaticProvider implements MigrationProvider {
       '0011_address_versions': addressVersions(this.dialect),
       '0012_address_chunks': addressChunksOnPostgres(this.dialect),
       '0013_marked_default_organization': markedDefaultOrganization(this.dialect),
+      '0014_list_counts_per_statement': listCountsPerStatement(this.dialect),
     };
   }
 }

@@ -156,6 +156,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0011_address_versions',
         '0012_address_chunks',
         '0013_marked_default_organization',
+        '0014_list_counts_per_statement',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,

@@ -48,7 +48,10 @@ describe.each(storeKinds())('migration 0013 on %s', (kind) => {
         await old.db.destroy();
         const upgraded = old.open();
         try {
-          expect(await upgraded.migrate()).toEqual(['0013_marked_default_organization']);
+          expect(await upgraded.migrate()).toEqual([
+            '0013_marked_default_organization',
+            '0014_list_counts_per_statement',
+          ]);
           const chosen = await orgs(upgraded).getOrCreateDefault();
           if (kept) expect(chosen.id).toBe('org-0');
           else expect(['org-0', 'org-1']).not.toContain(chosen.id);

@@ -1,0 +1,194 @@
+// Deleting a list with many members: its memberships go a slice a commit (other writes go on between
+// them), the contacts and other lists stay, and on PostgreSQL contactCount is kept once per statement
+// (migration 0014), since the row trigger made one statement's cost grow with the square of its rows.
+import { afterEach, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { systemClock, uuidIds } from '../../src/clock.js';
+import { AppError } from '../../src/errors.js';
+import { ListsService } from '../../src/lists/lists.service.js';
+import type { Executor, Store } from '../../src/store/store.js';
+import { noPostgres, olderStore, storeKinds, type TestStore, createTestStore } from '../helpers/stores.js';
+
+const SLICE = 10;
+
+async function seedOrg(db: Executor, org: string, contacts: number): Promise<string[]> {
+  await db
+    .insertInto('organizations')
+    .values({ id: org, name: org, created_at: '2026-01-01T00:00:00.000Z' })
+    .execute();
+  const ids = Array.from({ length: contacts }, (_, i) => `${org}-c${i}`);
+  for (const id of ids) {
+    await db
+      .insertInto('contacts')
+      .values({
+        id,
+        organization_id: org,
+        email: `${id}@example.test`,
+        email_lower: `${id}@example.test`,
+        first_name: null,
+        last_name: null,
+        unsubscribed: 0,
+        custom_fields: '{}',
+        tags: '[]',
+        created_at: '2026-01-01T00:00:00.000Z',
+        updated_at: '2026-01-01T00:00:00.000Z',
+        json: null,
+      })
+      .execute();
+  }
+  return ids;
+}
+
+async function members(db: Executor, listId: string): Promise<number> {
+  const row = await db
+    .selectFrom('list_members')
+    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .where('list_id', '=', listId)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+async function contactCount(db: Executor, listId: string): Promise<number | undefined> {
+  const row = await db
+    .selectFrom('lists')
+    .select('contact_count')
+    .where('id', '=', listId)
+    .executeTakeFirst();
+  return row === undefined ? undefined : Number(row.contact_count);
+}
+
+describe.each(storeKinds())('deleting a list on %s', (kind) => {
+  let ts: TestStore | undefined;
+  afterEach(async () => {
+    await ts?.destroy();
+    ts = undefined;
+  });
+
+  /** The store, with every write transaction it is asked for counted. */
+  async function counted(): Promise<{ store: Store; writes: () => number }> {
+    ts = await createTestStore(kind);
+    const inner = ts.store;
+    let writes = 0;
+    const store: Store = Object.create(inner) as Store;
+    store.write = (fn) => {
+      writes++;
+      return inner.write(fn);
+    };
+    return { store, writes: () => writes };
+  }
+
+  it('removes its memberships a slice a commit, then the list; contacts and other lists stay', async () => {
+    const { store, writes } = await counted();
+    const lists = new ListsService(store, systemClock, uuidIds, SLICE);
+    const contacts = await store.write((trx) => seedOrg(trx, 'org-a', 25));
+    const doomed = await lists.create('org-a', { name: 'Doomed' });
+    const kept = await lists.create('org-a', { name: 'Kept' });
+    for (const list of [doomed, kept])
+      expect((await lists.addContacts('org-a', list.id, contacts)).added).toBe(25);
+
+    const before = writes();
+    await lists.delete('org-a', doomed.id);
+    // 10 + 10 + 5 memberships, each slice its own transaction, then the list's row.
+    expect(writes() - before).toBe(4);
+    await expect(lists.get('org-a', doomed.id)).rejects.toMatchObject({ code: 'LIST_NOT_FOUND' });
+    expect(await members(store.db, doomed.id)).toBe(0);
+    expect(await members(store.db, kept.id)).toBe(25);
+    expect(await contactCount(store.db, kept.id)).toBe(25);
+    const left = await store.db
+      .selectFrom('contacts')
+      .select('id')
+      .where('organization_id', '=', 'org-a')
+      .execute();
+    expect(left).toHaveLength(25);
+  });
+
+  it('a list whose members fill the last slice exactly is deleted too', async () => {
+    const { store } = await counted();
+    const lists = new ListsService(store, systemClock, uuidIds, SLICE);
+    const contacts = await store.write((trx) => seedOrg(trx, 'org-a', 20));
+    const list = await lists.create('org-a', { name: 'Twenty' });
+    await lists.addContacts('org-a', list.id, contacts);
+    await lists.delete('org-a', list.id);
+    expect(await contactCount(store.db, list.id)).toBeUndefined();
+    expect(await members(store.db, list.id)).toBe(0);
+  });
+
+  it("another organisation's list is a 404 and loses no member", async () => {
+    const { store, writes } = await counted();
+    const lists = new ListsService(store, systemClock, uuidIds, SLICE);
+    const contacts = await store.write((trx) => seedOrg(trx, 'org-a', 25));
+    await store.write((trx) => seedOrg(trx, 'org-b', 0));
+    const list = await lists.create('org-a', { name: 'Theirs' });
+    await lists.addContacts('org-a', list.id, contacts);
+
+    const before = writes();
+    const refused = await lists.delete('org-b', list.id).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(refused).toBeInstanceOf(AppError);
+    expect(refused).toMatchObject({ code: 'LIST_NOT_FOUND' });
+    // One empty slice, then the list's delete that found nothing.
+    expect(writes() - before).toBe(2);
+    expect(await members(store.db, list.id)).toBe(25);
+    expect(await contactCount(store.db, list.id)).toBe(25);
+  });
+});
+
+describe.skipIf(noPostgres())('migration 0014 on PostgreSQL', () => {
+  it('keeps contactCount per statement, exact through adds, removals and cascades', async () => {
+    const old = await olderStore('postgres', '0013_marked_default_organization');
+    try {
+      const contacts = await seedOrg(old.db, 'org-a', 40);
+      for (const list of ['l1', 'l2']) {
+        await old.db
+          .insertInto('lists')
+          .values({
+            id: list,
+            organization_id: 'org-a',
+            name: list,
+            description: null,
+            created_at: '2026-01-01T00:00:00.000Z',
+            updated_at: '2026-01-01T00:00:00.000Z',
+          })
+          .execute();
+      }
+      // Counted by 0001's row trigger before the upgrade.
+      await sql`insert into list_members (list_id, contact_id, created_at)
+        select 'l1', id, '2026' from contacts where id like 'org-a-c%'`.execute(old.db);
+      await old.db.destroy();
+
+      const store = old.open();
+      try {
+        expect(await store.migrate()).toEqual(['0014_list_counts_per_statement']);
+        const db = store.db;
+        const rowTriggers = await sql<{ name: string }>`select tgname as name from pg_trigger
+          where tgrelid = 'list_members'::regclass and not tgisinternal and (tgtype & 1) = 1`.execute(db);
+        expect(rowTriggers.rows).toEqual([]);
+        expect(await contactCount(db, 'l1')).toBe(40);
+
+        // One statement adding to two lists, one removing from both, a contact in both deleted.
+        await sql`insert into list_members (list_id, contact_id, created_at)
+          select 'l2', id, '2026' from contacts where id like 'org-a-c%'`.execute(db);
+        await db.deleteFrom('list_members').where('contact_id', 'in', contacts.slice(0, 5)).execute();
+        await db.deleteFrom('contacts').where('id', '=', contacts[5]!).execute();
+        for (const list of ['l1', 'l2']) {
+          expect(await contactCount(db, list)).toBe(34);
+          expect(await members(db, list)).toBe(34);
+        }
+        // A statement touching no list's members changes no count.
+        await db.deleteFrom('list_members').where('contact_id', '=', 'nobody').execute();
+        expect(await contactCount(db, 'l1')).toBe(34);
+
+        // The list's memberships go by cascade with it; the other list keeps its count.
+        await db.deleteFrom('lists').where('id', '=', 'l1').execute();
+        expect(await members(db, 'l1')).toBe(0);
+        expect(await contactCount(db, 'l2')).toBe(34);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await old.drop();
+    }
+  });
+});
