@@ -59,19 +59,28 @@ export async function cli(args: string[], env: Record<string, string>): Promise<
 }
 
 export async function startProcess(args: string[], env: Record<string, string>): Promise<MailroomProcess> {
-  const port = env.PORT ? Number(env.PORT) : await freePort();
-  const child = spawn(process.execPath, [...MAIN, ...args], {
+  // A server not given a PORT picks its own (PORT=0) and says which (`serve --json`). A port found free
+  // here and handed over could be taken in between by another suite's server, whose /health would then
+  // answer for it (and its keys, from another database, were all 401s).
+  const serving = args[0] === 'serve';
+  const ownPort = serving && env.PORT === undefined;
+  const argv = ownPort && !args.includes('--json') ? [...args, '--json'] : args;
+  const port = ownPort ? 0 : env.PORT ? Number(env.PORT) : await freePort();
+  const child = spawn(process.execPath, [...MAIN, ...argv], {
     cwd: ROOT,
     env: baseEnv({ ...env, PORT: String(port) }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
-  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  let stdout = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+    stdout += c.toString();
+  });
   child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-  const url = `http://127.0.0.1:${port}`;
   const proc: MailroomProcess = {
     child,
-    url,
+    url: `http://127.0.0.1:${port}`,
     output: () => out,
     kill(signal = 'SIGTERM') {
       if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
@@ -81,8 +90,22 @@ export async function startProcess(args: string[], env: Record<string, string>):
       });
     },
   };
-  if (args[0] === 'serve') await waitHealthy(url, proc);
+  if (ownPort) proc.url = `http://127.0.0.1:${await listeningPort(proc, () => stdout)}`;
+  if (serving) await waitHealthy(proc.url, proc);
   return proc;
+}
+
+/** The port the server says it listens on (`serve --json` prints it once listening). */
+async function listeningPort(proc: MailroomProcess, stdout: () => string): Promise<number> {
+  for (let i = 0; i < 600; i++) {
+    const line = stdout()
+      .split('\n')
+      .find((l) => l.includes('"status":"listening"'));
+    if (line) return (JSON.parse(line) as { port: number }).port;
+    if (proc.child.exitCode !== null) throw new Error(`server exited early:\n${proc.output()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`server never said where it listens:\n${proc.output()}`);
 }
 
 async function waitHealthy(url: string, proc: MailroomProcess): Promise<void> {
