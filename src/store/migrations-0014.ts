@@ -6,7 +6,9 @@
 // go by cascade) took 7 s, adding them 6 s, and a list of 300,000 would have taken about half an hour,
 // holding its locks. Here each statement adds up its rows per list (its transition table) and updates each
 // list once: the same 20,000 take about 20 ms to delete. The lists are locked in id order first, so two
-// statements touching the same lists (contacts deleted together, say) cannot deadlock on them.
+// statements touching the same lists (contacts deleted together, say) cannot deadlock on them; with the
+// lock an UPDATE takes (NO KEY UPDATE), which the key-share lock of a membership's foreign key check does
+// not block: FOR UPDATE did, and two requests adding to one list deadlocked on each other's check.
 // The insert trigger replaces the old one in place, under its name: CREATE OR REPLACE takes no lock that
 // stops readers (0005 says why that matters); dropping it would. SQLite keeps its row triggers: with one writer and
 // no row versions, each update costs the same however many came before it.
@@ -16,7 +18,7 @@ import { statementTrigger } from './migrations-0005.js';
 
 /** The lists the statement's `rows` belong to, locked in id order, each updated once by `sign` × its rows. */
 function adjustCounts(rows: 'new_rows' | 'old_rows', sign: '+' | '-'): string {
-  return `PERFORM 1 FROM lists WHERE id IN (SELECT DISTINCT list_id FROM ${rows}) ORDER BY id FOR UPDATE;
+  return `PERFORM 1 FROM lists WHERE id IN (SELECT DISTINCT list_id FROM ${rows}) ORDER BY id FOR NO KEY UPDATE;
     UPDATE lists l SET contact_count = l.contact_count ${sign} d.n
       FROM (SELECT list_id, count(*) AS n FROM ${rows} GROUP BY list_id) d
       WHERE l.id = d.list_id;`;
