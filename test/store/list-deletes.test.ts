@@ -3,6 +3,7 @@
 // (migration 0014), since the row trigger made one statement's cost grow with the square of its rows.
 import { afterEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { systemClock, uuidIds } from '../../src/clock.js';
 import { AppError } from '../../src/errors.js';
 import { ListsService } from '../../src/lists/lists.service.js';
@@ -189,6 +190,34 @@ describe.skipIf(noPostgres())('migration 0014 on PostgreSQL', () => {
       }
     } finally {
       await old.drop();
+    }
+  });
+
+  it("counting a list's new members waits for no other transaction's foreign key check on it", async () => {
+    const ts = await createTestStore('postgres');
+    const holder = new pg.Client({ connectionString: ts.databaseUrl });
+    try {
+      const lists = new ListsService(ts.store, systemClock, uuidIds);
+      const contacts = await ts.store.write((trx) => seedOrg(trx, 'org-a', 2));
+      const list = await lists.create('org-a', { name: 'Shared' });
+      // What another request's new membership holds on its list until it commits: its foreign key check's
+      // key-share lock. The count's lock must not wait for it (FOR UPDATE did, and two requests adding to
+      // one list deadlocked); lock_timeout turns a wait into a failure at once.
+      await holder.connect();
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM lists WHERE id = $1 FOR KEY SHARE', [list.id]);
+      const added = await ts.store.write(async (trx) => {
+        await sql`SET LOCAL lock_timeout = '2s'`.execute(trx);
+        return trx
+          .insertInto('list_members')
+          .values(contacts.map((contact_id) => ({ list_id: list.id, contact_id, created_at: '2026' })))
+          .execute();
+      });
+      expect(added).toHaveLength(1);
+      expect(await contactCount(ts.store.db, list.id)).toBe(2);
+    } finally {
+      await holder.end().catch(() => undefined);
+      await ts.destroy();
     }
   });
 });
