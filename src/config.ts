@@ -2,6 +2,7 @@
 // a bad value stops the process with a one-line message naming the variable.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { isIP } from 'node:net';
 import { domainToASCII } from 'node:url';
 import { parseConfiguredMailbox } from './validation/addresses.js';
 
@@ -29,6 +30,11 @@ export interface Config {
   deliveryLeaseMs: number;
   bodyLimitBytes: number;
   requestTimeoutMs: number;
+  /**
+   * Which proxies' X-Forwarded-For to believe for the client's address (rate limits without a key, logs):
+   * none (false), the nearest n hops, or the proxies at these addresses / CIDR ranges.
+   */
+  trustProxy: false | number | string[];
   logLevel: string;
   sqliteSynchronous: 'FULL' | 'NORMAL';
   dkim: { domainName: string; keySelector: string; privateKey: string } | undefined;
@@ -49,6 +55,32 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
     throw new ConfigError(`${name} must be between ${min} and ${max}, got ${raw.trim()}`);
   }
   return n;
+}
+
+/**
+ * TRUST_PROXY: a number of hops (1–10), or the proxies' addresses and CIDR ranges, comma-separated. Not
+ * `true`: believing every X-Forwarded-For would let any client pick the address its limits count against.
+ */
+function trustProxy(env: Env): false | number | string[] {
+  const raw = env.TRUST_PROXY?.trim();
+  if (!raw) return false;
+  if (/^\d+$/.test(raw)) return int(env, 'TRUST_PROXY', 0, 1, 10);
+  const proxies = raw.split(',').map((p) => p.trim());
+  for (const p of proxies) {
+    const [address, bits, extra] = p.split('/');
+    const family = isIP(address ?? '');
+    const max = family === 6 ? 128 : 32;
+    if (
+      family === 0 ||
+      extra !== undefined ||
+      (bits !== undefined && !(/^\d+$/.test(bits) && Number(bits) <= max))
+    ) {
+      throw new ConfigError(
+        `TRUST_PROXY must be a number of proxy hops (1-10) or proxy addresses / CIDR ranges separated by commas, got "${p}"`,
+      );
+    }
+  }
+  return proxies;
 }
 
 const LABEL = '[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?';
@@ -153,6 +185,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', DEFAULT_LEASE_MS, 1000, 86_400_000),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     requestTimeoutMs: int(env, 'REQUEST_TIMEOUT_MS', 30_000, 1000, 600_000),
+    trustProxy: trustProxy(env),
     logLevel,
     sqliteSynchronous: sync,
     dkim,

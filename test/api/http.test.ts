@@ -2,7 +2,7 @@
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { routeTable } from '../../src/app.js';
-import type { TestApp } from '../helpers/app.js';
+import { type TestApp, createTestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
 
@@ -514,5 +514,47 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     for (const res of [page, json, css]) expectRateHeaders(res);
     expect([page, json, css].map((r) => r.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0']);
     expectError(await docs('/docs/json'), 429, 'contacts');
+  });
+});
+
+describe('the client address behind a proxy (TRUST_PROXY)', () => {
+  /** Statuses of requests without a key from `remoteAddress`, each forwarded for the address given. */
+  async function statuses(env: Record<string, string>, remoteAddress: string, forwardedFor: string[]) {
+    const t = await createTestApp('sqlite', { RATE_LIMIT_PER_MINUTE: '2', ...env });
+    try {
+      const out: number[] = [];
+      for (const client of forwardedFor) {
+        const res = await t.call({
+          method: 'GET',
+          url: '/api/v1/lists',
+          remoteAddress,
+          headers: { 'x-forwarded-for': client },
+        });
+        out.push(res.statusCode);
+      }
+      return out;
+    } finally {
+      await t.close();
+    }
+  }
+
+  const sameClient = ['203.0.113.5', '203.0.113.5', '203.0.113.5'];
+  const twoClients = ['203.0.113.5', '203.0.113.5', '203.0.113.6'];
+
+  it('is the connection’s when unset: X-Forwarded-For is not believed', async () => {
+    expect(await statuses({}, '10.0.0.1', twoClients)).toEqual([401, 401, 429]);
+  });
+
+  it('is the one the nearest proxy forwarded with TRUST_PROXY=1', async () => {
+    expect(await statuses({ TRUST_PROXY: '1' }, '10.0.0.1', sameClient)).toEqual([401, 401, 429]);
+    expect(await statuses({ TRUST_PROXY: '1' }, '10.0.0.1', twoClients)).toEqual([401, 401, 401]);
+  });
+
+  it('is forwarded only by the proxies listed, by address or range', async () => {
+    const env = { TRUST_PROXY: '10.0.0.0/8, 192.0.2.7' };
+    expect(await statuses(env, '10.1.2.3', twoClients)).toEqual([401, 401, 401]);
+    expect(await statuses(env, '192.0.2.7', twoClients)).toEqual([401, 401, 401]);
+    // Not a listed proxy: what it says it forwards is not believed.
+    expect(await statuses(env, '192.0.2.8', twoClients)).toEqual([401, 401, 429]);
   });
 });

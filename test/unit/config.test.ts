@@ -104,4 +104,28 @@ describe('configuration from the environment', () => {
     // One line, for the operator's log.
     expect(text).not.toContain('\n');
   });
+
+  it('takes TRUST_PROXY as a number of hops or the proxies’ addresses and ranges, and nothing else', () => {
+    expect(loadConfig({}).trustProxy).toBe(false);
+    expect(loadConfig({ TRUST_PROXY: ' ' }).trustProxy).toBe(false);
+    expect(loadConfig({ TRUST_PROXY: '2' }).trustProxy).toBe(2);
+    expect(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 192.0.2.7,::1, fd00::/8' }).trustProxy).toEqual([
+      '10.0.0.0/8',
+      '192.0.2.7',
+      '::1',
+      'fd00::/8',
+    ]);
+    for (const bad of [
+      'true',
+      '0',
+      '11',
+      'proxy.local',
+      '10.0.0.0/33',
+      '10.0.0.1/8/1',
+      '::1/129',
+      '10.0.0.1,',
+    ]) {
+      expect(refusal({ TRUST_PROXY: bad })).toMatch(/^TRUST_PROXY must be/);
+    }
+  });
 });
