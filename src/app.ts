@@ -132,7 +132,10 @@ export async function buildApp(
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // A key revoked anywhere on the store (the CLI, another instance) is refused here at once.
-  const stopHearing = store.keyChanges.subscribe(() => services.keys.forget());
+  const stopHearing = store.keyChanges.subscribe(() => {
+    services.keys.forget();
+    app.log.info('API keys changed on the store: kept key lookups dropped');
+  });
   app.addHook('onClose', async () => stopHearing());
 
   app.setValidatorCompiler(createValidatorCompiler());

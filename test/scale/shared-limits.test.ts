@@ -192,14 +192,22 @@ describe.skipIf(noRedis())('two instances', () => {
   // How soon: test/api/auth.test.ts pins, with the clock in hand, that a server refuses a revoked key
   // within 5 s even if it missed the word, and at once if it heard it (which test/store/key-changes.test.ts
   // carries between processes). Timed here, on a shared machine, it would only measure the machine.
-  it('refuse a key revoked by the CLI on both instances', async () => {
-    const apis = await Promise.all([0, 1].map(() => startProcess(['serve', '--no-worker'], env)));
+  it('refuse a key revoked by the CLI on both instances, having heard of it', async () => {
+    const apis = await Promise.all(
+      [0, 1].map(() => startProcess(['serve', '--no-worker'], { ...env, LOG_LEVEL: 'info' })),
+    );
     procs.push(...apis);
     const { id, auth } = await newKey();
     for (const api of apis)
       expect((await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status).toBe(200);
     await cli(['keys', 'revoke', id], env);
     for (const api of apis) {
+      // Heard from the store, not merely expired from the cache (which a refusal alone could not tell).
+      await eventually(
+        () => api.output().includes('kept key lookups dropped'),
+        20_000,
+        `${api.url} to hear that keys changed`,
+      );
       await eventually(
         async () =>
           (await fetch(`${api.url}/api/v1/lists`, { headers: { authorization: auth } })).status === 401,
