@@ -64,7 +64,6 @@ export function dialectOf<DB>(db: Kysely<DB>): DialectName {
   return db.getExecutor().adapter instanceof PostgresAdapter ? 'postgres' : 'sqlite';
 }
 
-/** A text value (or NULL) as JSON text: a quoted, escaped JSON string, or `null`. */
 /**
  * The column that locates a row where it is stored (SQLite's rowid, PostgreSQL's ctid): deleting rows found
  * by it takes no second lookup through the primary key. Valid within one statement.
@@ -73,6 +72,7 @@ export function rowLocator(dialect: DialectName): RawBuilder<unknown> {
   return dialect === 'postgres' ? sql`ctid` : sql`rowid`;
 }
 
+/** A text value (or NULL) as JSON text: a quoted, escaped JSON string, or `null`. */
 export function jsonString(dialect: DialectName, value: Expression<string | null>): RawBuilder<string> {
   return dialect === 'postgres' ? sql`coalesce(to_json(${value})::text, 'null')` : sql`json_quote(${value})`;
 }
