@@ -90,13 +90,13 @@ export async function buildApp(
     deps.logger && typeof (deps.logger as FastifyBaseLogger).info === 'function'
       ? { loggerInstance: deps.logger as FastifyBaseLogger }
       : { logger: (deps.logger as FastifyServerOptions['logger']) ?? false };
-  const hops = config.trustProxy;
+  const trusted = config.trustProxy;
   const app = Fastify({
     ...loggerOption,
     bodyLimit: config.bodyLimitBytes,
     // Behind a proxy, the client's address (the rate limit of requests without a key, the logs) is the one
     // the trusted proxies forwarded (TRUST_PROXY); otherwise the connection's.
-    trustProxy: typeof hops === 'number' ? (_address: string, hop: number) => hop < hops : hops,
+    trustProxy: typeof trusted === 'number' ? (_address: string, hop: number) => hop < trusted : trusted,
     // A client has this long to send its whole request, headers included (no slowloris); Node checks
     // open connections against it every half timeout, so a stalled one is cut within 1.5 × the timeout.
     requestTimeout: config.requestTimeoutMs,

@@ -333,7 +333,7 @@ export class DeliveryWorker {
     }
     // A relay's answer quotes the recipient (`451 <ann@acme.test>: try later`); addresses are personal
     // data, kept in the email's record, not in the log (SECURITY.md).
-    const error = lastError === null ? null : withoutAddresses(lastError);
+    const error = lastError === null ? null : withoutMailAddresses(lastError);
     if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
     else if (status === 'sent') log.info('delivered');
     else if (status === 'deferred') log.warn({ nextAttempt, lastError: error }, 'deferred');
@@ -348,7 +348,10 @@ export class DeliveryWorker {
   }
 }
 
-/** The text with every email address in it written as `<address>`. */
-export function withoutAddresses(text: string): string {
+/**
+ * The text with every email address in it written as `<address>` (the relay's own address is
+ * smtp-relay.ts withoutAddress's business).
+ */
+function withoutMailAddresses(text: string): string {
   return text.replace(/[^\s<>"'(),;:[\]]+@[^\s<>"'(),;:[\]]+/g, '<address>');
 }

@@ -97,29 +97,41 @@ export async function startProcess(args: string[], env: Record<string, string>):
 }
 
 /** The port the server says it listens on (`serve --json` prints it once listening). */
-async function listeningPort(proc: MailroomProcess, stdout: () => string): Promise<number> {
-  for (let i = 0; i < 600; i++) {
+function listeningPort(proc: MailroomProcess, stdout: () => string): Promise<number> {
+  return whileRunning(proc, 'never said where it listens', () => {
     const line = stdout()
       .split('\n')
       .find((l) => l.includes('"status":"listening"'));
-    if (line) return (JSON.parse(line) as { port: number }).port;
-    if (proc.child.exitCode !== null) throw new Error(`server exited early:\n${proc.output()}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`server never said where it listens:\n${proc.output()}`);
+    return line === undefined ? undefined : (JSON.parse(line) as { port: number }).port;
+  });
 }
 
 async function waitHealthy(url: string, proc: MailroomProcess): Promise<void> {
+  await whileRunning(proc, `at ${url} never became healthy`, async () => {
+    try {
+      return (await fetch(`${url}/health`)).ok || undefined;
+    } catch {
+      return undefined; // not listening yet
+    }
+  });
+}
+
+/**
+ * Asks `probe` every 50 ms, for 30 s at most, until it gives a value; fails at once, with the process's
+ * output, if the process exits meanwhile.
+ */
+async function whileRunning<T>(
+  proc: MailroomProcess,
+  failure: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+): Promise<T> {
   for (let i = 0; i < 600; i++) {
     if (proc.child.exitCode !== null) throw new Error(`server exited early:\n${proc.output()}`);
-    try {
-      if ((await fetch(`${url}/health`)).ok) return;
-    } catch {
-      // not listening yet
-    }
+    const value = await probe();
+    if (value !== undefined) return value;
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`server at ${url} never became healthy:\n${proc.output()}`);
+  throw new Error(`server ${failure}:\n${proc.output()}`);
 }
 
 /** Runs `count` async jobs with at most `concurrency` at a time. */

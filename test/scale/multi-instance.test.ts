@@ -9,9 +9,6 @@ import { type MailroomProcess, cli, pool, startProcess } from '../helpers/proces
 import { type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
 import { TEST_DATABASE_URL, createTestDatabase, noPostgres } from '../helpers/stores.js';
 
-if (!TEST_DATABASE_URL)
-  console.warn('\n*** TEST_DATABASE_URL is not set: multi-instance PostgreSQL tests are SKIPPED ***\n');
-
 /** The subject of each message a sink received, read once per message (the bulk test reads thousands). */
 function subjectsOf(sink: SmtpSink): (prefix: string) => Map<string, number> {
   const subjects: string[] = [];

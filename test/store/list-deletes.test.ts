@@ -8,6 +8,7 @@ import { systemClock, uuidIds } from '../../src/clock.js';
 import { AppError } from '../../src/errors.js';
 import { ListsService } from '../../src/lists/lists.service.js';
 import type { Executor, Store } from '../../src/store/store.js';
+import { contactRow } from '../helpers/rows.js';
 import { noPostgres, olderStore, storeKinds, type TestStore, createTestStore } from '../helpers/stores.js';
 
 const SLICE = 10;
@@ -18,23 +19,11 @@ async function seedOrg(db: Executor, org: string, contacts: number): Promise<str
     .values({ id: org, name: org, created_at: '2026-01-01T00:00:00.000Z' })
     .execute();
   const ids = Array.from({ length: contacts }, (_, i) => `${org}-c${i}`);
-  for (const id of ids) {
+  const at = '2026-01-01T00:00:00.000Z';
+  if (ids.length > 0) {
     await db
       .insertInto('contacts')
-      .values({
-        id,
-        organization_id: org,
-        email: `${id}@example.test`,
-        email_lower: `${id}@example.test`,
-        first_name: null,
-        last_name: null,
-        unsubscribed: 0,
-        custom_fields: '{}',
-        tags: '[]',
-        created_at: '2026-01-01T00:00:00.000Z',
-        updated_at: '2026-01-01T00:00:00.000Z',
-        json: null,
-      })
+      .values(ids.map((id) => contactRow(org, id, `${id}@example.test`, at)))
       .execute();
   }
   return ids;
