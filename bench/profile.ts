@@ -1,0 +1,172 @@
+// `npm run bench:profile -- <scenario> [seconds]`: where the server's main thread spends its time under one
+// of the bench's loads. Runs the built server with `--cpu-prof`, drives it with autocannon (50 connections)
+// and prints self time by function and by package, so that a change to a hot path can be judged by what it
+// removes, not by req/s alone (which swings ±25 % on these shared machines). The profile itself is left in
+// bench/results/ for Chrome's DevTools or speedscope. Scenarios: list, page, create, send, send-no-worker.
+// PROFILE_NODE_ARGS adds Node flags to the server (`--import ./timer.mjs` for a hook of your own, say).
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import { startSink } from './sink.js';
+import {
+  benchDataDir,
+  benchEnv,
+  cli,
+  cpuMicros,
+  freePort,
+  freshBodies,
+  ROOT,
+  startChild,
+  waitHealthy,
+} from './lib.js';
+
+type Cannon = Parameters<typeof autocannon>[0];
+
+/** More of Node's flags for the profiled server (an `--import` that times SQL statements, say). */
+const extraNodeArgs = (process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean);
+
+const scenario = process.argv[2] ?? 'create';
+const seconds = Number(process.argv[3] ?? 10);
+const SCENARIOS = ['list', 'page', 'create', 'send', 'send-no-worker'];
+if (!SCENARIOS.includes(scenario)) {
+  console.error(`usage: npm run bench:profile -- <${SCENARIOS.join('|')}> [seconds]`);
+  process.exit(2);
+}
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Where a frame's code lives: a package, Mailroom's own file, Node's internals, or V8 itself. */
+function home(url: string, name: string): string {
+  if (!url) return name.startsWith('(') ? name : '(native)';
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (pkg) return pkg[1]!;
+  if (url.startsWith('node:')) return 'node:' + url.slice(5).split('/')[0];
+  const own = /\/(dist|src)\/(.*)$/.exec(url);
+  return own ? own[2]! : url;
+}
+
+function summarise(profile: Profile, detailed: boolean): void {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map<number, number>();
+  profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  const fns = new Map<string, number>();
+  const homes = new Map<string, number>();
+  for (const [id, us] of self) {
+    const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
+    const where = home(url, functionName);
+    const fn = `${functionName || '(anonymous)'}  ${where}:${lineNumber + 1}`;
+    fns.set(fn, (fns.get(fn) ?? 0) + us);
+    homes.set(where, (homes.get(where) ?? 0) + us);
+  }
+  const top = (m: Map<string, number>, n: number) =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, us]) => `${((us / total) * 100).toFixed(1).padStart(5)} %  ${k}`)
+      .join('\n');
+  if (!detailed) {
+    console.log(top(homes, 6));
+    return;
+  }
+  console.log(`\nself time by place (${(total / 1e6).toFixed(1)} s sampled):\n${top(homes, 25)}`);
+  console.log(`\nself time by function:\n${top(fns, 40)}`);
+}
+
+async function main(): Promise<void> {
+  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
+  const sink = await startSink();
+  const dataDir = benchDataDir('profile');
+  const port = await freePort();
+  const env = benchEnv(dataDir, sink.port, { PORT: String(port) });
+  const base = `http://127.0.0.1:${port}`;
+  cli(['migrate'], env);
+  const { key } = cli(
+    ['keys', 'create', '--name', 'bench', '--permissions', 'readContacts,writeContacts,sendEmails'],
+    env,
+  );
+  const headers = { authorization: `Bearer ${key as string}`, 'content-type': 'application/json' };
+  const outDir = path.join(ROOT, 'bench', 'results');
+  mkdirSync(outDir, { recursive: true });
+  const before = new Set(readdirSync(outDir));
+  // Seeded by a server of its own: the profile then holds only the load (and the restarted server's warm-up).
+  const seeder = startChild(['bin/mailroom.js', 'serve', '--no-worker'], env);
+  await waitHealthy(`${base}/health`);
+  const list = (await (
+    await fetch(`${base}/api/v1/lists`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ name: 'Profile' }),
+    })
+  ).json()) as { list: { id: string } };
+  let n = 0;
+  await autocannon({
+    url: `${base}/api/v1/contacts`,
+    connections: 50,
+    amount: 10_000,
+    method: 'POST',
+    headers,
+    requests: freshBodies(() => ({ email: `seed${n++}@example.test`, tags: n % 10 === 0 ? ['vip'] : [] })),
+  } as Cannon);
+  const seederExit = new Promise((r) => seeder.once('exit', r));
+  seeder.kill('SIGTERM');
+  await seederExit;
+  const serveArgs = scenario === 'send-no-worker' ? ['--no-worker'] : [];
+  const server = startChild(
+    [...extraNodeArgs, '--cpu-prof', '--cpu-prof-dir', outDir, 'bin/mailroom.js', 'serve', ...serveArgs],
+    env,
+  );
+  await waitHealthy(`${base}/health`);
+  const loads: Record<string, Partial<Cannon>> = {
+    list: { url: `${base}/api/v1/lists/${list.list.id}` },
+    page: { url: `${base}/api/v1/contacts?limit=20` },
+    create: {
+      url: `${base}/api/v1/contacts`,
+      method: 'POST',
+      requests: freshBodies(() => ({ email: `p${n++}@example.test`, firstName: 'Bench' })),
+    },
+    send: {
+      url: `${base}/api/v1/emails`,
+      method: 'POST',
+      body: JSON.stringify({
+        to: 'reader@example.test',
+        subject: 'Bench',
+        text: 'Hello',
+        html: '<p>Hello</p>',
+      }),
+    },
+  };
+  const load = loads[scenario === 'send-no-worker' ? 'send' : scenario]!;
+  const cpuBefore = cpuMicros(server.pid!);
+  const result = await autocannon({ connections: 50, duration: seconds, headers, ...load } as Cannon);
+  const cpu = cpuMicros(server.pid!) - cpuBefore;
+  console.log(
+    `${scenario}: ${Math.round(result.requests.average)} req/s, p99 ${result.latency.p99} ms, ` +
+      `${result.non2xx + result.errors} errors, server CPU ${Math.round(cpu / result.requests.total)} µs a request`,
+  );
+  const exited = new Promise((r) => server.once('exit', r));
+  server.kill('SIGTERM');
+  await exited;
+  await sink.close();
+  const written = readdirSync(outDir).filter((f) => f.endsWith('.cpuprofile') && !before.has(f));
+  // Named CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile: thread 0 is the event loop, in detail; the
+  // others (SMTP, checkpoints, search index) in a few lines each.
+  const thread = (f: string) => Number(f.split('.')[4]);
+  for (const file of written.sort((a, b) => thread(b) - thread(a))) {
+    console.log(`\n${thread(file) === 0 ? 'main thread' : `thread ${thread(file)}`}: bench/results/${file}`);
+    const profile = JSON.parse(readFileSync(path.join(outDir, file), 'utf8')) as Profile;
+    summarise(profile, thread(file) === 0);
+  }
+}
+
+await main();
