@@ -3,6 +3,7 @@
 // and prints self time by function and by package, so that a change to a hot path can be judged by what it
 // removes, not by req/s alone (which swings ±25 % on these shared machines). The profile itself is left in
 // bench/results/ for Chrome's DevTools or speedscope. Scenarios: list, page, create, send, send-no-worker.
+// With --postgres, the server runs on a fresh PostgreSQL database (BENCH_ADMIN_DATABASE_URL, as bench:pg).
 // PROFILE_NODE_ARGS adds Node flags to the server (`--import ./timer.mjs` for a hook of your own, say).
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
@@ -14,6 +15,7 @@ import {
   benchEnv,
   cli,
   cpuMicros,
+  freshDatabase,
   freePort,
   freshBodies,
   ROOT,
@@ -26,8 +28,9 @@ type Cannon = Parameters<typeof autocannon>[0];
 /** More of Node's flags for the profiled server (an `--import` that times SQL statements, say). */
 const extraNodeArgs = (process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
-const scenario = process.argv[2] ?? 'create';
-const seconds = Number(process.argv[3] ?? 10);
+const POSTGRES = process.argv.includes('--postgres');
+const [scenario = 'create', secondsArg = '10'] = process.argv.slice(2).filter((a) => a !== '--postgres');
+const seconds = Number(secondsArg);
 const SCENARIOS = ['list', 'page', 'create', 'send', 'send-no-worker'];
 if (!SCENARIOS.includes(scenario)) {
   console.error(`usage: npm run bench:profile -- <${SCENARIOS.join('|')}> [seconds]`);
@@ -88,7 +91,11 @@ async function main(): Promise<void> {
   const sink = await startSink();
   const dataDir = benchDataDir('profile');
   const port = await freePort();
-  const env = benchEnv(dataDir, sink.port, { PORT: String(port) });
+  const database = POSTGRES ? await freshDatabase() : undefined;
+  const env = benchEnv(dataDir, sink.port, {
+    PORT: String(port),
+    ...(database ? { DATABASE_URL: database.url } : {}),
+  });
   const base = `http://127.0.0.1:${port}`;
   cli(['migrate'], env);
   const { key } = cli(
@@ -158,6 +165,7 @@ async function main(): Promise<void> {
   server.kill('SIGTERM');
   await exited;
   await sink.close();
+  await database?.drop();
   const written = readdirSync(outDir).filter((f) => f.endsWith('.cpuprofile') && !before.has(f));
   // Named CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile: thread 0 is the event loop, in detail; the
   // others (SMTP, checkpoints, search index) in a few lines each.
