@@ -4,7 +4,8 @@ import { maintainedCounts } from '../store/counts.js';
 import type { Executor } from '../store/store.js';
 import type { ContactFilter } from './contacts.repository.js';
 
-function bucketOf(filter: ContactFilter): string | undefined {
+/** The maintained count's bucket for the filter, if it has one (single-bucket filters only). */
+export function bucketOf(filter: ContactFilter): string | undefined {
   if (filter.email !== undefined) return undefined;
   if (filter.tag !== undefined) return filter.unsubscribed === undefined ? `tag:${filter.tag}` : undefined;
   if (filter.unsubscribed !== undefined) return `unsubscribed:${filter.unsubscribed ? 1 : 0}`;

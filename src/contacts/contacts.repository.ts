@@ -8,6 +8,7 @@ import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository
 import { countByChunksOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { contactJson } from './contact-fields.js';
+import { bucketOf } from './contact-counts.repository.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -114,13 +115,35 @@ function byOrganization(db: Executor, organizationId: string, filter: ContactFil
 export interface ContactPage {
   /** Each contact as its API JSON text (contactJson), in page order. */
   contacts: string[];
-  /** The filter's total, when the page's query learned it on the way (it sorted every match). */
+  /**
+   * The filter's total, when the page's query learned it on the way: it sorted every match, or read the
+   * filter's maintained count beside a page that has rows (withTotal).
+   */
   total?: number | undefined;
 }
 
 /** The page's one column: each contact as the API shows it. */
 const asJson = (db: Executor) => contactJson(dialectOf(db)).as('json');
 const jsonOf = (rows: { json: string }[]) => rows.map((r) => r.json);
+
+/**
+ * A page's second column: its filter's maintained count (contact-counts.repository.ts), read by the page's
+ * own statement, so that PostgreSQL answers page and total in one round trip (they took two, on two
+ * connections) and both come from one snapshot. Uncorrelated, so each store reads it once a statement.
+ */
+const withTotal = (db: Executor, organizationId: string, bucket: string) =>
+  db
+    .selectFrom('contact_counts')
+    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
+    .where('contact_counts.organization_id', '=', organizationId)
+    .where('contact_counts.bucket', '=', bucket)
+    .as('total');
+
+/** The contacts, and the total when there is a row to carry it (an empty page carries none). */
+const carried = (rows: { json: string; total: number | string | null }[]): ContactPage => ({
+  contacts: jsonOf(rows),
+  total: rows.length > 0 ? Number(rows[0]!.total ?? 0) : undefined,
+});
 
 export async function pageContacts(
   db: Executor,
@@ -138,8 +161,9 @@ export async function pageContacts(
       ? await pageByEmailOnPostgres(db, organizationId, filter, page, knownTotal)
       : await pageByEmailIndex(db, dialect, organizationId, filter, page, knownTotal);
   if (indexed) return indexed;
-  if (filter.tag !== undefined && !hasRowConditions(filter)) {
-    return { contacts: jsonOf(await tagPage.all(db, organizationId, filter.tag, page.limit, offset)) };
+  const bucket = bucketOf(filter);
+  if (filter.tag !== undefined && bucket !== undefined) {
+    return carried(await tagPage.all(db, organizationId, filter.tag, page.limit, offset, bucket));
   }
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
@@ -152,12 +176,23 @@ export async function pageContacts(
       .execute();
     return { contacts: jsonOf(rows) };
   }
-  const rows = !hasRowConditions(filter)
-    ? await unfilteredPage.all(db, organizationId, page.limit, offset)
-    : filter.unsubscribed === true && filter.email === undefined
-      ? await unsubscribedPage.all(db, organizationId, page.limit, offset)
-      : await organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db)).execute();
-  return { contacts: jsonOf(rows) };
+  if (bucket === undefined) {
+    const rows = await organizationPage(db, organizationId, filter, page.limit, offset)
+      .select(asJson(db))
+      .execute();
+    return { contacts: jsonOf(rows) };
+  }
+  if (!hasRowConditions(filter))
+    return carried(await unfilteredPage.all(db, organizationId, page.limit, offset, bucket));
+  if (filter.unsubscribed === true) {
+    return carried(await unsubscribedPage.all(db, organizationId, page.limit, offset, bucket));
+  }
+  // Subscribed contacts: no index says which they are, so the page walks the organisation's.
+  const rows = await organizationPage(db, organizationId, filter, page.limit, offset)
+    .select(asJson(db))
+    .select(withTotal(db, organizationId, bucket))
+    .execute();
+  return carried(rows);
 }
 
 function organizationPage(
@@ -183,7 +218,7 @@ function organizationPage(
 // (15–30 ms at 1M, now 2–3 ms); on SQLite page 500 runs at 1.4 times the rate. Subscribed ones are not:
 // the index does not say which they are, so each row is read either way, and page 1 ran a quarter slower.
 function indexPage(unsubscribed: boolean) {
-  return prepared((db, organizationId: string, limit: number, offset: number) =>
+  return prepared((db, organizationId: string, limit: number, offset: number, bucket: string) =>
     db
       .selectFrom(
         organizationPage(db, organizationId, unsubscribed ? { unsubscribed } : {}, limit, offset)
@@ -192,6 +227,7 @@ function indexPage(unsubscribed: boolean) {
       )
       .innerJoin('contacts', 'contacts.id', 'page.id')
       .select(asJson(db))
+      .select(withTotal(db, organizationId, bucket))
       .orderBy('page.created_at', 'desc')
       .orderBy('page.id', 'desc'),
   );
@@ -201,24 +237,26 @@ const unsubscribedPage = indexPage(true);
 
 // A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows
 // are joined to their contacts; joining first would look up every contact the OFFSET skips.
-const tagPage = prepared((db, organizationId: string, tag: string, limit: number, offset: number) =>
-  db
-    .selectFrom((q) =>
-      q
-        .selectFrom('contact_tags')
-        .select(['contact_tags.contact_id', 'contact_tags.contact_created_at'])
-        .where('contact_tags.organization_id', '=', organizationId)
-        .where('contact_tags.tag', '=', tag)
-        .orderBy('contact_tags.contact_created_at', 'desc')
-        .orderBy('contact_tags.contact_id', 'desc')
-        .limit(rowCount(limit))
-        .offset(rowCount(offset))
-        .as('page'),
-    )
-    .innerJoin('contacts', 'contacts.id', 'page.contact_id')
-    .select(asJson(db))
-    .orderBy('page.contact_created_at', 'desc')
-    .orderBy('page.contact_id', 'desc'),
+const tagPage = prepared(
+  (db, organizationId: string, tag: string, limit: number, offset: number, bucket: string) =>
+    db
+      .selectFrom((q) =>
+        q
+          .selectFrom('contact_tags')
+          .select(['contact_tags.contact_id', 'contact_tags.contact_created_at'])
+          .where('contact_tags.organization_id', '=', organizationId)
+          .where('contact_tags.tag', '=', tag)
+          .orderBy('contact_tags.contact_created_at', 'desc')
+          .orderBy('contact_tags.contact_id', 'desc')
+          .limit(rowCount(limit))
+          .offset(rowCount(offset))
+          .as('page'),
+      )
+      .innerJoin('contacts', 'contacts.id', 'page.contact_id')
+      .select(asJson(db))
+      .select(withTotal(db, organizationId, bucket))
+      .orderBy('page.contact_created_at', 'desc')
+      .orderBy('page.contact_id', 'desc'),
 );
 
 /** The organisation's contacts with these ids, as their API JSON text, in the order given; missing ones left out. */

@@ -152,7 +152,7 @@ export class ContactsService {
     return read;
   }
 
-  /** The page read from the store, and its total: maintained, kept (a search), learned, or counted. */
+  /** The page read from the store, and its total: kept (a search), learned or maintained, or counted. */
   private async readPage(
     orgId: string,
     filter: repo.ContactFilter,
@@ -161,19 +161,24 @@ export class ContactsService {
   ) {
     const db = this.store.db;
     const known = search && this.kept.total(orgId, search.term, search.version);
-    const [{ contacts, total: learned }, maintained] = await Promise.all([
-      // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
-      repo.pageContacts(db, orgId, filter, { page, limit }, this.store.dialect, known),
-      findMaintainedCount(db, orgId, filter),
-    ]);
-    // A short first page is the whole result: no need to count at all.
+    // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
+    const { contacts, total: learned } = await repo.pageContacts(
+      db,
+      orgId,
+      filter,
+      { page, limit },
+      this.store.dialect,
+      known,
+    );
+    // A short first page is the whole result: no need to count at all. A maintained count comes with any
+    // page that has rows; an empty page past the end reads it alone.
     const total =
-      maintained ??
       known ??
       learned ??
       (page === 1 && contacts.length < limit
         ? contacts.length
-        : await repo.countContacts(db, orgId, filter, this.store.dialect));
+        : ((await findMaintainedCount(db, orgId, filter)) ??
+          (await repo.countContacts(db, orgId, filter, this.store.dialect))));
     if (search && known === undefined) this.kept.keepTotal(orgId, search.term, search.version, total);
     return { contacts, pagination: pagination({ page, limit }, total) };
   }
