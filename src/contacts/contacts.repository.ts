@@ -7,6 +7,7 @@ import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { countByChunksOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
 import { prepared, rowCount } from '../store/prepared.js';
+import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf } from './contact-counts.repository.js';
 
@@ -117,7 +118,7 @@ export interface ContactPage {
   contacts: string[];
   /**
    * The filter's total, when the page's query learned it on the way: it sorted every match, or read the
-   * filter's maintained count beside a page that has rows (withTotal).
+   * filter's maintained count beside a page that has rows (countColumn).
    */
   total?: number | undefined;
 }
@@ -126,24 +127,13 @@ export interface ContactPage {
 const asJson = (db: Executor) => contactJson(dialectOf(db)).as('json');
 const jsonOf = (rows: { json: string }[]) => rows.map((r) => r.json);
 
-/**
- * A page's second column: its filter's maintained count (contact-counts.repository.ts), read by the page's
- * own statement, so that PostgreSQL answers page and total in one round trip (they took two, on two
- * connections) and both come from one snapshot. Uncorrelated, so each store reads it once a statement.
- */
-const withTotal = (db: Executor, organizationId: string, bucket: string) =>
-  db
-    .selectFrom('contact_counts')
-    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
-    .where('contact_counts.organization_id', '=', organizationId)
-    .where('contact_counts.bucket', '=', bucket)
-    .as('total');
-
-/** The contacts, and the total when there is a row to carry it (an empty page carries none). */
+/** The contacts, and the total when there is a row to carry it (countColumn). */
 const carried = (rows: { json: string; total: number | string | null }[]): ContactPage => ({
   contacts: jsonOf(rows),
-  total: rows.length > 0 ? Number(rows[0]!.total ?? 0) : undefined,
+  total: pageTotal(rows),
 });
+const withTotal = (db: Executor, organizationId: string, bucket: string) =>
+  countColumn(db, 'contact_counts', organizationId, bucket);
 
 export async function pageContacts(
   db: Executor,

@@ -10,7 +10,7 @@ import type {
   NewEmail,
 } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
-import { maintainedCounts } from '../store/counts.js';
+import { countColumn, maintainedCounts, pageTotal } from '../store/counts.js';
 import { prepared, rowCount } from '../store/prepared.js';
 
 export type RecipientRow = Selectable<EmailRecipientsTable>;
@@ -114,24 +114,36 @@ function newestFirst(db: Executor, organizationId: string, limit: number, offset
     .offset(rowCount(offset));
 }
 
-// The two shapes of an emails page, compiled once each: every email, or those with one status.
-const everyEmailPage = prepared((db, organizationId: string, limit: number, offset: number) =>
-  newestFirst(db, organizationId, limit, offset),
+// The two shapes of an emails page, compiled once each: every email, or those with one status. Each carries
+// its maintained count (countColumn): one round trip for the page and its total.
+const everyEmailPage = prepared((db, organizationId: string, limit: number, offset: number, bucket: string) =>
+  newestFirst(db, organizationId, limit, offset).select(
+    countColumn(db, 'email_counts', organizationId, bucket),
+  ),
 );
-const statusPage = prepared((db, organizationId: string, status: string, limit: number, offset: number) =>
-  newestFirst(db, organizationId, limit, offset).where('status', '=', status),
+const statusPage = prepared(
+  (db, organizationId: string, status: string, limit: number, offset: number, bucket: string) =>
+    newestFirst(db, organizationId, limit, offset)
+      .where('status', '=', status)
+      .select(countColumn(db, 'email_counts', organizationId, bucket)),
 );
 
-export function pageEmails(
+const bucketOf = (status: string | undefined) => (status === undefined ? 'all' : `status:${status}`);
+
+/** A page of emails, and their total when the page has rows to carry it. */
+export async function pageEmails(
   db: Executor,
   organizationId: string,
   status: string | undefined,
   page: Page,
-): Promise<EmailSummaryRow[]> {
+): Promise<{ rows: EmailSummaryRow[]; total: number | undefined }> {
   const offset = offsetOf(page);
-  return status === undefined
-    ? everyEmailPage.all(db, organizationId, page.limit, offset)
-    : statusPage.all(db, organizationId, status, page.limit, offset);
+  const bucket = bucketOf(status);
+  const rows =
+    status === undefined
+      ? await everyEmailPage.all(db, organizationId, page.limit, offset, bucket)
+      : await statusPage.all(db, organizationId, status, page.limit, offset, bucket);
+  return { rows, total: pageTotal(rows) };
 }
 
 const emailCounts = maintainedCounts('email_counts');
@@ -142,7 +154,7 @@ export function countEmails(
   organizationId: string,
   status: string | undefined,
 ): Promise<number> {
-  return emailCounts(db, organizationId, status === undefined ? 'all' : `status:${status}`);
+  return emailCounts(db, organizationId, bucketOf(status));
 }
 
 export type IdempotencyRow = Selectable<IdempotencyKeysTable>;

@@ -177,10 +177,13 @@ export class EmailsService {
   async page(orgId: string, query: Page & { status?: EmailStatus | '' | undefined }) {
     const page = { page: query.page, limit: query.limit };
     const status = query.status || undefined;
-    const [rows, total] = await Promise.all([
-      repo.pageEmails(this.store.db, orgId, status, page),
-      repo.countEmails(this.store.db, orgId, status),
-    ]);
+    const { rows, total: carried } = await repo.pageEmails(this.store.db, orgId, status, page);
+    // A short first page is the whole result; an empty page past the end reads the count alone.
+    const total =
+      carried ??
+      (page.page === 1 && rows.length < page.limit
+        ? rows.length
+        : await repo.countEmails(this.store.db, orgId, status));
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }
 }

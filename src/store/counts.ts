@@ -18,6 +18,31 @@ export function maintainedCounts(table: 'contact_counts' | 'email_counts') {
 }
 
 /**
+ * A page's extra column `total`: the bucket's maintained count, read by the page's own statement, so that
+ * PostgreSQL answers a page and its total in one round trip (they took two, on two connections) and both
+ * come from one snapshot. Uncorrelated, so each store reads it once a statement. An empty page carries
+ * none (pageTotal): its caller reads the count alone.
+ */
+export function countColumn(
+  db: Executor,
+  table: 'contact_counts' | 'email_counts',
+  organizationId: string,
+  bucket: string,
+) {
+  return db
+    .selectFrom(table)
+    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
+    .where('organization_id', '=', organizationId)
+    .where('bucket', '=', bucket)
+    .as('total');
+}
+
+/** The total a page's rows carry (countColumn), or undefined for a page without rows. */
+export function pageTotal(rows: readonly { total: number | string | null }[]): number | undefined {
+  return rows.length > 0 ? Number(rows[0]!.total ?? 0) : undefined;
+}
+
+/**
  * PostgreSQL: merges every bucket's per-connection shard rows (migration 0005) into its shard 0, so a read
  * sums a few rows however many connections have come and gone. Rows a connection's open transaction holds
  * are skipped until the next fold; writers never touch shard 0, so a fold never waits on them.

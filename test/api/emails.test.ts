@@ -108,6 +108,12 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect(p1.pagination).toEqual({ page: 1, limit: 2, total: 5, pages: 3 });
     expect(p1.emails.map((e: { id: string }) => e.id)).toEqual([ids[4], ids[3]]);
     expect(p3.emails.map((e: { id: string }) => e.id)).toEqual([ids[0]]);
+    expect(p3.pagination).toEqual({ page: 3, limit: 2, total: 5, pages: 3 });
+    // A page with rows carries its total; an empty one past the end reads it alone.
+    for (const query of [{}, { status: 'queued' }]) {
+      const past = (await page({ ...query, limit: '2', page: '4' })).json();
+      expect(past).toEqual({ emails: [], pagination: { page: 4, limit: 2, total: 5, pages: 3 } });
+    }
     expect((await page({ status: 'queued' })).json().pagination.total).toBe(5);
     expect((await page({ status: 'sent' })).json()).toMatchObject({ emails: [], pagination: { total: 0 } });
     // Empty, as query builders send an unset field: every status, as `?tag=` is on contacts.
