@@ -110,7 +110,7 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect(p3.emails.map((e: { id: string }) => e.id)).toEqual([ids[0]]);
     expect(p3.pagination).toEqual({ page: 3, limit: 2, total: 5, pages: 3 });
     // A page with rows carries its total; an empty one past the end reads it alone.
-    for (const query of [{}, { status: 'queued' }]) {
+    for (const query of [{}, { status: 'queued' }] as Record<string, string>[]) {
       const past = (await page({ ...query, limit: '2', page: '4' })).json();
       expect(past).toEqual({ emails: [], pagination: { page: 4, limit: 2, total: 5, pages: 3 } });
     }
