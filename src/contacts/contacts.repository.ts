@@ -166,23 +166,17 @@ export async function pageContacts(
       .execute();
     return { contacts: jsonOf(rows) };
   }
-  if (bucket === undefined) {
-    const rows = await organizationPage(db, organizationId, filter, page.limit, offset)
-      .select(asJson(db))
-      .execute();
-    return { contacts: jsonOf(rows) };
-  }
-  if (!hasRowConditions(filter))
+  if (bucket !== undefined && !hasRowConditions(filter)) {
     return carried(await unfilteredPage.all(db, organizationId, page.limit, offset, bucket));
-  if (filter.unsubscribed === true) {
+  }
+  if (bucket !== undefined && filter.unsubscribed === true) {
     return carried(await unsubscribedPage.all(db, organizationId, page.limit, offset, bucket));
   }
-  // Subscribed contacts: no index says which they are, so the page walks the organisation's.
-  const rows = await organizationPage(db, organizationId, filter, page.limit, offset)
-    .select(asJson(db))
-    .select(withTotal(db, organizationId, bucket))
-    .execute();
-  return carried(rows);
+  // Subscribed contacts, or an email substring the index did not take: the page walks the organisation's
+  // contacts (no index says which are subscribed), with the count when the filter has one.
+  const rows = organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db));
+  if (bucket === undefined) return { contacts: jsonOf(await rows.execute()) };
+  return carried(await rows.select(withTotal(db, organizationId, bucket)).execute());
 }
 
 function organizationPage(

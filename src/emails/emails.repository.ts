@@ -103,10 +103,12 @@ export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
   return eventsByEmail.all(db, emailId);
 }
 
-function newestFirst(db: Executor, organizationId: string, limit: number, offset: number) {
+/** A page of the organisation's emails, newest first, each row carrying the bucket's maintained count. */
+function newestFirst(db: Executor, organizationId: string, limit: number, offset: number, bucket: string) {
   return db
     .selectFrom('emails')
     .select(SUMMARY_FIELDS)
+    .select(countColumn(db, 'email_counts', organizationId, bucket))
     .where('organization_id', '=', organizationId)
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
@@ -117,15 +119,11 @@ function newestFirst(db: Executor, organizationId: string, limit: number, offset
 // The two shapes of an emails page, compiled once each: every email, or those with one status. Each carries
 // its maintained count (countColumn): one round trip for the page and its total.
 const everyEmailPage = prepared((db, organizationId: string, limit: number, offset: number, bucket: string) =>
-  newestFirst(db, organizationId, limit, offset).select(
-    countColumn(db, 'email_counts', organizationId, bucket),
-  ),
+  newestFirst(db, organizationId, limit, offset, bucket),
 );
 const statusPage = prepared(
   (db, organizationId: string, status: string, limit: number, offset: number, bucket: string) =>
-    newestFirst(db, organizationId, limit, offset)
-      .where('status', '=', status)
-      .select(countColumn(db, 'email_counts', organizationId, bucket)),
+    newestFirst(db, organizationId, limit, offset, bucket).where('status', '=', status),
 );
 
 const bucketOf = (status: string | undefined) => (status === undefined ? 'all' : `status:${status}`);

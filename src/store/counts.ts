@@ -4,17 +4,27 @@ import { sql } from 'kysely';
 import { prepared } from './prepared.js';
 import type { Executor } from './store.js';
 
+type CountsTable = 'contact_counts' | 'email_counts';
+
+/** A bucket's count: the sum of its shard rows (null when it has none). */
+function bucketSum(db: Executor, table: CountsTable, organizationId: string, bucket: string) {
+  return db
+    .selectFrom(table)
+    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
+    .where('organization_id', '=', organizationId)
+    .where('bucket', '=', bucket);
+}
+
+/** A sum as read back: PostgreSQL's numeric arrives as text, a bucket without rows as null. */
+const asCount = (n: number | string | null | undefined): number => Number(n ?? 0);
+
 /** A reader of one counts table; read on every page, so compiled once (see prepared.ts). */
-export function maintainedCounts(table: 'contact_counts' | 'email_counts') {
+export function maintainedCounts(table: CountsTable) {
   const sum = prepared((db: Executor, organizationId: string, bucket: string) =>
-    db
-      .selectFrom(table)
-      .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
-      .where('organization_id', '=', organizationId)
-      .where('bucket', '=', bucket),
+    bucketSum(db, table, organizationId, bucket),
   );
   return async (db: Executor, organizationId: string, bucket: string): Promise<number> =>
-    Number((await sum.first(db, organizationId, bucket))?.n ?? 0);
+    asCount((await sum.first(db, organizationId, bucket))?.n);
 }
 
 /**
@@ -23,23 +33,13 @@ export function maintainedCounts(table: 'contact_counts' | 'email_counts') {
  * come from one snapshot. Uncorrelated, so each store reads it once a statement. An empty page carries
  * none (pageTotal): its caller reads the count alone.
  */
-export function countColumn(
-  db: Executor,
-  table: 'contact_counts' | 'email_counts',
-  organizationId: string,
-  bucket: string,
-) {
-  return db
-    .selectFrom(table)
-    .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))
-    .where('organization_id', '=', organizationId)
-    .where('bucket', '=', bucket)
-    .as('total');
+export function countColumn(db: Executor, table: CountsTable, organizationId: string, bucket: string) {
+  return bucketSum(db, table, organizationId, bucket).as('total');
 }
 
 /** The total a page's rows carry (countColumn), or undefined for a page without rows. */
 export function pageTotal(rows: readonly { total: number | string | null }[]): number | undefined {
-  return rows.length > 0 ? Number(rows[0]!.total ?? 0) : undefined;
+  return rows.length > 0 ? asCount(rows[0]!.total) : undefined;
 }
 
 /**
