@@ -13,13 +13,14 @@ import { startSink } from './sink.js';
 import {
   benchDataDir,
   benchEnv,
-  cli,
   cpuMicros,
   freshDatabase,
   freePort,
   freshBodies,
   ROOT,
+  seedOverHttp,
   startChild,
+  startServerWithKey,
   waitHealthy,
 } from './lib.js';
 
@@ -97,34 +98,12 @@ async function main(): Promise<void> {
     ...(database ? { DATABASE_URL: database.url } : {}),
   });
   const base = `http://127.0.0.1:${port}`;
-  cli(['migrate'], env);
-  const { key } = cli(
-    ['keys', 'create', '--name', 'bench', '--permissions', 'readContacts,writeContacts,sendEmails'],
-    env,
-  );
-  const headers = { authorization: `Bearer ${key as string}`, 'content-type': 'application/json' };
   const outDir = path.join(ROOT, 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
   const before = new Set(readdirSync(outDir));
   // Seeded by a server of its own: the profile then holds only the load (and the restarted server's warm-up).
-  const seeder = startChild(['bin/mailroom.js', 'serve', '--no-worker'], env);
-  await waitHealthy(`${base}/health`);
-  const list = (await (
-    await fetch(`${base}/api/v1/lists`, {
-      method: 'POST',
-      headers,
-      body: JSON.stringify({ name: 'Profile' }),
-    })
-  ).json()) as { list: { id: string } };
-  let n = 0;
-  await autocannon({
-    url: `${base}/api/v1/contacts`,
-    connections: 50,
-    amount: 10_000,
-    method: 'POST',
-    headers,
-    requests: freshBodies(() => ({ email: `seed${n++}@example.test`, tags: n % 10 === 0 ? ['vip'] : [] })),
-  } as Cannon);
+  const { server: seeder, headers } = await startServerWithKey(env, base);
+  const listId = await seedOverHttp(base, headers, 10_000);
   const seederExit = new Promise((r) => seeder.once('exit', r));
   seeder.kill('SIGTERM');
   await seederExit;
@@ -134,8 +113,9 @@ async function main(): Promise<void> {
     env,
   );
   await waitHealthy(`${base}/health`);
+  let n = 0;
   const loads: Record<string, Partial<Cannon>> = {
-    list: { url: `${base}/api/v1/lists/${list.list.id}` },
+    list: { url: `${base}/api/v1/lists/${listId}` },
     page: { url: `${base}/api/v1/contacts?limit=20` },
     create: {
       url: `${base}/api/v1/contacts`,

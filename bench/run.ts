@@ -18,6 +18,7 @@ import {
   freshBodies,
   ROOT,
   rssMiB,
+  seedOverHttp,
   spread,
   startChild,
   startServerWithKey,
@@ -104,26 +105,8 @@ async function main(): Promise<void> {
     const { coldStartMs } = started;
     const idleRss = rssMiB(started.server.pid!);
 
-    const list = (await (
-      await fetch(`${base}/api/v1/lists`, {
-        method: 'POST',
-        headers,
-        body: JSON.stringify({ name: 'Bench' }),
-      })
-    ).json()) as { list: { id: string } };
     console.log(`seeding ${SEED_CONTACTS} contacts…`);
-    let seeded = 0;
-    await autocannon({
-      url: `${base}/api/v1/contacts`,
-      connections: CONNECTIONS,
-      amount: SEED_CONTACTS,
-      method: 'POST',
-      headers,
-      requests: freshBodies(() => ({
-        email: `seed${seeded++}@example.test`,
-        tags: seeded % 10 === 0 ? ['vip'] : [],
-      })),
-    } as Cannon);
+    const listId = await seedOverHttp(base, headers, SEED_CONTACTS);
 
     // The send benchmark's backlog drains (nothing queued, sending or deferred) before the next bare-route
     // measurement, which would otherwise share the machine with its delivery, and before the end-to-end
@@ -175,7 +158,7 @@ async function main(): Promise<void> {
         ratioRange: { min: Math.min(...ratios), max: Math.max(...ratios) },
       });
     };
-    await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${list.list.id}` });
+    await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${listId}` });
     await http(`GET /api/v1/contacts?limit=20 (10k contacts)`, 0.3, {
       url: `${base}/api/v1/contacts?limit=20`,
     });
