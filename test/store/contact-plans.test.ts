@@ -1,12 +1,14 @@
 // The SQLite query plans a filtered contacts page depends on: unsubscribed contacts through migration
 // 0007's index of them alone, subscribed ones and email terms by walking the organisation's created_at
 // index (with each address, 0010), as the walk of the newest contacts does; none sorts. A page of the
-// address chunks reads each chunk once, as the index yields it.
+// address chunks reads each chunk once, as the index yields it. On PostgreSQL, a tag page near its end
+// walks the tag index too.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { type CompiledQuery, Kysely, SqliteDialect } from 'kysely';
+import { type CompiledQuery, Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { pageByChunks, walkNewest } from '../../src/contacts/contact-chunks.repository.js';
@@ -14,6 +16,7 @@ import { SEARCH_FILE, attachSearchFile } from '../../src/store/search-file.js';
 import type { Database } from '../../src/store/schema.js';
 import { createStore } from '../../src/store/store.js';
 import { contactRow } from '../helpers/rows.js';
+import { type TestStore, noPostgres, useStore } from '../helpers/stores.js';
 
 const AT = '2031-01-01T00:00:00.000Z';
 
@@ -83,6 +86,61 @@ describe('contact page plans on sqlite', () => {
       // search read them: at a million contacts that took longer than the search itself (50 ms against 25).
       expect(plan).toContain('CO-ROUTINE ch');
       expect(plan).not.toContain('MATERIALIZE ch');
+    } finally {
+      await db.destroy();
+    }
+  });
+});
+
+describe.skipIf(noPostgres())('contact page plans on postgres', () => {
+  let ts: TestStore;
+  useStore('postgres', (opened) => (ts = opened));
+
+  // One organisation whose one tag is on every row of contact_tags, as in the 100k bench, written newest
+  // first (there, a later batch older than an earlier one), so the tag index's pages split half full and
+  // it outgrows the table. With the OFFSET in view, the planner costed the walk of
+  // nearly every index entry for the last page above reading the narrow table and sorting it all, and
+  // sorted (at 100k, 12-20 ms where the walk takes 3-4).
+  it('walk the tag index for the last page of a tag on every row, never sorting the tag', async () => {
+    const count = 10_000;
+    const org = '01a218c0-377b-73ba-bb20-88f4bb33597b';
+    await ts.store.write((trx) =>
+      trx.insertInto('organizations').values({ id: org, name: 'org', created_at: AT }).execute(),
+    );
+    const base = Date.parse(AT);
+    const idOf = (i: number) => `01a218c0-0000-7000-8000-${String(i).padStart(12, '0')}`;
+    const rows = Array.from({ length: count }, (_, n) => {
+      const i = count - 1 - n; // newest first
+      const at = new Date(base + i).toISOString();
+      return {
+        row: { ...contactRow(org, idOf(i), `c${i}@plans.example`, at), json: null },
+        tags: ['vip'],
+      };
+    });
+    await ts.store.write((trx) => insertContacts(trx, rows));
+    await sql`VACUUM (ANALYZE) contacts, contact_tags`.execute(ts.store.db);
+    const pool = new pg.Pool({ connectionString: ts.databaseUrl, max: 1 });
+    const ran: CompiledQuery[] = [];
+    const db = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool }),
+      log: (event) => void ran.push(event.query),
+    });
+    try {
+      const page = await pageContacts(db, org, { tag: 'vip' }, { page: count / 20, limit: 20 }, 'postgres');
+      // The oldest 20, newest first.
+      expect(page.contacts.map((json) => (JSON.parse(json) as { id: string }).id)).toEqual(
+        Array.from({ length: 20 }, (_, i) => idOf(19 - i)),
+      );
+      expect(page.total).toBe(count);
+      const query = ran.at(-1)!;
+      const { rows: plan } = await pool.query<{ 'QUERY PLAN': string }>(
+        `explain ${query.sql}`,
+        query.parameters as unknown[],
+      );
+      const text = plan.map((r) => r['QUERY PLAN']).join('\n');
+      expect(text).toMatch(/Index (Only )?Scan Backward using contact_tags_org_tag/);
+      // (The 20 rows of the page may be sorted again after a hash join to a table this small.)
+      expect(text).not.toContain('Sort Key: contact_tags.');
     } finally {
       await db.destroy();
     }
