@@ -3,6 +3,7 @@ import type { ListRow } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
 import { prepared, rowCount } from '../store/prepared.js';
 import { dialectOf, rowLocator } from '../store/dialect.js';
+import { pageTotal } from '../store/counts.js';
 
 export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count'>): Promise<void> {
   await db.insertInto('lists').values(row).execute();
@@ -16,11 +17,20 @@ export function findList(db: Executor, organizationId: string, id: string): Prom
   return listById.first(db, organizationId, id);
 }
 
-// Newest first, compiled once: the page is a prepared shape like the lookup by id.
+const listCount = (db: Executor, organizationId: string) =>
+  db
+    .selectFrom('lists')
+    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .where('organization_id', '=', organizationId);
+
+// Newest first, compiled once: the page is a prepared shape like the lookup by id. Each row carries the
+// organisation's count of lists (uncorrelated, so read once a statement): PostgreSQL answers a page and its
+// total in one round trip, from one snapshot, as the contacts and emails pages do (store/counts.ts).
 const listsPage = prepared((db, organizationId: string, limit: number, offset: number) =>
   db
     .selectFrom('lists')
     .selectAll()
+    .select(listCount(db, organizationId).as('total'))
     .where('organization_id', '=', organizationId)
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
@@ -28,16 +38,18 @@ const listsPage = prepared((db, organizationId: string, limit: number, offset: n
     .offset(rowCount(offset)),
 );
 
-export function pageLists(db: Executor, organizationId: string, page: Page): Promise<ListRow[]> {
-  return listsPage.all(db, organizationId, page.limit, offsetOf(page));
+/** A page of lists, and their total when the page has rows (an empty one carries none: countLists). */
+export async function pageLists(
+  db: Executor,
+  organizationId: string,
+  page: Page,
+): Promise<{ rows: ListRow[]; total: number | undefined }> {
+  const rows = await listsPage.all(db, organizationId, page.limit, offsetOf(page));
+  return { rows, total: pageTotal(rows) };
 }
 
 export async function countLists(db: Executor, organizationId: string): Promise<number> {
-  const row = await db
-    .selectFrom('lists')
-    .select((eb) => eb.fn.countAll<number | string>().as('n'))
-    .where('organization_id', '=', organizationId)
-    .executeTakeFirstOrThrow();
+  const row = await listCount(db, organizationId).executeTakeFirstOrThrow();
   return Number(row.n);
 }
 

@@ -24,6 +24,9 @@ describe.each(storeKinds())('paging and filters on %s', (kind) => {
     beforeAll(async () => {
       key = (await t.newKey()).auth;
       for (let i = 0; i < 23; i++) created.push(await createList(t, key, `list ${i}`));
+      // Another organisation's lists are in no page and no total.
+      const other = (await t.newKey()).auth;
+      for (let i = 0; i < 3; i++) await createList(t, other, `other ${i}`);
     });
 
     it('defaults to page 1, limit 20, newest first', async () => {
