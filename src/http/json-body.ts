@@ -1,11 +1,26 @@
 // Request bodies are JSON only, UTF-8 only, parsed by Fastify's prototype-safe parser.
 import { isUtf8 } from 'node:buffer';
-import type { FastifyInstance, FastifyRequest, preValidationHookHandler } from 'fastify';
+import {
+  type FastifyInstance,
+  type FastifyRequest,
+  type preValidationHookHandler,
+  errorCodes,
+} from 'fastify';
 import { AppError, validationError } from '../errors.js';
 
 export function useJsonBodies(app: FastifyInstance): void {
   // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
   app.removeContentTypeParser(['text/plain']);
+  // Any other media type: a body in it is a 415. An empty one is no body, as it is without the header (a
+  // DELETE sent by a client that puts its form Content-Type on every request): the route then answers as
+  // it would to no body at all. Nothing of a non-empty body is read before it is refused.
+  app.addContentTypeParser('*', (req, _payload, done) => {
+    const length = req.headers['content-length'];
+    if ((length === undefined || length === '0') && req.headers['transfer-encoding'] === undefined) {
+      return done(null, undefined);
+    }
+    done(new errorCodes.FST_ERR_CTP_INVALID_MEDIA_TYPE(req.headers['content-type']), undefined);
+  });
   // Many HTTP clients send Content-Type: application/json on every request, DELETE included; an empty
   // body then means "no body", not bad JSON. Non-empty bodies go through Fastify's own (prototype-safe) parser.
   const parseJson = app.getDefaultJsonParser('error', 'error');
