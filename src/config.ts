@@ -114,6 +114,31 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
   }
   // PostgreSQL and Redis URLs may leave the host to their clients' defaults; a relay has none worth guessing.
   if (needsHost && parsed.hostname === '') throw new ConfigError(`${name} must name a host`);
+  // Every client decodes the user name and password; broken %-escapes would fail there, later and unnamed
+  // (a relay's, at every delivery attempt).
+  for (const part of [parsed.username, parsed.password]) {
+    try {
+      decodeURIComponent(part);
+    } catch {
+      throw new ConfigError(
+        `${name} has a user name or password with a broken %-escape (write % itself as %25)`,
+      );
+    }
+  }
+  return raw;
+}
+
+/**
+ * REDIS_URL's database is its path: none, or a whole number. ioredis would send anything else to Redis as
+ * `SELECT NaN`, whose refusal it does not catch: the process fell over a second after it began listening.
+ */
+function redisUrl(env: Env): string | undefined {
+  const raw = url(env, 'REDIS_URL', ['redis:', 'rediss:']);
+  if (raw === undefined) return undefined;
+  const path = new URL(raw).pathname;
+  if (!/^\/?(\d{1,9})?$/.test(path)) {
+    throw new ConfigError(`REDIS_URL's path must be a database number (redis://host:6379/2), got "${path}"`);
+  }
   return raw;
 }
 
@@ -178,7 +203,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     mailFrom: mailFrom ?? 'Mailroom <noreply@localhost>',
     mailFromGiven: mailFrom !== undefined,
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 10_000_000),
-    redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    redisUrl: redisUrl(env),
     deliveryRetryBaseMs: int(env, 'DELIVERY_RETRY_BASE_MS', 30_000, 1, 86_400_000),
     deliveryMaxAttempts: int(env, 'DELIVERY_MAX_ATTEMPTS', 12, 1, 100),
     deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),

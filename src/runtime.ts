@@ -116,10 +116,16 @@ export function createWorker(config: Config, store: Store, mailer: Mailer, logge
   });
 }
 
-export function createRedis(config: Config, logger: Logger): Redis | undefined {
+/**
+ * The Redis that shares rate-limit counters, once it has answered (or not, within its connect timeout: it
+ * is then left to come back, and limits are counted per instance meanwhile, as at any outage). A Redis
+ * that answers but refuses REDIS_URL's database stops start-up, naming the variable: ioredis would log the
+ * refusal and carry on in database 0, counting into whatever else uses it.
+ */
+export async function createRedis(config: Config, logger: Logger): Promise<Redis | undefined> {
   if (!config.redisUrl) return undefined;
   const redis = new (loadIoredis().Redis)(config.redisUrl, {
-    connectTimeout: 2_000,
+    connectTimeout: CONNECT_TIMEOUT_MS,
     // A Redis that stops answering but keeps the connection open fails each command after this, and
     // rate limits are then counted locally (shared-store.ts) instead of every request hanging.
     commandTimeout: 500,
@@ -127,8 +133,22 @@ export function createRedis(config: Config, logger: Logger): Redis | undefined {
     enableOfflineQueue: false,
     lazyConnect: false,
   });
+  let starting = true;
+  let refused: Error | undefined;
   let down = false;
-  redis.on('error', (err) => {
+  redis.on('error', (err: Error & { command?: { name?: string } }) => {
+    if (err.command?.name === 'select') {
+      // Closed for good rather than left in database 0.
+      redis.disconnect();
+      down = true;
+      if (starting) refused = err;
+      else
+        logger.error(
+          { err: err.message },
+          'Redis refuses the database REDIS_URL names: rate limits are counted per instance until a restart',
+        );
+      return;
+    }
     if (!down)
       logger.warn(
         { err: err.message },
@@ -137,8 +157,30 @@ export function createRedis(config: Config, logger: Logger): Redis | undefined {
     down = true;
   });
   redis.on('ready', () => {
-    if (down) logger.info('Redis reachable again: rate limits are shared');
+    if (down && !refused) logger.info('Redis reachable again: rate limits are shared');
     down = false;
   });
+  // Until it answers, or fails to. SELECT goes before the ready check, so its refusal comes first.
+  await new Promise<void>((resolve) => {
+    const settle = () => {
+      clearTimeout(timer);
+      redis.off('ready', answered);
+      redis.off('error', answered);
+      resolve();
+    };
+    // An error other than the refusal: unreachable (refused at once, or after the connect timeout).
+    const answered = () => setImmediate(settle);
+    const timer = setTimeout(settle, CONNECT_TIMEOUT_MS + 500);
+    redis.on('ready', answered);
+    redis.on('error', answered);
+  });
+  starting = false;
+  if (refused) {
+    throw new ConfigError(
+      `REDIS_URL names database ${redis.options.db ?? 0}, which this Redis refuses (${refused.message})`,
+    );
+  }
   return redis;
 }
+
+const CONNECT_TIMEOUT_MS = 2_000;

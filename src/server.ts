@@ -39,7 +39,10 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
       `MAIL_FROM is not set: emails accepted here are sent as ${config.mailFrom}, whatever the workers' MAIL_FROM; set the same MAIL_FROM on every process`,
     );
   }
-  const redis = createRedis(config, logger);
+  const redis = await createRedis(config, logger).catch(async (err: unknown) => {
+    await store.close();
+    throw err;
+  });
   const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
   const connections = trackConnections(app.server);
   try {

@@ -59,4 +59,21 @@ describe.each(storeKinds())('DKIM on %s', (kind) => {
         }),
     ).toThrow(/DKIM_PRIVATE_KEY/);
   });
+
+  it('refuses keys nodemailer cannot sign rsa-sha256 with, or verifiers refuse: EC, Ed25519, RSA under 1024 bits', () => {
+    const pem = (key: ReturnType<typeof generateKeyPairSync>['privateKey']) =>
+      key.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const cases = [
+      [pem(generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey), 'got ec'],
+      [pem(generateKeyPairSync('ed25519').privateKey), 'got ed25519'],
+      [pem(generateKeyPairSync('rsa', { modulusLength: 512 }).privateKey), 'got 512-bit RSA'],
+    ] as const;
+    for (const [privateKey, got] of cases) {
+      expect(() => new SmtpMailer({ url: d.sink.url, dkim: { ...DKIM, privateKey } })).toThrow(
+        `DKIM_PRIVATE_KEY must be an RSA key of at least 1024 bits (2048 recommended), ${got}`,
+      );
+    }
+    const rsa1024 = pem(generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey);
+    expect(() => new SmtpMailer({ url: d.sink.url, dkim: { ...DKIM, privateKey: rsa1024 } })).not.toThrow();
+  });
 });

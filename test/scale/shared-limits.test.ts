@@ -1,15 +1,19 @@
 // Two real API processes: rate limits shared through Redis, and key revocation seen by both.
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MailroomProcess, cli, startProcess } from '../helpers/process.js';
+import { MAIN, type MailroomProcess, cli, startProcess } from '../helpers/process.js';
 import { createTestApp } from '../helpers/app.js';
 import { eventually } from '../helpers/smtp.js';
 import { sharedLimitStore } from '../../src/ratelimit/shared-store.js';
 import { TEST_DATABASE_URL, TEST_REDIS_URL, createTestDatabase, noRedis } from '../helpers/stores.js';
+
+const run = promisify(execFile);
 
 if (!TEST_REDIS_URL)
   console.warn('\n*** TEST_REDIS_URL is not set: shared rate-limit tests are SKIPPED ***\n');
@@ -55,6 +59,23 @@ describe.skipIf(noRedis())('two instances', () => {
     expect(statuses.filter((s) => s === 429)).toHaveLength(10);
     await Promise.all(apis.map((a) => a.kill()));
   }, 60_000);
+
+  it('refuse to start, in one line naming REDIS_URL, on a database the Redis does not have', async () => {
+    // ioredis logged the refusal and went on counting in database 0, shared with whatever else used it.
+    const url = new URL(TEST_REDIS_URL!);
+    url.pathname = '/99999';
+    const done = await run(process.execPath, [...MAIN, 'serve', '--no-worker', '--json'], {
+      env: { ...process.env, ...env, PORT: '0', REDIS_URL: url.href, LOG_LEVEL: 'silent' },
+      timeout: 20_000,
+    }).then(
+      (r) => ({ code: 0, ...r }),
+      (e: { code: number; stdout: string; stderr: string }) => e,
+    );
+    expect(done.code).toBe(1);
+    const message = 'REDIS_URL names database 99999, which this Redis refuses (ERR DB index is out of range)';
+    expect(done.stderr.trim().split('\n')).toEqual([`mailroom: ${message}`]);
+    expect(JSON.parse(done.stdout.trim().split('\n').at(-1)!)).toEqual({ error: message });
+  }, 30_000);
 
   it('keep serving, limited per instance, when Redis is unreachable', async () => {
     const api = await startProcess(['serve', '--no-worker'], {

@@ -63,6 +63,14 @@ describe('configuration from the environment', () => {
     expect(config.dkim).toMatchObject({ domainName: 'bücher.example', keySelector: 's_1.2026' });
   });
 
+  it('takes credentials with %-escapes, and a Redis database number or none', () => {
+    const smtp = 'smtps://me%40acme.test:p%25ss%3A@relay:465';
+    expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
+    for (const redis of ['redis://cache', 'redis://cache:6379/', 'rediss://:s%20t@cache:6380/12']) {
+      expect(loadConfig({ REDIS_URL: redis }).redisUrl).toBe(redis);
+    }
+  });
+
   it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
     const config = loadConfig({ PORT: ' ', RATE_LIMIT_PER_MINUTE: '', HOST: ' ', LOG_LEVEL: 'WARN' });
     expect(config).toMatchObject({ port: 3000, rateLimitPerMinute: 600, host: '0.0.0.0', logLevel: 'warn' });
@@ -77,6 +85,19 @@ describe('configuration from the environment', () => {
     [{ DATABASE_URL: 'mysql://db/x' }, 'DATABASE_URL must start with postgres:// or postgresql://'],
     [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL is not a valid URL'],
     [{ REDIS_URL: 'http://cache' }, 'REDIS_URL must start with redis:// or rediss://'],
+    // ioredis sent SELECT NaN, and its refusal took the process down after it had begun to listen.
+    [{ REDIS_URL: 'redis://cache:6379/abc' }, `REDIS_URL's path must be a database number`],
+    [{ REDIS_URL: 'redis://cache:6379/1/2' }, `REDIS_URL's path must be a database number`],
+    // Broken %-escapes in credentials failed in the clients: unnamed, or at every delivery attempt.
+    [
+      { REDIS_URL: 'redis://:p%zz@cache:6379' },
+      'REDIS_URL has a user name or password with a broken %-escape',
+    ],
+    [
+      { SMTP_URL: 'smtp://user:p%zz@relay:25', MAIL_FROM: 'a@b.test' },
+      'SMTP_URL has a user name or password with a broken %-escape',
+    ],
+    [{ DATABASE_URL: 'postgres://u%g@db/x' }, 'DATABASE_URL has a user name or password with a broken'],
     [{ SMTP_URL: 'smtp://relay:25' }, 'MAIL_FROM is required when SMTP_URL is set'],
     [{ SMTP_URL: 'smtp://', MAIL_FROM: 'a@b.test' }, 'SMTP_URL must name a host'],
     [{ MAIL_FROM: 'nobody' }, 'MAIL_FROM must be an address'],
