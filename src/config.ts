@@ -135,9 +135,16 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
 function redisUrl(env: Env): string | undefined {
   const raw = url(env, 'REDIS_URL', ['redis:', 'rediss:']);
   if (raw === undefined) return undefined;
-  const path = new URL(raw).pathname;
-  if (!/^\/?(\d{1,9})?$/.test(path)) {
-    throw new ConfigError(`REDIS_URL's path must be a database number (redis://host:6379/2), got "${path}"`);
+  const parsed = new URL(raw);
+  if (!/^\/?(\d{1,9})?$/.test(parsed.pathname)) {
+    throw new ConfigError(
+      `REDIS_URL's path must be a database number (redis://host:6379/2), got "${parsed.pathname}"`,
+    );
+  }
+  // ioredis takes the database from `?db=` too.
+  const db = parsed.searchParams.get('db');
+  if (db !== null && !/^\d{1,9}$/.test(db)) {
+    throw new ConfigError(`REDIS_URL's db must be a database number, got "${db}"`);
   }
   return raw;
 }

@@ -137,16 +137,21 @@ export async function createRedis(config: Config, logger: Logger): Promise<Redis
   let refused: Error | undefined;
   let down = false;
   redis.on('error', (err: Error & { command?: { name?: string } }) => {
-    if (err.command?.name === 'select') {
-      // Closed for good rather than left in database 0.
+    if (refusedDatabase(err)) {
+      // Closed rather than left in database 0, and tried again now and then.
       redis.disconnect();
-      down = true;
       if (starting) refused = err;
-      else
-        logger.error(
-          { err: err.message },
-          'Redis refuses the database REDIS_URL names: rate limits are counted per instance until a restart',
-        );
+      else {
+        if (!down)
+          logger.error(
+            { err: err.message },
+            'Redis refuses the database REDIS_URL names: rate limits are counted per instance until it takes it',
+          );
+        setTimeout(() => {
+          if (redis.status === 'end') redis.connect().catch(() => undefined);
+        }, DATABASE_RETRY_MS).unref();
+      }
+      down = true;
       return;
     }
     if (!down)
@@ -184,3 +189,11 @@ export async function createRedis(config: Config, logger: Logger): Promise<Redis
 }
 
 const CONNECT_TIMEOUT_MS = 2_000;
+const DATABASE_RETRY_MS = 30_000;
+
+/**
+ * Redis's refusal of the SELECT of REDIS_URL's database (`ERR DB index is out of range`). A NOAUTH or
+ * WRONGPASS answer to it is a password problem, taken as any unreachable Redis is.
+ */
+const refusedDatabase = (err: Error & { command?: { name?: string } }) =>
+  err.command?.name === 'select' && err.message.startsWith('ERR');

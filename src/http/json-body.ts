@@ -11,10 +11,11 @@ import { AppError, validationError } from '../errors.js';
 export function useJsonBodies(app: FastifyInstance): void {
   // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
   app.removeContentTypeParser(['text/plain']);
-  // Any other media type: a body in it is a 415. An empty one is no body, as it is without the header (a
-  // DELETE sent by a client that puts its form Content-Type on every request): the route then answers as
-  // it would to no body at all. Nothing of a non-empty body is read before it is refused.
+  // Any other media type: a body in it is a 415, refused unread. One of Content-Length 0 (or none) is no
+  // body, as without the header: a DELETE from a client that puts its form Content-Type on every call.
   app.addContentTypeParser('*', (req, _payload, done) => {
+    // An unknown route is a 404 whatever it was sent, as it was before this parser matched everything.
+    if (req.is404) return done(null, undefined);
     const length = req.headers['content-length'];
     if ((length === undefined || length === '0') && req.headers['transfer-encoding'] === undefined) {
       return done(null, undefined);

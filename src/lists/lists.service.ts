@@ -58,12 +58,8 @@ export class ListsService {
 
   async page(orgId: string, page: Page) {
     const { rows, total: carried } = await repo.pageLists(this.store.db, orgId, page);
-    // A short first page is every list; an empty page past the end reads the count alone.
-    const total =
-      carried ??
-      (page.page === 1 && rows.length < page.limit
-        ? rows.length
-        : await repo.countLists(this.store.db, orgId));
+    // Rows carry the total; an empty page past the end reads it alone (an empty first page: none at all).
+    const total = carried ?? (page.page === 1 ? 0 : await repo.countLists(this.store.db, orgId));
     return { lists: rows.map(toList), pagination: pagination(page, total) };
   }
 

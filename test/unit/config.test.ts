@@ -88,6 +88,7 @@ describe('configuration from the environment', () => {
     // ioredis sent SELECT NaN, and its refusal took the process down after it had begun to listen.
     [{ REDIS_URL: 'redis://cache:6379/abc' }, `REDIS_URL's path must be a database number`],
     [{ REDIS_URL: 'redis://cache:6379/1/2' }, `REDIS_URL's path must be a database number`],
+    [{ REDIS_URL: 'redis://cache:6379?db=abc' }, `REDIS_URL's db must be a database number, got "abc"`],
     // Broken %-escapes in credentials failed in the clients: unnamed, or at every delivery attempt.
     [
       { REDIS_URL: 'redis://:p%zz@cache:6379' },
