@@ -219,15 +219,8 @@ function indexPage(unsubscribed: boolean) {
 const unfilteredPage = indexPage(false);
 const unsubscribedPage = indexPage(true);
 
-/**
- * The tag page's OFFSET. On PostgreSQL a subquery the planner cannot see into: it then costs the page as if
- * a tenth of the tag's entries came before it (its guess for an unknown offset), and walks the index. With
- * the value in view, a page near the end of a tag that holds nearly all of contact_tags (one organisation,
- * one common tag, as in the 100k bench) costs the walk of almost every index entry, at random_page_cost a
- * page, above reading the narrow table whole and sorting it in work_mem; so it sorted, and took 12–20 ms
- * where the walk takes 3–4 (page 500 of 10,000 vip contacts). The sort reads every entry the walk does
- * and more. SQLite keeps rowCount's offset (see there).
- */
+// The tag page's OFFSET, hidden from PostgreSQL's planner: in view, a late page of a tag on nearly every
+// row costed the index walk above sorting the whole table, and sorted (12–20 ms against 3–4 for the walk).
 function tagOffset(db: Executor, offset: number): RawBuilder<number> {
   return dialectOf(db) === 'postgres' ? sql<number>`(select ${rowCount(offset)})` : rowCount(offset);
 }
