@@ -70,6 +70,17 @@ export async function createTestDatabase(): Promise<{ url: string; drop: () => P
     drop: async () => {
       const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
       await c.connect();
+      // A pool ended just before (pg-pool's end() resolves once its clients are told to end, not once
+      // they have) may still be closing: FORCE would cut it, and a pool without an error listener throws
+      // that out of the test run. Give closing connections a moment; force only what stays open.
+      for (let i = 0; i < 40; i++) {
+        const { rows } = await c.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1',
+          [name],
+        );
+        if (rows[0]!.n === 0) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
       await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await c.end();
     },
