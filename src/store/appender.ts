@@ -4,8 +4,8 @@
 // PostgreSQL (round trips, one commit each) and, less so, on SQLite (a savepoint per write).
 // A caller's promise settles only after its rows are durably committed. If a shared batch fails, each
 // caller's rows are written again on their own, so one bad row fails only its own caller.
-import { CompiledQuery, type Insertable, type Kysely, type QueryCreator } from 'kysely';
-import { type DialectName, dialectOf } from './dialect.js';
+import { CompiledQuery, type Insertable, type Kysely, type QueryCreator, sql } from 'kysely';
+import { type DialectName, dialectOf, isStoreUnavailable } from './dialect.js';
 import type { Database } from './schema.js';
 import { BatchQueue, type Settleable, writeTogetherOrAlone } from './batch-queue.js';
 
@@ -16,6 +16,8 @@ export type AppendRows<DB> = {
 
 interface Job extends Settleable<void> {
   rows: readonly { table: string; rows: readonly object[] }[];
+  /** A write of it failed in a way that may have followed its commit (see writeOrFind). */
+  unsure?: boolean;
 }
 
 type Transaction<DB> = (fn: (trx: Kysely<DB>) => Promise<void>) => Promise<void>;
@@ -54,7 +56,7 @@ export class Appender<DB> {
     this.queue = new BatchQueue<Job>(
       (jobs) =>
         writeTogetherOrAlone<Job, void>(jobs, async (batch) => {
-          await this.retrying(() => this.write(batch));
+          await this.writeOrFind(batch);
           return () => undefined;
         }),
       MAX_JOBS,
@@ -70,6 +72,41 @@ export class Appender<DB> {
   /** Resolves once every queued append has settled. */
   idle(): Promise<void> {
     return this.queue.idle();
+  }
+
+  /**
+   * Writes the batch. On PostgreSQL a write can fail after its commit: the connection lost with the
+   * answer on its way. The batch's first row then tells (a batch commits whole or not at all), so that a
+   * caller is not told of an outage, nor of a conflict with its own rows when written again alone, for
+   * rows that are in. Such a first attempt may also commit late, after the look found nothing: its rows
+   * then collide with the batch's next attempt, which looks again.
+   */
+  private async writeOrFind(batch: Job[]): Promise<void> {
+    try {
+      await this.retrying(() => this.write(batch));
+    } catch (err) {
+      if (!this.direct || !(isStoreUnavailable(err) || batch.some((job) => job.unsure))) throw err;
+      for (const job of batch) job.unsure = true;
+      if (!(await this.committed(batch[0]!))) throw err;
+    }
+  }
+
+  /** Whether the job's first row is in the store (by its id); false when that cannot be told. */
+  private async committed(job: Job): Promise<boolean> {
+    const first = job.rows.find(({ rows }) => rows.length > 0);
+    const id = (first?.rows[0] as { id?: unknown } | undefined)?.id;
+    if (!first || typeof id !== 'string') return false;
+    try {
+      const db = this.direct as unknown as AnyDb;
+      const found = await db
+        .selectFrom(first.table)
+        .select(sql.lit(1).as('one'))
+        .where(sql.ref('id'), '=', id)
+        .executeTakeFirst();
+      return found !== undefined;
+    } catch {
+      return false;
+    }
   }
 
   private async write(jobs: Job[]): Promise<void> {

@@ -1,0 +1,70 @@
+// A TCP proxy in front of PostgreSQL that can lose an answer: once armed, the first message from Mailroom
+// that matches is passed on, PostgreSQL runs (and commits) it, and then the connection is cut before a
+// byte of the answer comes back. The one fault a real network gives that a terminated backend cannot: a
+// write that was done, reported to its caller as a failure.
+import net from 'node:net';
+
+export interface PgProxy {
+  /** A copy of `databaseUrl` that goes through the proxy. */
+  url: string;
+  /**
+   * Cuts the connection that next sends a message containing `text`, `afterMs` later: time enough for
+   * PostgreSQL to run and commit it, unless something holds it up.
+   */
+  loseAnswerTo(text: string, afterMs?: number): void;
+  /** How many answers were lost so far. */
+  readonly lost: number;
+  close(): Promise<void>;
+}
+
+export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
+  const target = new URL(databaseUrl);
+  let armed: { text: Buffer; afterMs: number } | undefined;
+  let lost = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    let cut = false;
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('error', () => undefined);
+      s.on('close', () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.on('data', (chunk: Buffer) => {
+      if (cut) return;
+      upstream.write(chunk);
+      if (armed && chunk.includes(armed.text)) {
+        // Nothing PostgreSQL answers from now on reaches the client.
+        setTimeout(() => client.destroy(), armed.afterMs);
+        armed = undefined;
+        cut = true;
+        lost++;
+      }
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      if (!cut) client.write(chunk);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(databaseUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as net.AddressInfo).port);
+  return {
+    url: url.toString(),
+    loseAnswerTo(text, afterMs = 300) {
+      armed = { text: Buffer.from(text), afterMs };
+    },
+    get lost() {
+      return lost;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

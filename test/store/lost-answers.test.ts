@@ -1,0 +1,180 @@
+// PostgreSQL committed a write and the network lost its answer: the connection dies after the commit,
+// before a byte of "done" reaches Mailroom. What Mailroom tells its client must then be true of the
+// store: an accepted email or a created contact is answered as accepted or created, never as a 500 or a
+// 409 for the very row the request wrote, and it is in the store exactly once.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { uuidIds } from '../../src/clock.js';
+import { insertContact } from '../../src/contacts/contacts.repository.js';
+import { type Store, createStore } from '../../src/store/store.js';
+import { type TestApp, createTestApp } from '../helpers/app.js';
+import { type PgProxy, startPgProxy } from '../helpers/pg-proxy.js';
+import { contactRow } from '../helpers/rows.js';
+import { createTestDatabase, noPostgres } from '../helpers/stores.js';
+import { TEST_ENV, basicEmail } from '../delivery/harness.js';
+
+describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', () => {
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+  let direct: Store, proxied: Store, proxy: PgProxy, t: TestApp, auth: string;
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-lost-'));
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    direct = createStore({ databaseUrl: database.url, dataDir });
+    await direct.migrate();
+    proxy = await startPgProxy(database.url);
+    const open = () => createStore({ databaseUrl: proxy.url, dataDir, poolSize: 10 });
+    proxied = open();
+    const ts = {
+      kind: 'postgres' as const,
+      store: proxied,
+      dataDir,
+      databaseUrl: proxy.url,
+      reopen: open,
+      destroy: async () => undefined,
+    };
+    t = await createTestApp('postgres', TEST_ENV, ts);
+    auth = (await t.newKey()).auth;
+  });
+  afterAll(async () => {
+    await t?.close();
+    await proxied?.close();
+    await direct?.close();
+    await proxy?.close();
+    await database?.drop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  const sends = (n: number, tag: string) =>
+    Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        t.call({
+          method: 'POST',
+          url: '/api/v1/emails',
+          auth,
+          payload: basicEmail(`r${i}@lost.example`, { subject: `${tag} ${i}` }),
+        }),
+      ),
+    );
+
+  it('answers an accepted email as accepted, alone or in a batch, and keeps it once', async () => {
+    for (const n of [1, 8]) {
+      const tag = `lost-${n}`;
+      const before = proxy.lost;
+      proxy.loseAnswerTo('into "emails"');
+      const answers = await sends(n, tag);
+      expect(proxy.lost).toBe(before + 1);
+      for (const res of answers) expect(res.statusCode, res.body).toBe(200);
+      const ids = answers.map((res) => (res.json() as { id: string }).id).sort();
+      const stored = await direct.db
+        .selectFrom('emails')
+        .select('id')
+        .where('subject', 'like', `${tag} %`)
+        .orderBy('id')
+        .execute();
+      expect(stored.map((r) => r.id)).toEqual(ids);
+    }
+  });
+
+  it('answers a created contact as created, alone or in a batch, and keeps it once', async () => {
+    for (const n of [1, 8]) {
+      const before = proxy.lost;
+      proxy.loseAnswerTo('into "contacts"');
+      const answers = await Promise.all(
+        Array.from({ length: n }, (_, i) =>
+          t.call({
+            method: 'POST',
+            url: '/api/v1/contacts',
+            auth,
+            payload: { email: `c${n}-${i}@lost.example` },
+          }),
+        ),
+      );
+      expect(proxy.lost).toBe(before + 1);
+      for (const res of answers) expect(res.statusCode, res.body).toBe(201);
+      const stored = await direct.db
+        .selectFrom('contacts')
+        .select('id')
+        .where('email', 'like', `c${n}-%`)
+        .orderBy('id')
+        .execute();
+      const ids = answers.map((res) => (res.json() as { contact: { id: string } }).contact.id).sort();
+      expect(stored.map((r) => r.id)).toEqual(ids);
+    }
+  });
+
+  it('answers a send with an Idempotency-Key whose commit answer was lost as unavailable, and its retry as the first', async () => {
+    const send = () =>
+      t.call({
+        method: 'POST',
+        url: '/api/v1/emails',
+        auth,
+        headers: { 'idempotency-key': 'order-1' },
+        payload: basicEmail('keyed@lost.example', { subject: 'keyed once' }),
+      });
+    // Its own transaction (the key is read first): the answer lost is the COMMIT's. Whether the commit
+    // was made cannot be told without the key's record, so the client is told to try again, and the
+    // retry, with the same key, finds what the first attempt wrote.
+    proxy.loseAnswerTo('commit\0'); // the COMMIT statement itself, as sent
+    const first = await send();
+    expect(first.statusCode, first.body).toBe(503);
+    const keyed = () =>
+      direct.db.selectFrom('emails').select('id').where('subject', '=', 'keyed once').execute();
+    const committed = await keyed();
+    expect(committed).toHaveLength(1);
+    const retry = await send();
+    expect(retry.statusCode, retry.body).toBe(200);
+    expect((retry.json() as { id: string }).id).toBe(committed[0]!.id);
+    expect(await keyed()).toEqual(committed);
+  });
+
+  // One batch for certain (appends made in one tick go together), through the store itself.
+  const contacts = (org: string, prefix: string, n: number) =>
+    Array.from({ length: n }, (_, i) =>
+      contactRow(org, uuidIds.next(), `${prefix}${i}@lost.example`, new Date().toISOString()),
+    );
+  const storedIds = async (prefix: string) =>
+    (
+      await direct.db
+        .selectFrom('contacts')
+        .select('id')
+        .where('email', 'like', `${prefix}%`)
+        .orderBy('id')
+        .execute()
+    ).map((r) => r.id);
+
+  it('settles every append of a batch whose answer was lost as written', async () => {
+    const org = (await t.newKey()).organizationId;
+    const rows = contacts(org, 'batch-', 8);
+    proxy.loseAnswerTo('into "contacts"');
+    await Promise.all(rows.map((row) => insertContact(proxied, { ...row, json: null }, [])));
+    expect(await storedIds('batch-')).toEqual(rows.map((r) => r.id).sort());
+  });
+
+  it('finds a batch that committed only after its answer was lost, when written again alone', async () => {
+    const org = (await t.newKey()).organizationId;
+    const rows = contacts(org, 'late-', 8);
+    // The organisation's row locked elsewhere: the insert (whose foreign key needs it) waits, and its
+    // connection is cut meanwhile. Mailroom finds nothing and writes each contact again alone, behind it.
+    const holder = new pg.Client({ connectionString: database.url });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('select 1 from organizations where id = $1 for update', [org]);
+      proxy.loseAnswerTo('into "contacts"', 50);
+      const settled = Promise.allSettled(
+        rows.map((row) => insertContact(proxied, { ...row, json: null }, [])),
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      await holder.query('commit');
+      const outcomes = await settled;
+      expect(outcomes.map((o) => o.status)).toEqual(rows.map(() => 'fulfilled'));
+    } finally {
+      await holder.end();
+    }
+    expect(await storedIds('late-')).toEqual(rows.map((r) => r.id).sort());
+  });
+});
