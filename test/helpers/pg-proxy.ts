@@ -14,6 +14,8 @@ export interface PgProxy {
   loseAnswerTo(text: string, afterMs?: number): void;
   /** How many answers were lost so far. */
   readonly lost: number;
+  /** Whether a loss is armed and waits for its message. */
+  readonly armed: boolean;
   close(): Promise<void>;
 }
 
@@ -60,6 +62,9 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     get lost() {
       return lost;
+    },
+    get armed() {
+      return armed !== undefined;
     },
     close: () =>
       new Promise<void>((resolve) => {

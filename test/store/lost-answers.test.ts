@@ -14,7 +14,9 @@ import { type TestApp, createTestApp } from '../helpers/app.js';
 import { type PgProxy, startPgProxy } from '../helpers/pg-proxy.js';
 import { contactRow } from '../helpers/rows.js';
 import { createTestDatabase, noPostgres } from '../helpers/stores.js';
-import { TEST_ENV, basicEmail } from '../delivery/harness.js';
+import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
+import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from '../delivery/harness.js';
+import { eventually, startSmtpSink } from '../helpers/smtp.js';
 
 describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', () => {
   let database: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -176,5 +178,38 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       await holder.end();
     }
     expect(await storedIds('late-')).toEqual(rows.map((r) => r.id).sort());
+  });
+
+  it("delivers every email once while the answers to three of the worker's commits are lost", async () => {
+    const sink = await startSmtpSink();
+    const mailer = new SmtpMailer({ url: sink.url });
+    // A lost claim leaves its emails leased: they are due again when the lease runs out.
+    const worker = startWorker(t, mailer, { leaseMs: 1_500 });
+    try {
+      // The worker's commits are its claims and its results (the sends above are single statements): each
+      // lost one is cut after PostgreSQL committed it, and the next is armed, three times in all.
+      const before = proxy.lost;
+      proxy.loseAnswerTo('commit\0');
+      const rearm = setInterval(() => {
+        if (proxy.lost < before + 3 && !proxy.armed) proxy.loseAnswerTo('commit\0');
+      }, 5);
+      const ids: string[] = [];
+      try {
+        for (let i = 0; i < 12; i++) {
+          ids.push(await sendEmail(t, auth, basicEmail(`w${i}@lost.example`, { subject: `worker ${i}` })));
+          await new Promise((r) => setTimeout(r, 40));
+        }
+        await eventually(() => proxy.lost === before + 3, 20_000, 'three lost commit answers');
+      } finally {
+        clearInterval(rearm);
+      }
+      for (const id of ids) expect((await settled(t, auth, id)).status).toBe('sent');
+      const copies = ids.map((_, i) => sink.deliveredTo(`w${i}@lost.example`).length);
+      expect(copies).toEqual(ids.map(() => 1));
+    } finally {
+      await worker.stop();
+      await mailer.close();
+      await sink.close();
+    }
   });
 });
