@@ -47,6 +47,22 @@ export class ResultRecorder {
     });
   }
 
+  /**
+   * Whether the email's row holds this result already: as an earlier write of it left it when PostgreSQL
+   * committed and the answer was lost, so that writing it again found no lease. The attempt is over (no
+   * lease) at this attempt number, which any later claim would have raised.
+   */
+  async stands(result: AttemptResult): Promise<boolean> {
+    const row = await this.store.db
+      .selectFrom('emails')
+      .select(['status', 'attempts', 'lease_owner'])
+      .where('id', '=', result.emailId)
+      .executeTakeFirst();
+    return (
+      row?.lease_owner === null && Number(row.attempts) === result.attempts && row.status === result.status
+    );
+  }
+
   /** Whether results wait to be written. */
   holding(): boolean {
     return this.held.length > 0;

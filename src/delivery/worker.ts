@@ -334,6 +334,7 @@ export class DeliveryWorker {
     // A relay's answer quotes the recipient (`451 <ann@acme.test>: try later`); addresses are personal
     // data, kept in the email's record, not in the log (SECURITY.md).
     const error = lastError === null ? null : withoutMailAddresses(lastError);
+    if (!recorded) recorded = await this.recorder.stands(result).catch(() => false);
     if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
     else if (status === 'sent') log.info('delivered');
     else if (status === 'deferred') log.warn({ nextAttempt, lastError: error }, 'deferred');

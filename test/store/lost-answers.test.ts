@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uuidIds } from '../../src/clock.js';
 import { insertContact } from '../../src/contacts/contacts.repository.js';
@@ -15,7 +16,7 @@ import { type PgProxy, startPgProxy } from '../helpers/pg-proxy.js';
 import { contactRow } from '../helpers/rows.js';
 import { createTestDatabase, noPostgres } from '../helpers/stores.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
-import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from '../delivery/harness.js';
+import { TEST_ENV, basicEmail, getEmail, sendEmail, settled, startWorker } from '../delivery/harness.js';
 import { eventually, startSmtpSink } from '../helpers/smtp.js';
 
 describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', () => {
@@ -206,6 +207,50 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       for (const id of ids) expect((await settled(t, auth, id)).status).toBe('sent');
       const copies = ids.map((_, i) => sink.deliveredTo(`w${i}@lost.example`).length);
       expect(copies).toEqual(ids.map(() => 1));
+    } finally {
+      await worker.stop();
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
+  it('takes a result whose commit answer was lost for recorded, not for a lease lost', async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const sink = await startSmtpSink({ hold: () => released });
+    const mailer = new SmtpMailer({ url: sink.url });
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    const worker = startWorker(t, mailer, { logger });
+    try {
+      // Everything sent before has been delivered: the next commit is this email's result.
+      const due = () =>
+        direct.db
+          .selectFrom('emails')
+          .select('id')
+          .where('status', 'in', ['queued', 'sending', 'deferred'])
+          .execute();
+      await eventually(async () => (await due()).length === 0, 20_000, 'the earlier emails delivered');
+      const id = await sendEmail(t, auth, basicEmail('result@lost.example', { subject: 'result lost' }));
+      await eventually(() => sink.messages.length === 1, 10_000, 'the send in flight');
+      const before = proxy.lost;
+      proxy.loseAnswerTo('commit\0');
+      release();
+      // Read through the API only then: an email's read is a transaction too, with a COMMIT of its own.
+      await eventually(() => proxy.lost === before + 1, 10_000, 'the result commit cut');
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      const view = await getEmail(t, auth, id);
+      expect(view.events.filter((e) => e.type === 'sent')).toHaveLength(1);
+      expect(view.recipients.map((r) => r.status)).toEqual(['sent']);
+      // The worker writes the result again after a short wait (saying so), then says what became of it.
+      const said = () =>
+        lines
+          .map((line) => JSON.parse(line) as { msg: string; emailId?: string })
+          .filter((l) => l.emailId === id)
+          .map((l) => l.msg);
+      const retried = 'delivery: recording the result failed; trying again';
+      await eventually(() => said().some((msg) => msg !== retried), 10_000, 'the worker to log the result');
+      expect(said().filter((msg) => msg !== retried)).toEqual(['delivered']);
     } finally {
       await worker.stop();
       await mailer.close();
