@@ -5,7 +5,7 @@
 // A caller's promise settles only after its rows are durably committed. If a shared batch fails, each
 // caller's rows are written again on their own, so one bad row fails only its own caller.
 import { CompiledQuery, type Insertable, type Kysely, type QueryCreator, sql } from 'kysely';
-import { type DialectName, dialectOf, isStoreUnavailable } from './dialect.js';
+import { type DialectName, dialectOf, failedToConnect, isStoreUnavailable } from './dialect.js';
 import type { Database } from './schema.js';
 import { BatchQueue, type Settleable, writeTogetherOrAlone } from './batch-queue.js';
 
@@ -24,6 +24,8 @@ type Transaction<DB> = (fn: (trx: Kysely<DB>) => Promise<void>) => Promise<void>
 type Retrying = (write: () => Promise<void>) => Promise<void>;
 
 const MAX_JOBS = 500;
+/** Errors of batches whose rows may or may not be in (writeOrFind): not written again alone. */
+const unwritable = new WeakSet<Error>();
 /** Bound values per statement, under SQLite's 32,766 and PostgreSQL's 65,535. */
 const MAX_PARAMETERS = 30_000;
 
@@ -55,10 +57,14 @@ export class Appender<DB> {
     this.retrying = retrying;
     this.queue = new BatchQueue<Job>(
       (jobs) =>
-        writeTogetherOrAlone<Job, void>(jobs, async (batch) => {
-          await this.writeOrFind(batch);
-          return () => undefined;
-        }),
+        writeTogetherOrAlone<Job, void>(
+          jobs,
+          async (batch) => {
+            await this.writeOrFind(batch);
+            return () => undefined;
+          },
+          (err) => !(err instanceof Error && unwritable.has(err)),
+        ),
       MAX_JOBS,
       concurrency,
     );
@@ -79,34 +85,42 @@ export class Appender<DB> {
    * answer on its way. The batch's first row then tells (a batch commits whole or not at all), so that a
    * caller is not told of an outage, nor of a conflict with its own rows when written again alone, for
    * rows that are in. Such a first attempt may also commit late, after the look found nothing: its rows
-   * then collide with the batch's next attempt, which looks again.
+   * then collide with the batch's next attempt, which looks again. A write that could not connect sent
+   * nothing, and is not looked for.
    */
   private async writeOrFind(batch: Job[]): Promise<void> {
     try {
       await this.retrying(() => this.write(batch));
     } catch (err) {
-      if (!this.direct || !(isStoreUnavailable(err) || batch.some((job) => job.unsure))) throw err;
+      const unsure = (isStoreUnavailable(err) && !failedToConnect(err)) || batch.some((job) => job.unsure);
+      if (!this.direct || !unsure || failedToConnect(err)) throw err;
       for (const job of batch) job.unsure = true;
-      if (!(await this.committed(batch[0]!))) throw err;
+      let found: boolean;
+      try {
+        found = await this.committed(batch[0]!);
+      } catch (lookupErr) {
+        // Whether the rows are in cannot be told: an outage to each caller, never the collision (it may
+        // be with the caller's own rows), and not written again alone, each into the same outage.
+        const undecided = isStoreUnavailable(lookupErr) || !isStoreUnavailable(err) ? lookupErr : err;
+        if (undecided instanceof Error) unwritable.add(undecided);
+        throw undecided;
+      }
+      if (!found) throw err;
     }
   }
 
-  /** Whether the job's first row is in the store (by its id); false when that cannot be told. */
+  /** Whether the job's first row is in the store, by its id (false for rows without one). */
   private async committed(job: Job): Promise<boolean> {
     const first = job.rows.find(({ rows }) => rows.length > 0);
     const id = (first?.rows[0] as { id?: unknown } | undefined)?.id;
     if (!first || typeof id !== 'string') return false;
-    try {
-      const db = this.direct as unknown as AnyDb;
-      const found = await db
-        .selectFrom(first.table)
-        .select(sql.lit(1).as('one'))
-        .where(sql.ref('id'), '=', id)
-        .executeTakeFirst();
-      return found !== undefined;
-    } catch {
-      return false;
-    }
+    const db = this.direct as unknown as AnyDb;
+    const found = await db
+      .selectFrom(first.table)
+      .select(sql.lit(1).as('one'))
+      .where(sql.ref('id'), '=', id)
+      .executeTakeFirst();
+    return found !== undefined;
   }
 
   private async write(jobs: Job[]): Promise<void> {

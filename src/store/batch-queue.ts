@@ -56,19 +56,23 @@ export interface Settleable<V> {
 }
 
 /**
- * Writes the jobs together; if that fails, writes each alone, so one bad job fails only itself. `write`
- * resolves to what each written job gets back.
+ * Writes the jobs together; if that fails, writes each alone, so one bad job fails only itself (unless
+ * `alone` says the failure is every job's). `write` resolves to what each written job gets back.
  */
 export async function writeTogetherOrAlone<J extends Settleable<V>, V>(
   jobs: J[],
   write: (jobs: J[]) => Promise<(job: J) => V>,
+  alone: (err: unknown) => boolean = () => true,
 ): Promise<void> {
   try {
     const valueOf = await write(jobs);
     for (const job of jobs) job.resolve(valueOf(job));
     return;
   } catch (err) {
-    if (jobs.length === 1) return jobs[0]!.reject(err);
+    if (jobs.length === 1 || !alone(err)) {
+      for (const job of jobs) job.reject(err);
+      return;
+    }
   }
   for (const job of jobs) {
     try {

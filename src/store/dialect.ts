@@ -49,6 +49,17 @@ export function isStoreUnavailable(err: unknown): boolean {
   );
 }
 
+/**
+ * A store fault from before any statement was sent (PostgreSQL): no connection could be made, so nothing
+ * of the write can have been done.
+ */
+export function failedToConnect(err: unknown): boolean {
+  if (['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '53300', '57P03'].includes(codeOf(err))) return true;
+  return /timeout exceeded when trying to connect|Connection terminated due to connection timeout|the database system is (starting up|shutting down)|not currently accepting connections/i.test(
+    messageOf(err),
+  );
+}
+
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : '';
 }

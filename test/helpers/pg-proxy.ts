@@ -8,25 +8,40 @@ export interface PgProxy {
   /** A copy of `databaseUrl` that goes through the proxy. */
   url: string;
   /**
-   * Cuts the connection that next sends a message containing `text`, `afterMs` later: time enough for
-   * PostgreSQL to run and commit it, unless something holds it up.
+   * Cuts the connection that next sends a message containing `text` when PostgreSQL's answer to it begins
+   * (PostgreSQL sends nothing of it until the statement, and its commit, are done), or `afterMs` after
+   * the message, answered or not.
    */
   loseAnswerTo(text: string, afterMs?: number): void;
   /** How many answers were lost so far. */
   readonly lost: number;
   /** Whether a loss is armed and waits for its message. */
   readonly armed: boolean;
+  /** Connections clients opened through the proxy so far. */
+  readonly connections: number;
+  /** While true, new connections are taken and never answered, as by a host that went away. */
+  unanswered: boolean;
   close(): Promise<void>;
 }
 
 export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   const target = new URL(databaseUrl);
-  let armed: { text: Buffer; afterMs: number } | undefined;
+  let armed: { text: Buffer; afterMs: number | undefined } | undefined;
   let lost = 0;
   const sockets = new Set<net.Socket>();
+  let connections = 0;
+  const state = { unanswered: false };
   const server = net.createServer((client) => {
+    connections++;
+    if (state.unanswered) {
+      sockets.add(client);
+      client.on('error', () => undefined);
+      client.on('close', () => sockets.delete(client));
+      return;
+    }
     const upstream = net.connect(Number(target.port || 5432), target.hostname);
     let cut = false;
+    let cutOnAnswer = false;
     for (const s of [client, upstream]) {
       sockets.add(s);
       s.on('error', () => undefined);
@@ -41,7 +56,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       upstream.write(chunk);
       if (armed && chunk.includes(armed.text)) {
         // Nothing PostgreSQL answers from now on reaches the client.
-        setTimeout(() => client.destroy(), armed.afterMs);
+        if (armed.afterMs === undefined) cutOnAnswer = true;
+        else setTimeout(() => client.destroy(), armed.afterMs);
         armed = undefined;
         cut = true;
         lost++;
@@ -49,6 +65,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     });
     upstream.on('data', (chunk: Buffer) => {
       if (!cut) client.write(chunk);
+      else if (cutOnAnswer) client.destroy();
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -57,7 +74,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   url.port = String((server.address() as net.AddressInfo).port);
   return {
     url: url.toString(),
-    loseAnswerTo(text, afterMs = 300) {
+    loseAnswerTo(text, afterMs) {
       armed = { text: Buffer.from(text), afterMs };
     },
     get lost() {
@@ -65,6 +82,15 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     get armed() {
       return armed !== undefined;
+    },
+    get connections() {
+      return connections;
+    },
+    get unanswered() {
+      return state.unanswered;
+    },
+    set unanswered(value: boolean) {
+      state.unanswered = value;
     },
     close: () =>
       new Promise<void>((resolve) => {

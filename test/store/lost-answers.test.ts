@@ -10,6 +10,7 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uuidIds } from '../../src/clock.js';
 import { insertContact } from '../../src/contacts/contacts.repository.js';
+import { isStoreUnavailable } from '../../src/store/dialect.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { type PgProxy, startPgProxy } from '../helpers/pg-proxy.js';
@@ -149,19 +150,11 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
         .execute()
     ).map((r) => r.id);
 
-  it('settles every append of a batch whose answer was lost as written', async () => {
-    const org = (await t.newKey()).organizationId;
-    const rows = contacts(org, 'batch-', 8);
-    proxy.loseAnswerTo('into "contacts"');
-    await Promise.all(rows.map((row) => insertContact(proxied, { ...row, json: null }, [])));
-    expect(await storedIds('batch-')).toEqual(rows.map((r) => r.id).sort());
-  });
-
-  it('finds a batch that committed only after its answer was lost, when written again alone', async () => {
-    const org = (await t.newKey()).organizationId;
-    const rows = contacts(org, 'late-', 8);
-    // The organisation's row locked elsewhere: the insert (whose foreign key needs it) waits, and its
-    // connection is cut meanwhile. Mailroom finds nothing and writes each contact again alone, behind it.
+  /**
+   * Appends `rows` as one batch while the organisation's row is locked elsewhere: the insert (whose
+   * foreign key needs it) waits, and its connection is cut meanwhile. The lock goes after 500 ms.
+   */
+  async function lateBatch(org: string, rows: ReturnType<typeof contacts>) {
     const holder = new pg.Client({ connectionString: database.url });
     await holder.connect();
     try {
@@ -173,12 +166,68 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       );
       await new Promise((r) => setTimeout(r, 500));
       await holder.query('commit');
-      const outcomes = await settled;
-      expect(outcomes.map((o) => o.status)).toEqual(rows.map(() => 'fulfilled'));
+      return await settled;
     } finally {
       await holder.end();
     }
+  }
+
+  it('settles every append of a batch whose answer was lost as written', async () => {
+    const org = (await t.newKey()).organizationId;
+    const rows = contacts(org, 'batch-', 8);
+    proxy.loseAnswerTo('into "contacts"');
+    await Promise.all(rows.map((row) => insertContact(proxied, { ...row, json: null }, [])));
+    expect(await storedIds('batch-')).toEqual(rows.map((r) => r.id).sort());
+  });
+
+  it('finds a batch that committed only after its answer was lost, when written again alone', async () => {
+    const org = (await t.newKey()).organizationId;
+    const rows = contacts(org, 'late-', 8);
+    // Mailroom finds nothing, and writes each contact again alone, behind the first attempt.
+    const outcomes = await lateBatch(org, rows);
+    expect(outcomes.map((o) => o.status)).toEqual(rows.map(() => 'fulfilled'));
     expect(await storedIds('late-')).toEqual(rows.map((r) => r.id).sort());
+  });
+
+  it('does not look for rows whose write could not even connect', async () => {
+    const org = (await t.newKey()).organizationId;
+    // A store of its own behind a proxy of its own, with no connection open yet; each try to connect
+    // times out after 5 s.
+    const own = await startPgProxy(database.url);
+    const fresh = createStore({ databaseUrl: own.url, dataDir, poolSize: 2 });
+    own.unanswered = true;
+    try {
+      const [row] = contacts(org, 'unconnected-', 1);
+      const failed = await insertContact(fresh, { ...row!, json: null }, []).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(isStoreUnavailable(failed)).toBe(true);
+      // The write's try to connect (pg-pool opens a second as the first times out): no more for a look,
+      // which could only wait as long again (it made 4 in all).
+      expect(own.connections).toBeLessThanOrEqual(2);
+    } finally {
+      own.unanswered = false;
+      await fresh.close();
+      await own.close();
+    }
+  }, 20_000);
+
+  it('never answers a collision with its own rows when whether they are in cannot be told', async () => {
+    const org = (await t.newKey()).organizationId;
+    const rows = contacts(org, 'undecided-', 8);
+    const before = proxy.lost;
+    // As in the late batch above, and then the looks for the batch's rows lose their answers too.
+    const rearm = setInterval(() => {
+      if (proxy.lost > before && proxy.lost < before + 3 && !proxy.armed) {
+        proxy.loseAnswerTo('as "one" from "contacts"');
+      }
+    }, 2);
+    const outcomes = await lateBatch(org, rows).finally(() => clearInterval(rearm));
+    expect(proxy.lost).toBeGreaterThan(before + 1);
+    expect(await storedIds('undecided-')).toEqual(rows.map((r) => r.id).sort());
+    // Written, or an outage (503: not known to be written); never a unique violation (a 409 or a 500).
+    for (const o of outcomes) if (o.status === 'rejected') expect(isStoreUnavailable(o.reason)).toBe(true);
   });
 
   it("delivers every email once while the answers to three of the worker's commits are lost", async () => {
@@ -250,6 +299,8 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
           .map((l) => l.msg);
       const retried = 'delivery: recording the result failed; trying again';
       await eventually(() => said().some((msg) => msg !== retried), 10_000, 'the worker to log the result');
+      // The result's own commit was the one cut: its first write failed.
+      expect(said()[0]).toBe(retried);
       expect(said().filter((msg) => msg !== retried)).toEqual(['delivered']);
     } finally {
       await worker.stop();
