@@ -3,13 +3,15 @@
 // small here so both run on a few hundred contacts; every page is checked against the same filter done in
 // JavaScript, with matches that are all old, spread, rare or none, ties in created_at, and the
 // unsubscribed filter beside the term.
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import { pageByEmailOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
 import type { ContactFilter } from '../../src/contacts/contacts.repository.js';
 import { type TestStore, useStore, noPostgres } from '../helpers/stores.js';
 import { contactRow } from '../helpers/rows.js';
-import type { ContactRow } from '../../src/store/schema.js';
+import type { ContactRow, Database } from '../../src/store/schema.js';
 
 const BASE = Date.parse('2031-03-01T00:00:00.000Z');
 const ORG = 'org-pg-search';
@@ -130,5 +132,52 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
       total: expected({ email: 'legacy' }).length,
     });
     expect((await answer({ email: '.test' }, 1))?.total).toBeUndefined();
+  });
+
+  // The other organisation holds the same contacts; these tests add to it.
+  const OTHER = 'org-pg-other';
+  /** The search of `legacy` in OTHER, on a pool of its own whose every statement is `seen` (and `after`). */
+  async function searchLegacy(
+    p: number,
+    limit: number,
+    known: number | undefined,
+    seen: string[],
+    after: (sql: string) => Promise<void> = async () => undefined,
+  ) {
+    const db = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: ts.databaseUrl, max: 1 }) }),
+      log: async (event) => {
+        seen.push(event.query.sql);
+        await after(event.query.sql);
+      },
+    });
+    try {
+      return await pageByEmailOnPostgres(db, OTHER, { email: 'legacy' }, { page: p, limit }, known, 40);
+    } finally {
+      await db.destroy();
+    }
+  }
+
+  it('reads a sorted page and its total in one snapshot', async () => {
+    let added = false;
+    // Right after the page's statement, before the count's: another client adds a match.
+    const got = await searchLegacy(1, 200, undefined, [], async (sql) => {
+      if (added || !sql.includes("|| '' desc")) return;
+      added = true;
+      const at = new Date(BASE + 10_000_000).toISOString();
+      const made = { ...contactRow(OTHER, 'late-match', 'late@legacy.test', at), json: null };
+      await ts.store.write((trx) => insertContacts(trx, [{ row: made, tags: [] }]));
+    });
+    expect(added).toBe(true);
+    expect(got?.contacts).toHaveLength(150);
+    expect(got?.total).toBe(150);
+  });
+
+  it('counts nothing when the caller knows the total', async () => {
+    const seen: string[] = [];
+    const got = await searchLegacy(2, 20, 151, seen);
+    expect(got?.contacts).toHaveLength(20);
+    expect(got?.total).toBeUndefined();
+    expect(seen.filter((q) => /count\(/i.test(q))).toEqual([]);
   });
 });
