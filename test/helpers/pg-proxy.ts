@@ -10,9 +10,13 @@ export interface PgProxy {
   /**
    * Cuts the connection that next sends a message containing `text` when PostgreSQL's answer to it begins
    * (PostgreSQL sends nothing of it until the statement, and its commit, are done), or `afterMs` after
-   * the message, answered or not.
+   * the message, answered or not, or at cutNow() when `afterMs` is Infinity.
    */
   loseAnswerTo(text: string, afterMs?: number): void;
+  /** Cuts the connections that lost an answer armed with Infinity. */
+  cutNow(): void;
+  /** Forgets a loss armed and not yet met. */
+  disarm(): void;
   /** How many answers were lost so far. */
   readonly lost: number;
   /** Whether a loss is armed and waits for its message. */
@@ -30,6 +34,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   let lost = 0;
   const sockets = new Set<net.Socket>();
   let connections = 0;
+  /** Cut clients whose connection waits for cutNow(). */
+  const waiting = new Set<net.Socket>();
   const state = { unanswered: false };
   const server = net.createServer((client) => {
     connections++;
@@ -45,19 +51,20 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     for (const s of [client, upstream]) {
       sockets.add(s);
       s.on('error', () => undefined);
-      s.on('close', () => {
-        sockets.delete(s);
-        client.destroy();
-        upstream.destroy();
-      });
+      s.on('close', () => sockets.delete(s));
     }
+    // A cut client's statement still reaches PostgreSQL whole: its side is ended, never reset (a reset
+    // can drop what PostgreSQL had not read yet).
+    client.on('close', () => (cut ? upstream.end() : upstream.destroy()));
+    upstream.on('close', () => client.destroy());
     client.on('data', (chunk: Buffer) => {
       if (cut) return;
       upstream.write(chunk);
       if (armed && chunk.includes(armed.text)) {
         // Nothing PostgreSQL answers from now on reaches the client.
         if (armed.afterMs === undefined) cutOnAnswer = true;
-        else setTimeout(() => client.destroy(), armed.afterMs);
+        else if (Number.isFinite(armed.afterMs)) setTimeout(() => client.destroy(), armed.afterMs);
+        else waiting.add(client);
         armed = undefined;
         cut = true;
         lost++;
@@ -82,6 +89,13 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     get armed() {
       return armed !== undefined;
+    },
+    disarm() {
+      armed = undefined;
+    },
+    cutNow() {
+      for (const c of waiting) c.destroy();
+      waiting.clear();
     },
     get connections() {
       return connections;

@@ -5,6 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { CompiledQuery } from 'kysely';
 import pg from 'pg';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -152,7 +153,7 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
 
   /**
    * Appends `rows` as one batch while the organisation's row is locked elsewhere: the insert (whose
-   * foreign key needs it) waits, and its connection is cut meanwhile. The lock goes after 500 ms.
+   * foreign key needs it) waits, its connection is cut, and once Mailroom has settled the lock goes.
    */
   async function lateBatch(org: string, rows: ReturnType<typeof contacts>) {
     const holder = new pg.Client({ connectionString: database.url });
@@ -160,11 +161,27 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
     try {
       await holder.query('begin');
       await holder.query('select 1 from organizations where id = $1 for update', [org]);
-      proxy.loseAnswerTo('into "contacts"', 50);
+      proxy.loseAnswerTo('into "contacts"', Infinity);
       const settled = Promise.allSettled(
         rows.map((row) => insertContact(proxied, { ...row, json: null }, [])),
       );
-      await new Promise((r) => setTimeout(r, 500));
+      // Cut once PostgreSQL holds the insert, waiting for the lock (asked on another connection: inside
+      // the holder's transaction pg_stat_activity would not change).
+      await eventually(
+        async () =>
+          (
+            await direct.db.executeQuery<unknown>(
+              CompiledQuery.raw(
+                `select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%into "contacts"%'`,
+              ),
+            )
+          ).rows.length > 0,
+        10_000,
+        'the insert to wait for the lock',
+      );
+      proxy.cutNow();
+      // Mailroom's look finds nothing (or fails), and the rows it writes again alone wait behind the first.
+      await new Promise((r) => setTimeout(r, 300));
       await holder.query('commit');
       return await settled;
     } finally {
@@ -223,7 +240,10 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
         proxy.loseAnswerTo('as "one" from "contacts"');
       }
     }, 2);
-    const outcomes = await lateBatch(org, rows).finally(() => clearInterval(rearm));
+    const outcomes = await lateBatch(org, rows).finally(() => {
+      clearInterval(rearm);
+      proxy.disarm();
+    });
     expect(proxy.lost).toBeGreaterThan(before + 1);
     expect(await storedIds('undecided-')).toEqual(rows.map((r) => r.id).sort());
     // Written, or an outage (503: not known to be written); never a unique violation (a 409 or a 500).
