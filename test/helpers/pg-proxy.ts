@@ -58,8 +58,10 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     client.on('close', () => (cut ? upstream.end() : upstream.destroy()));
     upstream.on('close', () => client.destroy());
     client.on('data', (chunk: Buffer) => {
-      if (cut) return;
+      // Passed on even once cut: the rest of the statement (its Sync, which commits it) may come in a
+      // later write, and a network that loses the answer has already carried the question.
       upstream.write(chunk);
+      if (cut) return;
       if (armed && chunk.includes(armed.text)) {
         // Nothing PostgreSQL answers from now on reaches the client.
         if (armed.afterMs === undefined) cutOnAnswer = true;

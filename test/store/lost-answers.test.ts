@@ -245,6 +245,12 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       proxy.disarm();
     });
     expect(proxy.lost).toBeGreaterThan(before + 1);
+    // Every caller was answered before the lock went: the first attempt commits a moment after it.
+    await eventually(
+      async () => (await storedIds('undecided-')).length === rows.length,
+      10_000,
+      'the first attempt to commit',
+    );
     expect(await storedIds('undecided-')).toEqual(rows.map((r) => r.id).sort());
     // Written, or an outage (503: not known to be written); never a unique violation (a 409 or a 500).
     for (const o of outcomes) if (o.status === 'rejected') expect(isStoreUnavailable(o.reason)).toBe(true);
