@@ -3,8 +3,9 @@
 // but every contact before them when they are all old (a domain imported long ago: 0.2–0.3 s at a million
 // contacts, on every page). So the walk here has a budget, about twice what spread matches need; when it
 // does not fill the page, the page is sorted out of the matches the trigram index finds (130–185 ms with
-// the total for 111,000 of them on a slow day, 20–35 for 11,000). A deep page of a term many contacts hold stays with the plain walk, which costs
-// less than sorting every match. undefined means "use the plain walk".
+// the total for 111,000 of them on a slow day, 20–35 for 11,000). A deep page of a term many contacts
+// hold stays with the plain walk, which costs less than sorting every match. undefined means "use the
+// plain walk".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { containsText, isTrigramSearchable } from '../store/dialect.js';

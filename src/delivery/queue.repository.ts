@@ -104,6 +104,24 @@ export async function finishAttempts(
   return rows.map((r) => r.id);
 }
 
+/**
+ * Whether the email's row holds an attempt's result already: no lease, at that attempt number (which any
+ * later claim would have raised), with that status.
+ */
+export async function attemptFinished(
+  db: Executor,
+  attempt: { emailId: string; attempts: number; status: string },
+): Promise<boolean> {
+  const row = await db
+    .selectFrom('emails')
+    .select(['status', 'attempts', 'lease_owner'])
+    .where('id', '=', attempt.emailId)
+    .executeTakeFirst();
+  return (
+    row?.lease_owner === null && Number(row.attempts) === attempt.attempts && row.status === attempt.status
+  );
+}
+
 /** Sets the same result on the recipient at one position of many emails. */
 export async function updateRecipients(
   db: Executor,

@@ -49,18 +49,10 @@ export class ResultRecorder {
 
   /**
    * Whether the email's row holds this result already: as an earlier write of it left it when PostgreSQL
-   * committed and the answer was lost, so that writing it again found no lease. The attempt is over (no
-   * lease) at this attempt number, which any later claim would have raised.
+   * committed and the answer was lost, so that writing it again found no lease.
    */
-  async stands(result: AttemptResult): Promise<boolean> {
-    const row = await this.store.db
-      .selectFrom('emails')
-      .select(['status', 'attempts', 'lease_owner'])
-      .where('id', '=', result.emailId)
-      .executeTakeFirst();
-    return (
-      row?.lease_owner === null && Number(row.attempts) === result.attempts && row.status === result.status
-    );
+  stands(result: AttemptResult): Promise<boolean> {
+    return queue.attemptFinished(this.store.db, result);
   }
 
   /** Whether results wait to be written. */

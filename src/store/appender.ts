@@ -92,8 +92,8 @@ export class Appender<DB> {
     try {
       await this.retrying(() => this.write(batch));
     } catch (err) {
-      const unsure = (isStoreUnavailable(err) && !failedToConnect(err)) || batch.some((job) => job.unsure);
-      if (!this.direct || !unsure || failedToConnect(err)) throw err;
+      if (!this.direct || failedToConnect(err)) throw err;
+      if (!isStoreUnavailable(err) && !batch.some((job) => job.unsure)) throw err;
       for (const job of batch) job.unsure = true;
       let found: boolean;
       try {
