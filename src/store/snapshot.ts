@@ -4,10 +4,10 @@
 import { sql } from 'kysely';
 import type { Executor } from './store.js';
 
-/** Connections one call may hold at once, per pool (registered by the store: its size, less one). */
+/** Connections the calls of one pool may hold at once (registered by the store: its size, less one). */
 const spare = new WeakMap<Executor, number>();
-/** Calls holding connections, one at a time per pool: two each holding one and waiting for another would wait for ever. */
-const turns = new WeakMap<Executor, Promise<unknown>>();
+/** Per pool, the connections calls hold and the calls waiting for theirs, first come first served. */
+const budgets = new WeakMap<Executor, { held: number; waiting: { n: number; go: () => void }[] }>();
 
 /** How many connections of `db`'s pool inOneSnapshot may take at once; 1 (the default) runs the parts in turn. */
 export function allowSnapshotConnections(db: Executor, connections: number): void {
@@ -17,13 +17,16 @@ export function allowSnapshotConnections(db: Executor, connections: number): voi
 /**
  * fn(conn, i, n) for i in 0..n-1, all in one read-only snapshot: at once, each on a connection of its own,
  * when the pool has room (n is then `wanted`); else n is 1 and fn runs once, in a transaction.
+ * Calls run side by side while the connections they hold stay within the pool's spare ones, and wait
+ * their turn beyond: two calls each holding some and waiting for more could otherwise wait for ever.
  */
 export async function inOneSnapshot<T>(
   db: Executor,
   wanted: number,
   fn: (conn: Executor, i: number, n: number) => Promise<T>,
 ): Promise<T[]> {
-  const n = Math.min(wanted, spare.get(db) ?? 1);
+  const limit = spare.get(db) ?? 1;
+  const n = Math.min(wanted, limit);
   if (n <= 1) {
     return [
       await db
@@ -33,13 +36,25 @@ export async function inOneSnapshot<T>(
         .execute((trx) => fn(trx, 0, 1)),
     ];
   }
-  const before = turns.get(db) ?? Promise.resolve();
-  const run = before.then(() => onConnections(db, n, fn));
-  turns.set(
-    db,
-    run.catch(() => undefined),
-  );
-  return run;
+  let budget = budgets.get(db);
+  if (!budget) budgets.set(db, (budget = { held: 0, waiting: [] }));
+  const pool = budget;
+  if (pool.waiting.length > 0 || pool.held + n > limit) {
+    await new Promise<void>((go) => pool.waiting.push({ n, go }));
+  } else {
+    pool.held += n;
+  }
+  try {
+    return await onConnections(db, n, fn);
+  } finally {
+    pool.held -= n;
+    // Wakes the calls at the head of the queue that now fit, in order.
+    while (pool.waiting.length > 0 && pool.held + pool.waiting[0]!.n <= limit) {
+      const next = pool.waiting.shift()!;
+      pool.held += next.n;
+      next.go();
+    }
+  }
 }
 
 async function onConnections<T>(

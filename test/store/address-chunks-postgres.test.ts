@@ -308,6 +308,32 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     expect(results).toEqual(Array(12).fill([0, 1]));
   });
 
+  it('run side by side while the pool has spare connections for them, and queue beyond', async () => {
+    // The test store's pool has 10 connections, 9 of them spare: four calls of two at once, not five.
+    const db = ts.store.db;
+    let inside = 0;
+    let most = 0;
+    let open!: () => void;
+    const allFour = new Promise<void>((resolve) => (open = resolve));
+    const call = () =>
+      inOneSnapshot(db, 2, async (_conn, i) => {
+        if (i === 0) {
+          most = Math.max(most, ++inside);
+          if (inside === 4) open();
+          // Calls run one after another would wait here for ever: the first waits for the fourth.
+          const late = new Promise((_, fail) =>
+            setTimeout(() => fail(new Error(`only ${inside} calls at once`)), 5000).unref(),
+          );
+          await Promise.race([allFour, late]);
+          inside--;
+        }
+        return i;
+      });
+    const results = await Promise.all(Array.from({ length: 5 }, call));
+    expect(results).toEqual(Array(5).fill([0, 1]));
+    expect(most).toBe(4);
+  });
+
   it('go with their organisation', async () => {
     const db = ts.store.db;
     const org = 'chunk-gone';
