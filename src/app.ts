@@ -131,6 +131,11 @@ export async function buildApp(
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  // An expectation other than 100-continue (which Node answers itself) is set aside, as RFC 9110 lets a
+  // server do, and the request answered as any other: Node's own answer would be a bare 417, outside the
+  // contract's bodies and the rate limits.
+  app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res));
+
   // A key revoked anywhere on the store (the CLI, another instance) is refused here at once.
   const stopHearing = store.keyChanges.subscribe(() => {
     services.keys.forget();

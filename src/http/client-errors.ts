@@ -1,8 +1,9 @@
 // Requests Node's HTTP parser refuses before Fastify sees them: headers over Node's limit (431), a request
-// that took too long (408), or bad framing (400). They get the contract's body for their path's family.
+// that took too long (408), or bad framing (400). They get the contract's body for their path's family,
+// after the answers to the requests read before them on the connection.
 // There is no request yet, so no key and no rate-limit headers: the limiter counts requests, and this is not one.
 import type { Socket } from 'node:net';
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { ConnectionError } from 'fastify';
 import { AppError } from '../errors.js';
 import { renderError } from './error-handler.js';
@@ -10,10 +11,14 @@ import { renderError } from './error-handler.js';
 // Fastify's type says rawPacket is a JSON-ish {type, data}; Node hands over a Buffer (or nothing).
 type ClientError = Omit<ConnectionError, 'rawPacket'> & { rawPacket?: Buffer };
 
-/** The path of the request line, when the packet Node failed on starts with one; else the lists family. */
+/**
+ * The path of the request line, when the packet Node failed on starts with one; else the lists family. Only
+ * its start is read (a request line may be longer than what is read): the family is in the path's first
+ * segments.
+ */
 function pathOf(err: ClientError): string {
   const raw = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.subarray(0, 8192).toString('latin1') : '';
-  const line = /^[A-Z]+ (\S+) HTTP\//.exec(raw);
+  const line = /^[A-Z]+ (\/\S*)/.exec(raw);
   return line?.[1] ?? '/';
 }
 
@@ -32,8 +37,34 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   // A reset connection has no one left to answer.
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const { status, body } = renderError(appErrorOf(err), pathOf(err), '');
-  writeLastAnswer(socket, status, body);
-  socket.destroy(err);
+  afterAnswers(socket, () => {
+    writeLastAnswer(socket, status, body);
+    // Closed once written: the answer may wait behind the end of the one before it.
+    socket.end(() => socket.destroy());
+  });
+}
+
+type AnsweringSocket = Socket & { _httpMessage?: ServerResponse | null };
+
+/**
+ * Runs `then` once the requests Node read on this connection before the bytes it refused have been
+ * answered: a request whose body ended a byte before its Content-Length said, or one pipelined before
+ * garbage, was run (an email accepted, say), and its answer must reach the client before the 400 and the
+ * close, or the client would take it as refused and send it again. Node keeps the answer in progress as
+ * the socket's `_httpMessage`, and the next one queued behind it takes its place when it finishes.
+ */
+function afterAnswers(socket: AnsweringSocket, then: () => void): void {
+  const answer = socket._httpMessage;
+  if (!answer || answer.writableFinished || socket.destroyed) return then();
+  let done = false;
+  const next = () => {
+    if (done) return;
+    done = true;
+    // Node gives the socket to the next queued answer as this one's 'finish' returns.
+    setImmediate(() => afterAnswers(socket, then));
+  };
+  answer.once('finish', next);
+  answer.once('close', next);
 }
 
 /**

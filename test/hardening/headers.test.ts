@@ -88,3 +88,53 @@ describe.each(storeKinds())('a header section too large on %s', (kind) => {
     }
   });
 });
+
+describe.each(storeKinds())('answers on a connection that Node stops reading, on %s', (kind) => {
+  let t: TestApp, auth: string;
+  let port: number;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]));
+
+  const listen = async () => {
+    port ||= Number(new URL(await t.app.listen({ port: 0, host: '127.0.0.1' })).port);
+    return port;
+  };
+
+  it('a request read whole before bytes that are not HTTP is answered first, then the 400', async () => {
+    const body = JSON.stringify({ to: 'trail@example.test', subject: 'trailing bytes', text: 't' });
+    // The body's length one short of what follows it, as a client that miscounted would send it.
+    const answer = await rawExchange(
+      await listen(),
+      `POST /api/v1/emails HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body} x`,
+    );
+    const statuses = [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+    expect(statuses).toEqual([200, 400]);
+    const accepted = JSON.parse(answer.split('\r\n\r\n')[1]!.split('HTTP/1.1')[0]!) as { id: string };
+    const listed = await t.call({ method: 'GET', url: '/api/v1/emails?limit=100', auth });
+    const subjects = (listed.json() as { emails: { id: string; subject: string }[] }).emails
+      .filter((e) => e.subject === 'trailing bytes')
+      .map((e) => e.id);
+    expect(subjects).toEqual([accepted.id]);
+  });
+
+  it("a request line too long to read whole still gets its family's 431 body", async () => {
+    const answer = await rawExchange(
+      await listen(),
+      `GET /api/v1/emails?x=${'a'.repeat(70_000)} HTTP/1.1\r\nHost: x\r\n\r\n`,
+    );
+    const [head, text] = answer.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1\.1 431 /);
+    expect(JSON.parse(text!)).toStrictEqual({ error: expect.any(String) });
+  });
+
+  it('an expectation other than 100-continue is set aside and the request answered as any other', async () => {
+    const answer = await rawExchange(
+      await listen(),
+      `GET /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\nExpect: bogus\r\nConnection: close\r\n\r\n`,
+    );
+    const [head, text] = answer.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1\.1 200 /);
+    expect(head).toMatch(/x-ratelimit-limit: \d+/i);
+    expect(JSON.parse(text!)).toMatchObject({ success: true, lists: expect.any(Array) });
+  });
+});
