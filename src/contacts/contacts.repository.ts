@@ -6,7 +6,7 @@ import { type DialectName, containsText, dialectOf, forUpdate } from '../store/d
 import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
 import { countByChunksOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
-import { prepared, rowCount } from '../store/prepared.js';
+import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf } from './contact-counts.repository.js';
@@ -153,7 +153,7 @@ export async function pageContacts(
   if (indexed) return indexed;
   const bucket = bucketOf(filter);
   if (filter.tag !== undefined && bucket !== undefined) {
-    return carried(await tagPage.all(db, organizationId, filter.tag, page.limit, offset, bucket));
+    return carried(await tagPage.all(db, page.limit, offset, organizationId, filter.tag, bucket));
   }
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
@@ -167,30 +167,26 @@ export async function pageContacts(
     return { contacts: jsonOf(rows) };
   }
   if (bucket !== undefined && !hasRowConditions(filter)) {
-    return carried(await unfilteredPage.all(db, organizationId, page.limit, offset, bucket));
+    return carried(await unfilteredPage.all(db, page.limit, offset, organizationId, bucket));
   }
   if (bucket !== undefined && filter.unsubscribed === true) {
-    return carried(await unsubscribedPage.all(db, organizationId, page.limit, offset, bucket));
+    return carried(await unsubscribedPage.all(db, page.limit, offset, organizationId, bucket));
   }
   // Subscribed contacts, or an email substring the index did not take: the page walks the organisation's
   // contacts (no index says which are subscribed), with the count when the filter has one.
-  const rows = organizationPage(db, organizationId, filter, page.limit, offset).select(asJson(db));
+  const window = { limit: rowCount(page.limit), offset: rowCount(offset) };
+  const rows = organizationPage(db, organizationId, filter, window).select(asJson(db));
   if (bucket === undefined) return { contacts: jsonOf(await rows.execute()) };
   return carried(await rows.select(withTotal(db, organizationId, bucket)).execute());
 }
 
-function organizationPage(
-  db: Executor,
-  organizationId: string,
-  filter: ContactFilter,
-  limit: number,
-  offset: number,
-) {
-  return byOrganization(db, organizationId, filter)
-    .orderBy('contacts.created_at', 'desc')
-    .orderBy('contacts.id', 'desc')
-    .limit(rowCount(limit))
-    .offset(rowCount(offset));
+function organizationPage(db: Executor, organizationId: string, filter: ContactFilter, window: Window) {
+  return inWindow(
+    byOrganization(db, organizationId, filter)
+      .orderBy('contacts.created_at', 'desc')
+      .orderBy('contacts.id', 'desc'),
+    window,
+  );
 }
 
 // The unfiltered page, the most common read: compiled once, each contact rendered as the API shows it.
@@ -202,10 +198,10 @@ function organizationPage(
 // (15–30 ms at 1M, now 2–3 ms); on SQLite page 500 runs at 1.4 times the rate. Subscribed ones are not:
 // the index does not say which they are, so each row is read either way, and page 1 ran a quarter slower.
 function indexPage(unsubscribed: boolean) {
-  return prepared((db, organizationId: string, limit: number, offset: number, bucket: string) =>
+  return pagedShape((db, window, organizationId: string, bucket: string) =>
     db
       .selectFrom(
-        organizationPage(db, organizationId, unsubscribed ? { unsubscribed } : {}, limit, offset)
+        organizationPage(db, organizationId, unsubscribed ? { unsubscribed } : {}, window)
           .select(['contacts.id', 'contacts.created_at'])
           .as('page'),
       )
@@ -221,32 +217,33 @@ const unsubscribedPage = indexPage(true);
 
 // The tag page's OFFSET, hidden from PostgreSQL's planner: in view, a late page of a tag on nearly every
 // row costed the index walk above sorting the whole table, and sorted (12–20 ms against 3–4 for the walk).
-function tagOffset(db: Executor, offset: number): RawBuilder<number> {
-  return dialectOf(db) === 'postgres' ? sql<number>`(select ${rowCount(offset)})` : rowCount(offset);
+function tagWindow(db: Executor, window: Window): Window {
+  const { limit, offset } = window;
+  if (offset === undefined || dialectOf(db) !== 'postgres') return window;
+  return { limit, offset: sql<number>`(select ${offset})` };
 }
 
 // A tag alone: the page is found in the tag index by itself (it holds the order keys), and only its rows
 // are joined to their contacts; joining first would look up every contact the OFFSET skips.
-const tagPage = prepared(
-  (db, organizationId: string, tag: string, limit: number, offset: number, bucket: string) =>
-    db
-      .selectFrom((q) =>
+const tagPage = pagedShape((db, window, organizationId: string, tag: string, bucket: string) =>
+  db
+    .selectFrom((q) =>
+      inWindow(
         q
           .selectFrom('contact_tags')
           .select(['contact_tags.contact_id', 'contact_tags.contact_created_at'])
           .where('contact_tags.organization_id', '=', organizationId)
           .where('contact_tags.tag', '=', tag)
           .orderBy('contact_tags.contact_created_at', 'desc')
-          .orderBy('contact_tags.contact_id', 'desc')
-          .limit(rowCount(limit))
-          .offset(tagOffset(db, offset))
-          .as('page'),
-      )
-      .innerJoin('contacts', 'contacts.id', 'page.contact_id')
-      .select(asJson(db))
-      .select(withTotal(db, organizationId, bucket))
-      .orderBy('page.contact_created_at', 'desc')
-      .orderBy('page.contact_id', 'desc'),
+          .orderBy('contact_tags.contact_id', 'desc'),
+        tagWindow(db, window),
+      ).as('page'),
+    )
+    .innerJoin('contacts', 'contacts.id', 'page.contact_id')
+    .select(asJson(db))
+    .select(withTotal(db, organizationId, bucket))
+    .orderBy('page.contact_created_at', 'desc')
+    .orderBy('page.contact_id', 'desc'),
 );
 
 /** The organisation's contacts with these ids, as their API JSON text, in the order given; missing ones left out. */

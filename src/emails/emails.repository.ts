@@ -11,7 +11,7 @@ import type {
 } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
 import { countColumn, maintainedCounts, pageTotal } from '../store/counts.js';
-import { prepared, rowCount } from '../store/prepared.js';
+import { type Window, inWindow, pagedShape, prepared } from '../store/prepared.js';
 
 export type RecipientRow = Selectable<EmailRecipientsTable>;
 
@@ -87,8 +87,13 @@ export function findEmail(
   return emailById.first(db, organizationId, id);
 }
 
+// Columns named, not `*`: a named statement's columns must not change under it (named-statements.ts).
 const recipientsByEmail = prepared((db, emailId: string) =>
-  db.selectFrom('email_recipients').selectAll().where('email_id', '=', emailId).orderBy('position'),
+  db
+    .selectFrom('email_recipients')
+    .select(['email_id', 'position', 'kind', 'address', 'status', 'response', 'updated_at'])
+    .where('email_id', '=', emailId)
+    .orderBy('position'),
 );
 
 export function listRecipients(db: Executor, emailId: string): Promise<RecipientRow[]> {
@@ -96,7 +101,11 @@ export function listRecipients(db: Executor, emailId: string): Promise<Recipient
 }
 
 const eventsByEmail = prepared((db, emailId: string) =>
-  db.selectFrom('email_events').selectAll().where('email_id', '=', emailId).orderBy('id'),
+  db
+    .selectFrom('email_events')
+    .select(['id', 'email_id', 'type', 'at', 'detail'])
+    .where('email_id', '=', emailId)
+    .orderBy('id'),
 );
 
 export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
@@ -104,26 +113,26 @@ export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
 }
 
 /** A page of the organisation's emails, newest first, each row carrying the bucket's maintained count. */
-function newestFirst(db: Executor, organizationId: string, limit: number, offset: number, bucket: string) {
-  return db
-    .selectFrom('emails')
-    .select(SUMMARY_FIELDS)
-    .select(countColumn(db, 'email_counts', organizationId, bucket))
-    .where('organization_id', '=', organizationId)
-    .orderBy('created_at', 'desc')
-    .orderBy('id', 'desc')
-    .limit(rowCount(limit))
-    .offset(rowCount(offset));
+function newestFirst(db: Executor, window: Window, organizationId: string, bucket: string) {
+  return inWindow(
+    db
+      .selectFrom('emails')
+      .select(SUMMARY_FIELDS)
+      .select(countColumn(db, 'email_counts', organizationId, bucket))
+      .where('organization_id', '=', organizationId)
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc'),
+    window,
+  );
 }
 
 // The two shapes of an emails page, compiled once each: every email, or those with one status. Each carries
 // its maintained count (countColumn): one round trip for the page and its total.
-const everyEmailPage = prepared((db, organizationId: string, limit: number, offset: number, bucket: string) =>
-  newestFirst(db, organizationId, limit, offset, bucket),
+const everyEmailPage = pagedShape((db, window, organizationId: string, bucket: string) =>
+  newestFirst(db, window, organizationId, bucket),
 );
-const statusPage = prepared(
-  (db, organizationId: string, status: string, limit: number, offset: number, bucket: string) =>
-    newestFirst(db, organizationId, limit, offset, bucket).where('status', '=', status),
+const statusPage = pagedShape((db, window, organizationId: string, status: string, bucket: string) =>
+  newestFirst(db, window, organizationId, bucket).where('status', '=', status),
 );
 
 const bucketOf = (status: string | undefined) => (status === undefined ? 'all' : `status:${status}`);
@@ -139,8 +148,8 @@ export async function pageEmails(
   const bucket = bucketOf(status);
   const rows =
     status === undefined
-      ? await everyEmailPage.all(db, organizationId, page.limit, offset, bucket)
-      : await statusPage.all(db, organizationId, status, page.limit, offset, bucket);
+      ? await everyEmailPage.all(db, page.limit, offset, organizationId, bucket)
+      : await statusPage.all(db, page.limit, offset, organizationId, status, bucket);
   return { rows, total: pageTotal(rows) };
 }
 

@@ -1,7 +1,7 @@
 import type { Executor } from '../store/store.js';
 import type { ListRow } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
-import { prepared, rowCount } from '../store/prepared.js';
+import { inWindow, pagedShape, prepared } from '../store/prepared.js';
 import { dialectOf, rowLocator } from '../store/dialect.js';
 import { pageTotal } from '../store/counts.js';
 
@@ -9,8 +9,23 @@ export async function insertList(db: Executor, row: Omit<ListRow, 'contact_count
   await db.insertInto('lists').values(row).execute();
 }
 
+// Columns named, not `*`: a named statement's columns must not change under it (named-statements.ts).
+const LIST_FIELDS = [
+  'id',
+  'organization_id',
+  'name',
+  'description',
+  'contact_count',
+  'created_at',
+  'updated_at',
+] as const;
+
 const listById = prepared((db, organizationId: string, id: string) =>
-  db.selectFrom('lists').selectAll().where('id', '=', id).where('organization_id', '=', organizationId),
+  db
+    .selectFrom('lists')
+    .select(LIST_FIELDS)
+    .where('id', '=', id)
+    .where('organization_id', '=', organizationId),
 );
 
 export function findList(db: Executor, organizationId: string, id: string): Promise<ListRow | undefined> {
@@ -26,16 +41,17 @@ const listCount = (db: Executor, organizationId: string) =>
 // Newest first, compiled once: the page is a prepared shape like the lookup by id. Each row carries the
 // organisation's count of lists (uncorrelated, so read once a statement): PostgreSQL answers a page and its
 // total in one round trip, from one snapshot, as the contacts and emails pages do (store/counts.ts).
-const listsPage = prepared((db, organizationId: string, limit: number, offset: number) =>
-  db
-    .selectFrom('lists')
-    .selectAll()
-    .select(listCount(db, organizationId).as('total'))
-    .where('organization_id', '=', organizationId)
-    .orderBy('created_at', 'desc')
-    .orderBy('id', 'desc')
-    .limit(rowCount(limit))
-    .offset(rowCount(offset)),
+const listsPage = pagedShape((db, window, organizationId: string) =>
+  inWindow(
+    db
+      .selectFrom('lists')
+      .select(LIST_FIELDS)
+      .select(listCount(db, organizationId).as('total'))
+      .where('organization_id', '=', organizationId)
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc'),
+    window,
+  ),
 );
 
 /** A page of lists, and their total when the page has rows (an empty one carries none: countLists). */
@@ -44,7 +60,7 @@ export async function pageLists(
   organizationId: string,
   page: Page,
 ): Promise<{ rows: ListRow[]; total: number | undefined }> {
-  const rows = await listsPage.all(db, organizationId, page.limit, offsetOf(page));
+  const rows = await listsPage.all(db, page.limit, offsetOf(page), organizationId);
   return { rows, total: pageTotal(rows) };
 }
 

@@ -3,10 +3,13 @@
 // for the hot reads the SQL text never changes, only its values. The shape is built once per store with a
 // placeholder for each argument, the placeholders are found among the compiled parameters, and every call
 // runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL, taken
-// straight to better-sqlite3 on the SQLite store's reader (sqlite-reads.ts).
+// straight to better-sqlite3 on the SQLite store's reader (sqlite-reads.ts), and on PostgreSQL run as a
+// named statement where its plan cannot depend on its values (named-statements.ts).
 import { randomBytes } from 'node:crypto';
-import { type Compilable, type CompiledQuery, type RawBuilder, sql } from 'kysely';
+import { type Compilable, type CompiledQuery, type RawBuilder, type SelectQueryBuilder, sql } from 'kysely';
 import { directRead } from './sqlite-reads.js';
+import { dialectOf } from './dialect.js';
+import { nameStatement } from './named-statements.js';
 import type { Executor } from './store.js';
 
 /** Where a compiled parameter comes from: an argument's index, or a value the shape itself holds. */
@@ -31,8 +34,9 @@ export interface Prepared<A extends unknown[], R> {
  */
 export function prepared<A extends unknown[], R>(
   build: (db: Executor, ...args: A) => Compilable<R>,
+  /** How many arguments build takes after db, where its `length` cannot tell (rest parameters). */
+  arity = build.length - 1,
 ): Prepared<A, R> {
-  const arity = build.length - 1;
   // One compiled shape per dialect adapter: a store's connection and all its transactions share one.
   const shapes = new WeakMap<object, Shape>();
 
@@ -44,6 +48,7 @@ export function prepared<A extends unknown[], R>(
     if (!shape) {
       shape = compileShape(db, build, arity);
       shapes.set(executor.adapter, shape);
+      if (dialectOf(db) === 'postgres') nameStatement(shape.compiled.sql);
     }
     return shape;
   }
@@ -84,6 +89,60 @@ export function prepared<A extends unknown[], R>(
  */
 export function rowCount(value: number): RawBuilder<number> {
   return sql<number>`cast(${value} as bigint)`;
+}
+
+/** The rows a page's query returns: a bound LIMIT and OFFSET, or the first page's literal LIMIT alone. */
+export interface Window {
+  limit: RawBuilder<number>;
+  offset?: RawBuilder<number> | undefined;
+}
+
+/** The window applied to a query that orders its rows. */
+export function inWindow<DB, TB extends keyof DB, O>(
+  query: SelectQueryBuilder<DB, TB, O>,
+  window: Window,
+): SelectQueryBuilder<DB, TB, O> {
+  const limited = query.limit(window.limit);
+  return window.offset === undefined ? limited : limited.offset(window.offset);
+}
+
+/** The largest page: the API's maximum `limit`. */
+const MAX_PAGE_SIZE = 100;
+
+export interface PagedShape<A extends unknown[], R> {
+  all(db: Executor, limit: number, offset: number, ...args: A): Promise<R[]>;
+}
+
+/**
+ * A page's shape, prepared twice over: deeper pages with a bound LIMIT and OFFSET, and the first page, the
+ * one asked for most, once per page size with its LIMIT a literal and no OFFSET, so that PostgreSQL's one
+ * plan for it (named-statements.ts) is the plan for the page asked for. At most 100 first-page shapes.
+ */
+export function pagedShape<A extends unknown[], R>(
+  build: (db: Executor, window: Window, ...args: A) => Compilable<R>,
+): PagedShape<A, R> {
+  const arity = build.length - 2;
+  const deep = prepared(
+    (db, limit: number, offset: number, ...args: A) =>
+      build(db, { limit: rowCount(limit), offset: rowCount(offset) }, ...args),
+    arity + 2,
+  );
+  const firsts = new Map<number, Prepared<A, R>>();
+  const first = (limit: number) => {
+    let shape = firsts.get(limit);
+    if (!shape) {
+      if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) {
+        throw new RangeError(`page size ${limit} is not between 1 and ${MAX_PAGE_SIZE}`);
+      }
+      const window = { limit: sql.lit(limit) };
+      firsts.set(limit, (shape = prepared((db, ...args: A) => build(db, window, ...args), arity)));
+    }
+    return shape;
+  };
+  return {
+    all: (db, limit, offset, ...args) =>
+      offset === 0 ? first(limit).all(db, ...args) : deep.all(db, limit, offset, ...args),
+  };
 }
 
 function compileShape<A extends unknown[]>(

@@ -12,6 +12,7 @@ import { type DialectName, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { allowSnapshotConnections } from './snapshot.js';
+import { nameStatementsOn } from './named-statements.js';
 import { migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { foldAddressChunks } from './address-chunks-postgres.js';
@@ -249,7 +250,10 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   // The same for a client that is checked out (inside a transaction, between two queries) when its
   // backend is terminated: without a listener its 'error' event would crash the process. The query
   // that was waiting fails on its own, and the pool drops the broken client.
-  pool.on('connect', (client) => client.on('error', () => undefined));
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+    nameStatementsOn(client);
+  });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.
   allowSnapshotConnections(db, poolSize - 1);
