@@ -157,6 +157,14 @@ async function main(): Promise<void> {
           contacts: { id: string }[];
         }
       ).contacts.map((c) => c.id);
+      // Warm: the first row would otherwise carry V8's compiling and, on PostgreSQL, the first runs of
+      // each connection's statements (planned for their values five times before one plan is kept).
+      await autocannon({
+        url: `${base}/api/v1/contacts?limit=20`,
+        headers,
+        connections: CONNECTIONS,
+        duration: 2,
+      });
       const rows: Measure[] = [];
       const get = (name: string, query: string) =>
         measure(name, { url: `${base}/api/v1/contacts?${query}`, headers });
