@@ -197,20 +197,27 @@ function organizationPage(db: Executor, organizationId: string, filter: ContactF
 // likewise, in migration 0007's index of them: PostgreSQL read every contact page 500 of 50,000 skips
 // (15–30 ms at 1M, now 2–3 ms); on SQLite page 500 runs at 1.4 times the rate. Subscribed ones are not:
 // the index does not say which they are, so each row is read either way, and page 1 ran a quarter slower.
+// SQLite finds each row of the page by its rowid (one search, where the id takes two: its index, then the
+// table): 45 → 36 µs for a page of 20 at 10,000 contacts. PostgreSQL by id: a row's ctid moves when it
+// is updated, and its planner takes a join on id as well.
 function indexPage(unsubscribed: boolean) {
-  return pagedShape((db, window, organizationId: string, bucket: string) =>
-    db
-      .selectFrom(
-        organizationPage(db, organizationId, unsubscribed ? { unsubscribed } : {}, window)
-          .select(['contacts.id', 'contacts.created_at'])
-          .as('page'),
+  return pagedShape((db, window, organizationId: string, bucket: string) => {
+    const byRowid = dialectOf(db) === 'sqlite';
+    const page = organizationPage(db, organizationId, unsubscribed ? { unsubscribed } : {}, window)
+      .select(['contacts.id', 'contacts.created_at'])
+      .$if(byRowid, (q) => q.select(sql<number>`contacts.rowid`.as('loc')));
+    return db
+      .selectFrom(page.as('page'))
+      .innerJoin('contacts', (join) =>
+        byRowid
+          ? join.on(sql<SqlBool>`contacts.rowid = page.loc`)
+          : join.onRef('contacts.id', '=', 'page.id'),
       )
-      .innerJoin('contacts', 'contacts.id', 'page.id')
       .select(asJson(db))
       .select(withTotal(db, organizationId, bucket))
       .orderBy('page.created_at', 'desc')
-      .orderBy('page.id', 'desc'),
-  );
+      .orderBy('page.id', 'desc');
+  });
 }
 const unfilteredPage = indexPage(false);
 const unsubscribedPage = indexPage(true);
