@@ -7,6 +7,7 @@ import {
   errorCodes,
 } from 'fastify';
 import { AppError, validationError } from '../errors.js';
+import { timesSent } from './endpoint.js';
 
 export function useJsonBodies(app: FastifyInstance): void {
   // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
@@ -39,6 +40,16 @@ export function useJsonBodies(app: FastifyInstance): void {
       );
     }
     if (bytes.length === 0) return done(null, undefined);
+    // Node keeps the first of two Content-Type headers: a body its client labelled twice is not guessed at.
+    if (timesSent(req, 'content-type') > 1) {
+      return done(
+        validationError(
+          [{ field: 'Content-Type', message: 'must be sent once' }],
+          'The request has more than one Content-Type header',
+        ),
+        undefined,
+      );
+    }
     const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(req.headers['content-type'] ?? '')?.[1];
     if (charset !== undefined && !/^(utf-?8|us-ascii)$/i.test(charset)) {
       // A body its client says is Latin-1 would be read as UTF-8 anyway, its accented letters refused or

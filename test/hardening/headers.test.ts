@@ -127,6 +127,25 @@ describe.each(storeKinds())('answers on a connection that Node stops reading, on
     expect(JSON.parse(text!)).toStrictEqual({ error: expect.any(String) });
   });
 
+  it('a body labelled with two Content-Type headers is a 400 naming Content-Type, and nothing is made', async () => {
+    const body = JSON.stringify({ name: 'two types' });
+    const answer = await rawExchange(
+      await listen(),
+      `POST /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\nContent-Type: application/json\r\n` +
+        `Content-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    const [head, text] = answer.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(JSON.parse(text!)).toMatchObject({
+      success: false,
+      details: [{ field: 'Content-Type', message: 'must be sent once' }],
+    });
+    const lists = await t.call({ method: 'GET', url: '/api/v1/lists?limit=100', auth });
+    expect((lists.json() as { lists: { name: string }[] }).lists.map((l) => l.name)).not.toContain(
+      'two types',
+    );
+  });
+
   it('an expectation other than 100-continue is set aside and the request answered as any other', async () => {
     const answer = await rawExchange(
       await listen(),
