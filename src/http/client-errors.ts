@@ -32,10 +32,14 @@ function appErrorOf(err: ClientError): AppError {
   return new AppError('VALIDATION_FAILED', 'The request is not valid HTTP');
 }
 
+/** Sockets whose error answer is written or waiting: Node reports each later packet of theirs again. */
+const refused = new WeakSet<Socket>();
+
 export function clientErrorHandler(error: ConnectionError, socket: Socket): void {
   const err = error as unknown as ClientError;
   // A reset connection has no one left to answer.
-  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  if (err.code === 'ECONNRESET' || socket.destroyed || refused.has(socket)) return;
+  refused.add(socket);
   const { status, body } = renderError(appErrorOf(err), pathOf(err), '');
   afterAnswers(socket, () => {
     writeLastAnswer(socket, status, body);
@@ -44,18 +48,19 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   });
 }
 
-type AnsweringSocket = Socket & { _httpMessage?: ServerResponse | null };
+type AnsweringSocket = Socket & { _httpMessage?: (ServerResponse & { req?: { complete: boolean } }) | null };
 
 /**
- * Runs `then` once the requests Node read on this connection before the bytes it refused have been
+ * Runs `then` once the requests Node read whole on this connection before the bytes it refused have been
  * answered: a request whose body ended a byte before its Content-Length said, or one pipelined before
  * garbage, was run (an email accepted, say), and its answer must reach the client before the 400 and the
  * close, or the client would take it as refused and send it again. Node keeps the answer in progress as
- * the socket's `_httpMessage`, and the next one queued behind it takes its place when it finishes.
+ * the socket's `_httpMessage`, and the next one queued behind it takes its place when it finishes. A
+ * request whose own body Node could not read (bad chunk framing) is not waited for: it never finishes.
  */
 function afterAnswers(socket: AnsweringSocket, then: () => void): void {
   const answer = socket._httpMessage;
-  if (!answer || answer.writableFinished || socket.destroyed) return then();
+  if (!answer || answer.writableFinished || socket.destroyed || answer.req?.complete === false) return then();
   let done = false;
   const next = () => {
     if (done) return;

@@ -117,6 +117,15 @@ describe.each(storeKinds())('answers on a connection that Node stops reading, on
     expect(subjects).toEqual([accepted.id]);
   });
 
+  it('a body whose chunked framing is broken is a 400 at once, not a wait for a body that never ends', async () => {
+    const answer = await rawExchange(
+      await listen(),
+      `POST /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\n` +
+        `Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"nam\r\nzz\r\n`,
+    );
+    expect([...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]))).toEqual([400]);
+  });
+
   it("a request line too long to read whole still gets its family's 431 body", async () => {
     const answer = await rawExchange(
       await listen(),
