@@ -8,12 +8,13 @@
 // "a tenth of the rows" in a generic plan, which may walk or sort very differently from the page asked
 // for, so those shapes stay unnamed and are planned for their values every time. Nor a `select *`: a
 // column a migration adds would change a named statement's result, which PostgreSQL refuses ("cached plan
-// must not change result type") until the connection is replaced.
+// must not change result type") on that connection for as long as it lives. A migration that changes the
+// type of a column read does the same; the statement then runs unnamed on that connection.
 import type { ClientBase, QueryConfig } from 'pg';
 
 const names = new Map<string, string>();
 /** Named texts per process, at most: each costs every connection that runs it a parsed statement and a plan. */
-const MAX_NAMED = 1_000;
+const MAX_NAMED = 100;
 
 const BOUND_WINDOW = /\b(?:limit|offset)\s*\(?\s*(?:select\s+)?(?:cast\s*\(\s*)?\$\d/i;
 const SELECT_STAR = /(?:\bselect|,)\s+(?:"[^"]+"\.)?\*/i;
@@ -32,18 +33,35 @@ export function nameStatement(text: string): void {
 type Query = (config: unknown, values?: unknown, callback?: unknown) => unknown;
 
 /**
+ * PostgreSQL's refusal to run a named statement whose result's column types changed under it (a migration
+ * altered one): it keeps refusing on that connection, so the statement is sent unnamed there from then on.
+ */
+const isStaleResult = (err: unknown) =>
+  (err as { code?: string }).code === '0A000' &&
+  /cached plan must not change result type/.test((err as Error).message);
+
+/**
  * Makes a new pool client send the named texts by name (the pool's 'connect' event). kysely calls
  * `query(text, parameters)`; every other call passes through as it came.
  */
 export function nameStatementsOn(client: ClientBase): void {
   const query = client.query as unknown as Query;
+  /** Names this connection's server refused as stale: their texts go unnamed on it. */
+  const stale = new Set<string>();
   const named: Query = function (this: ClientBase, config, values, callback) {
     const name = typeof config === 'string' ? names.get(config) : undefined;
-    if (name === undefined || !Array.isArray(values) || callback !== undefined) {
+    if (name === undefined || stale.has(name) || !Array.isArray(values) || callback !== undefined) {
       return query.call(this, config, values, callback);
     }
     const statement: QueryConfig = { name, text: config as string, values };
-    return query.call(this, statement);
+    return (query.call(this, statement) as Promise<unknown>).catch((err: unknown) => {
+      if (!isStaleResult(err)) throw err;
+      stale.add(name);
+      // Run again unnamed; inside a transaction the refusal has aborted it, and the caller's error stands.
+      return (query.call(this, config, values) as Promise<unknown>).catch(() => {
+        throw err;
+      });
+    });
   };
   (client as unknown as { query: Query }).query = named;
 }

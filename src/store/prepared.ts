@@ -106,42 +106,42 @@ export function inWindow<DB, TB extends keyof DB, O>(
   return window.offset === undefined ? limited : limited.offset(window.offset);
 }
 
-/** The largest page: the API's maximum `limit`. */
-const MAX_PAGE_SIZE = 100;
+/**
+ * The page sizes that get a first-page shape of their own: the API's default, its maximum and the usual
+ * sizes of clients' pages. Each is a named statement on every PostgreSQL connection that runs it (about
+ * 70 KB of the server's memory once planned), so not all hundred.
+ */
+const FIRST_PAGE_SIZES: ReadonlySet<number> = new Set([10, 20, 25, 50, 100]);
 
 export interface PagedShape<A extends unknown[], R> {
   all(db: Executor, limit: number, offset: number, ...args: A): Promise<R[]>;
 }
 
 /**
- * A page's shape, prepared twice over: deeper pages with a bound LIMIT and OFFSET, and the first page, the
- * one asked for most, once per page size with its LIMIT a literal and no OFFSET, so that PostgreSQL's one
- * plan for it (named-statements.ts) is the plan for the page asked for. At most 100 first-page shapes.
+ * A page's shape, prepared twice over: pages with a bound LIMIT and OFFSET, and the first page, the one
+ * asked for most, in the usual sizes with its LIMIT a literal and no OFFSET, so that PostgreSQL's one plan
+ * for it (named-statements.ts) is the plan for the page asked for.
  */
 export function pagedShape<A extends unknown[], R>(
   build: (db: Executor, window: Window, ...args: A) => Compilable<R>,
 ): PagedShape<A, R> {
   const arity = build.length - 2;
-  const deep = prepared(
+  const bound = prepared(
     (db, limit: number, offset: number, ...args: A) =>
       build(db, { limit: rowCount(limit), offset: rowCount(offset) }, ...args),
     arity + 2,
   );
-  const firsts = new Map<number, Prepared<A, R>>();
-  const first = (limit: number) => {
-    let shape = firsts.get(limit);
-    if (!shape) {
-      if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) {
-        throw new RangeError(`page size ${limit} is not between 1 and ${MAX_PAGE_SIZE}`);
-      }
+  const firsts = new Map(
+    [...FIRST_PAGE_SIZES].map((limit) => {
       const window = { limit: sql.lit(limit) };
-      firsts.set(limit, (shape = prepared((db, ...args: A) => build(db, window, ...args), arity)));
-    }
-    return shape;
-  };
+      return [limit, prepared((db, ...args: A) => build(db, window, ...args), arity)] as const;
+    }),
+  );
   return {
-    all: (db, limit, offset, ...args) =>
-      offset === 0 ? first(limit).all(db, ...args) : deep.all(db, limit, offset, ...args),
+    all(db, limit, offset, ...args) {
+      const first = offset === 0 ? firsts.get(limit) : undefined;
+      return first ? first.all(db, ...args) : bound.all(db, limit, offset, ...args);
+    },
   };
 }
 

@@ -156,4 +156,22 @@ describe.skipIf(noPostgres())('named statements on postgres', () => {
       }
     });
   });
+
+  it('leave page sizes other than the usual ones unnamed, planned for their page', async () => {
+    const before = (await named()).length;
+    const odd = await pageContacts(db, org, {}, { page: 1, limit: 7 }, 'postgres');
+    const usual = await pageContacts(db, org, {}, { page: 1, limit: 10 }, 'postgres');
+    expect(odd.contacts).toEqual(usual.contacts.slice(0, 7));
+    expect(odd.total).toBe(usual.total);
+    // The size-10 first page is a statement of its own; the size-7 one is not named at all.
+    expect((await named()).length).toBe(before + 1);
+  });
+
+  it('keep answering on their connection after a migration changes the type of a column they read', async () => {
+    const list = await findList(db, org, listId);
+    await sql`alter table lists alter column description type varchar(500)`.execute(t.ts.store.db);
+    // PostgreSQL now refuses the named statement on this connection; it runs unnamed there instead.
+    expect(await findList(db, org, listId)).toEqual(list);
+    expect(await findList(db, org, listId)).toEqual(list);
+  });
 });
