@@ -44,7 +44,7 @@ export function gatherReads(db: Executor, conn: BetterSqlite3.Database): void {
       const statement = prepare(sql);
       if (!statement.reader) throw new Error(`not a read: ${sql}`);
       entry = { statement: statement.raw(true), columns: statement.columns().map((c) => c.name) };
-      // Only prepared shapes come here (store/prepared.ts): a fixed set, with a first page per page size.
+      // Only prepared shapes come here (store/prepared.ts): a fixed, small set.
       statements.set(sql, entry);
     }
     const { statement, columns } = entry;
