@@ -60,6 +60,14 @@ export function failedToConnect(err: unknown): boolean {
   );
 }
 
+/**
+ * PostgreSQL's refusal to run a named statement whose result's column types changed under it (a migration
+ * altered one); it keeps refusing on that connection (named-statements.ts).
+ */
+export function isStaleNamedResult(err: unknown): boolean {
+  return codeOf(err) === '0A000' && /cached plan must not change result type/.test(messageOf(err));
+}
+
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : '';
 }

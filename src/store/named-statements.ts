@@ -11,6 +11,7 @@
 // must not change result type") on that connection for as long as it lives. A migration that changes the
 // type of a column read does the same; the statement then runs unnamed on that connection.
 import type { ClientBase, QueryConfig } from 'pg';
+import { isStaleNamedResult } from './dialect.js';
 
 const names = new Map<string, string>();
 /** Named texts per process, at most: each costs every connection that runs it a parsed statement and a plan. */
@@ -33,14 +34,6 @@ export function nameStatement(text: string): void {
 type Query = (config: unknown, values?: unknown, callback?: unknown) => unknown;
 
 /**
- * PostgreSQL's refusal to run a named statement whose result's column types changed under it (a migration
- * altered one): it keeps refusing on that connection, so the statement is sent unnamed there from then on.
- */
-const isStaleResult = (err: unknown) =>
-  (err as { code?: string }).code === '0A000' &&
-  /cached plan must not change result type/.test((err as Error).message);
-
-/**
  * Makes a new pool client send the named texts by name (the pool's 'connect' event). kysely calls
  * `query(text, parameters)`; every other call passes through as it came.
  */
@@ -55,7 +48,7 @@ export function nameStatementsOn(client: ClientBase): void {
     }
     const statement: QueryConfig = { name, text: config as string, values };
     return (query.call(this, statement) as Promise<unknown>).catch((err: unknown) => {
-      if (!isStaleResult(err)) throw err;
+      if (!isStaleNamedResult(err)) throw err;
       stale.add(name);
       // Run again unnamed; inside a transaction the refusal has aborted it, and the caller's error stands.
       return (query.call(this, config, values) as Promise<unknown>).catch(() => {

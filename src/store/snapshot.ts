@@ -36,9 +36,8 @@ export async function inOneSnapshot<T>(
         .execute((trx) => fn(trx, 0, 1)),
     ];
   }
-  let budget = budgets.get(db);
-  if (!budget) budgets.set(db, (budget = { held: 0, waiting: [] }));
-  const pool = budget;
+  const pool = budgets.get(db) ?? { held: 0, waiting: [] };
+  budgets.set(db, pool);
   if (pool.waiting.length > 0 || pool.held + n > limit) {
     await new Promise<void>((go) => pool.waiting.push({ n, go }));
   } else {
