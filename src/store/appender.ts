@@ -5,7 +5,14 @@
 // A caller's promise settles only after its rows are durably committed. If a shared batch fails, each
 // caller's rows are written again on their own, so one bad row fails only its own caller.
 import { CompiledQuery, type Insertable, type Kysely, type QueryCreator, sql } from 'kysely';
-import { type DialectName, dialectOf, failedToConnect, isStoreUnavailable } from './dialect.js';
+import {
+  type DialectName,
+  dialectOf,
+  failedToConnect,
+  isStatementFault,
+  isStoreUnavailable,
+} from './dialect.js';
+import { AppendStatements, pushValues } from './append-statements.js';
 import type { Database } from './schema.js';
 import { BatchQueue, type Settleable, writeTogetherOrAlone } from './batch-queue.js';
 
@@ -33,6 +40,7 @@ export class Appender<DB> {
   private readonly queue: BatchQueue<Job>;
   private readonly maxParameters: number;
   private readonly direct: Kysely<DB> | undefined;
+  private readonly statements: AppendStatements | undefined;
   private readonly retrying: Retrying;
   /** Transactions committed so far; each may carry many callers' rows. */
   commits = 0;
@@ -54,6 +62,7 @@ export class Appender<DB> {
   ) {
     this.maxParameters = maxParameters;
     this.direct = direct;
+    this.statements = direct && new AppendStatements(direct as unknown as Kysely<unknown>);
     this.retrying = retrying;
     this.queue = new BatchQueue<Job>(
       (jobs) =>
@@ -136,7 +145,12 @@ export class Appender<DB> {
     const inserts = [...byTable.values()].filter(({ rows }) => rows.length > 0);
     const parameters = inserts.reduce((n, { rows }) => n + rows.length * Object.keys(rows[0]!).length, 0);
     if (this.direct && inserts.length > 0 && parameters <= this.maxParameters) {
-      // One statement, committed on its own: every insert but the last rides in a WITH clause.
+      // One statement, committed on its own: every insert but the last rides in a WITH clause; named
+      // where its shape allows (append-statements.ts), else as kysely writes it.
+      if (await this.writeStatement(this.direct, this.statements!, inserts)) {
+        this.commits++;
+        return;
+      }
       const last = inserts.at(-1)!;
       let db: QueryCreator<Record<string, object>> = this.direct as unknown as AnyDb;
       inserts.slice(0, -1).forEach(({ table, rows }, i) => {
@@ -149,6 +163,29 @@ export class Appender<DB> {
       );
     }
     this.commits++;
+  }
+
+  /**
+   * Writes the inserts as one statement of append-statements.ts; false when their rows cannot be. A
+   * statement refused as written (its text or a value's type) is built once more on the tables' columns
+   * read afresh: a migration may have changed them since they were read. Refused, it was not committed.
+   */
+  private async writeStatement(
+    db: Kysely<DB>,
+    statements: AppendStatements,
+    inserts: readonly { table: string; rows: readonly object[] }[],
+  ): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      const statement = await statements.statement(inserts);
+      if (!statement) return false;
+      try {
+        await db.executeQuery(statement);
+        return true;
+      } catch (err) {
+        if (attempt > 1 || !isStatementFault(err)) throw err;
+        statements.forget(inserts.map(({ table }) => table));
+      }
+    }
   }
 }
 
@@ -194,16 +231,7 @@ function plainInsert(
   rows: readonly object[],
 ): CompiledQuery | undefined {
   const parameters: unknown[] = [];
-  for (const row of rows) {
-    const values = row as Record<string, unknown>;
-    if (Object.keys(values).length !== columns.length) return undefined;
-    for (const column of columns) {
-      const value = values[column];
-      // kysely leaves an undefined value's column out of the statement.
-      if (value === undefined) return undefined;
-      parameters.push(value);
-    }
-  }
+  if (!pushValues(rows, columns, parameters)) return undefined;
   const key = `${dialect} ${table} ${columns.join(',')} ${rows.length}`;
   let text = insertTexts.get(key);
   if (text === undefined) {

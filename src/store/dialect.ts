@@ -68,6 +68,14 @@ export function isStaleNamedResult(err: unknown): boolean {
   return codeOf(err) === '0A000' && /cached plan must not change result type/.test(messageOf(err));
 }
 
+/**
+ * PostgreSQL's refusal of a statement's text or of a value's type or form (SQLSTATE classes 42 and 22): what
+ * a statement built on a table's columns meets when a migration changed them.
+ */
+export function isStatementFault(err: unknown): boolean {
+  return /^(42|22)/.test(codeOf(err));
+}
+
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : '';
 }

@@ -8,7 +8,8 @@ export interface PgProxy {
   /** A copy of `databaseUrl` that goes through the proxy. */
   url: string;
   /**
-   * Cuts the connection that next sends a message containing `text` when PostgreSQL's answer to it begins
+   * Cuts the connection that next sends a message containing `text`, or runs a named statement whose text
+   * contains it (sent in an earlier Parse), when PostgreSQL's answer to it begins
    * (PostgreSQL sends nothing of it until the statement, and its commit, are done), or `afterMs` after
    * the message, answered or not, or at cutNow() when `afterMs` is Infinity.
    */
@@ -57,12 +58,14 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     // can drop what PostgreSQL had not read yet).
     client.on('close', () => (cut ? upstream.end() : upstream.destroy()));
     upstream.on('close', () => client.destroy());
+    const messages = frontendMessages();
     client.on('data', (chunk: Buffer) => {
       // Passed on even once cut: the rest of the statement (its Sync, which commits it) may come in a
       // later write, and a network that loses the answer has already carried the question.
       upstream.write(chunk);
+      const bound = messages(chunk);
       if (cut) return;
-      if (armed && chunk.includes(armed.text)) {
+      if (armed && (chunk.includes(armed.text) || bound.some((text) => text.includes(armed!.text)))) {
         // Nothing PostgreSQL answers from now on reaches the client.
         if (armed.afterMs === undefined) cutOnAnswer = true;
         else if (Number.isFinite(armed.afterMs)) setTimeout(() => client.destroy(), armed.afterMs);
@@ -113,5 +116,49 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
         for (const s of sockets) s.destroy();
         server.close(() => resolve());
       }),
+  };
+}
+
+/**
+ * Reads the messages a client sends PostgreSQL, chunk by chunk: for each chunk, the texts of the named
+ * statements its Bind messages run. A named statement's text is sent once a connection, in its Parse;
+ * each later run sends only the name, so a loss armed on the text is matched there too.
+ */
+function frontendMessages(): (chunk: Buffer) => Buffer[] {
+  const texts = new Map<string, Buffer>();
+  let pending = Buffer.alloc(0);
+  // The startup message (and an SSLRequest before it) has no type byte.
+  let started = false;
+  return (chunk) => {
+    pending = Buffer.concat([pending, chunk]);
+    const bound: Buffer[] = [];
+    for (;;) {
+      if (!started) {
+        if (pending.length < 8) break;
+        const length = pending.readInt32BE(0);
+        if (pending.length < length) break;
+        // 80877103: SSLRequest, after which the startup message still comes.
+        if (pending.readInt32BE(4) !== 80877103) started = true;
+        pending = pending.subarray(length);
+        continue;
+      }
+      if (pending.length < 5) break;
+      const length = pending.readInt32BE(1) + 1;
+      if (pending.length < length) break;
+      const type = String.fromCharCode(pending[0]!);
+      const body = pending.subarray(5, length);
+      pending = pending.subarray(length);
+      if (type === 'P') {
+        const nameEnd = body.indexOf(0);
+        const name = body.subarray(0, nameEnd).toString();
+        if (name) texts.set(name, body.subarray(nameEnd + 1, body.indexOf(0, nameEnd + 1)));
+      } else if (type === 'B') {
+        const portalEnd = body.indexOf(0);
+        const name = body.subarray(portalEnd + 1, body.indexOf(0, portalEnd + 1)).toString();
+        const text = texts.get(name);
+        if (text) bound.push(text);
+      }
+    }
+    return bound;
   };
 }
