@@ -2,19 +2,25 @@
 // (named-statements.ts). Sent unnamed, a multi-row INSERT is parsed and planned on every run, and its text
 // changes with every row count, so it could not be named as it was. Named, PostgreSQL's CPU per accepted
 // email (its three tables, over HTTP, builds alternated) went from 68–76 µs to 54–66, and per new contact
-// from 48–57 to 44–50. So each table's rows are padded with rows of NULLs up to a power of
-// two, which a WHERE drops before they are inserted: at most seven shapes a table up to 64 rows. A larger
-// batch is written exactly and unnamed (its parse is a small share of its cost).
+// from 48–57 to 44–50. So each table's rows are padded with rows of NULLs up to a power of two, which a
+// WHERE drops before they are inserted: a table has a few row counts (1, 2, 4, … while its rows hold at
+// most MAX_PADDED_PARAMETERS values), and a statement one of their combinations. The first
+// MAX_NAMED_SHAPES combinations a process meets are named; any other batch is written exactly (unpadded)
+// and unnamed, as before.
 //
 // The padded rows sit in a VALUES list under a SELECT, where PostgreSQL cannot take the parameters' types
-// from the columns they go into: the first row casts each parameter to its column's type (without a
-// length or precision, so that a value too long for varchar(n) is still refused, not cut).
+// from the columns they go into: the first row casts each parameter to its column's type, without a
+// length or precision (`bpchar`, not `character`, which means char(1)), so that a value too long for
+// its column is still refused, never cut. The types are read once per table; a statement PostgreSQL
+// refuses for a value that does not convert is built again if the table's types changed meanwhile (a
+// migration run by a newer process). Until then values go through the old type's conversion: a process
+// only ever writes the values of its own version's schema, which it read after migrating.
 import { CompiledQuery, type Kysely, sql } from 'kysely';
 import { nameStatement } from './named-statements.js';
 
-/** Rows of a table above which a batch is written exactly and unnamed. */
-export const MAX_PADDED_ROWS = 64;
-/** Padded shapes named per process, at most (each costs a connection that runs it 0.1–0.6 MB). */
+/** Values of one table's rows above which they are written exactly and unnamed (64 rows of emails). */
+export const MAX_PADDED_PARAMETERS = 2_048;
+/** Padded shapes named per process, at most (each costs a connection that runs it 0.2–0.8 MB). */
 const MAX_NAMED_SHAPES = 24;
 
 const named = new Set<string>();
@@ -22,10 +28,21 @@ const named = new Set<string>();
 const texts = new Map<string, string>();
 
 type ColumnTypes = Map<string, string>;
+/** The column types a statement was built on, by table, with the read that gave them. */
+type Built = Map<string, { read: Promise<ColumnTypes>; types: ColumnTypes }>;
+const builtOn = new WeakMap<CompiledQuery, Built>();
 
 export interface TableRows {
   table: string;
   rows: readonly object[];
+}
+
+interface Shape {
+  table: string;
+  columns: string[];
+  types: string[];
+  /** Rows written, padding included. */
+  size: number;
 }
 
 /** The statements of one store's appends: its tables' column types are read once, when first needed. */
@@ -37,54 +54,86 @@ export class AppendStatements {
   /**
    * The inserts (in order, parents first) as one statement, or undefined when a row cannot be written
    * this way: its columns differ from its table's first row, one is undefined (kysely leaves such a
-   * column out), its first column is NULL (the padding's mark), or a column is not the table's.
+   * column out), its first column is NULL (the padding's mark), or a column is not the table's (its
+   * types are then read again at the next batch).
    */
   async statement(inserts: readonly TableRows[]): Promise<CompiledQuery | undefined> {
-    const shapes: { table: string; columns: string[]; types: string[]; size: number }[] = [];
-    const parameters: unknown[] = [];
+    const tables: { shape: Shape; rows: number; values: unknown[] }[] = [];
+    const used: Built = new Map();
     for (const { table, rows } of inserts) {
       const columns = Object.keys(rows[0]!);
-      const typed = await this.columnTypes(table);
+      const read = this.columnTypes(table);
+      const typed = await read;
+      used.set(table, { read, types: typed });
       const types = columns.map((c) => typed.get(c));
-      if (types.some((t) => t === undefined)) return undefined;
-      if (!pushValues(rows, columns, parameters)) return undefined;
+      if (types.some((t) => t === undefined)) {
+        if (this.types.get(table) === read) this.types.delete(table);
+        return undefined;
+      }
+      const values: unknown[] = [];
+      if (!pushValues(rows, columns, values)) return undefined;
       if (rows.some((row) => (row as Record<string, unknown>)[columns[0]!] === null)) return undefined;
-      const size = padded(rows.length);
-      for (let i = rows.length * columns.length; i < size * columns.length; i++) parameters.push(null);
-      shapes.push({ table, columns, types: types as string[], size });
+      const shape = { table, columns, types: types as string[], size: padded(rows.length, columns.length) };
+      tables.push({ shape, rows: rows.length, values });
     }
-    const key = shapes
-      .map((s) => `${s.table}(${s.columns.join(',')})(${s.types.join(',')})${s.size}`)
-      .join(' ');
-    let text = texts.get(key);
+    // Padded and named while the process has names to spare; else exact and unnamed (padding would only
+    // cost then).
+    let text = tables.every((t) => t.shape.size > 0) ? textOf(tables.map((t) => t.shape)) : undefined;
+    if (text !== undefined && !named.has(text)) {
+      if (named.size < MAX_NAMED_SHAPES) {
+        named.add(text);
+        nameStatement(text);
+      } else {
+        text = undefined;
+      }
+    }
     if (text === undefined) {
-      text = statementText(shapes);
-      if (texts.size >= 1000) texts.clear();
-      texts.set(key, text);
+      for (const t of tables) t.shape.size = t.rows;
+      text = textOf(tables.map((t) => t.shape));
     }
-    if (!named.has(text) && named.size < MAX_NAMED_SHAPES && shapes.every((s) => s.size <= MAX_PADDED_ROWS)) {
-      named.add(text);
-      nameStatement(text);
+    const parameters: unknown[] = [];
+    for (const { shape, values } of tables) {
+      for (const value of values) parameters.push(value);
+      for (let i = values.length; i < shape.size * shape.columns.length; i++) parameters.push(null);
     }
-    return CompiledQuery.raw(text, parameters);
+    const statement = CompiledQuery.raw(text, parameters);
+    builtOn.set(statement, used);
+    return statement;
   }
 
-  /** Forgets the tables' column types (a write failed: a migration may have changed them). */
-  forget(tables: readonly string[]): void {
-    for (const table of tables) this.types.delete(table);
+  /**
+   * Whether the column types `statement` was built on have changed since (a migration), read again now
+   * that PostgreSQL refused a value of it: only then is it worth building and sending again.
+   */
+  async changedSince(statement: CompiledQuery): Promise<boolean> {
+    const used = builtOn.get(statement);
+    if (!used) return false;
+    let changed = false;
+    for (const [table, before] of used) {
+      // Read again, unless another batch has done so since this one was built.
+      if (this.types.get(table) === before.read) this.types.delete(table);
+      const after = await this.columnTypes(table);
+      const old = before.types;
+      if (old.size !== after.size || [...after].some(([c, t]) => old.get(c) !== t)) changed = true;
+    }
+    return changed;
   }
 
   private columnTypes(table: string): Promise<ColumnTypes> {
     let types = this.types.get(table);
     if (!types) {
+      // -1, not NULL: NULL names char(n) `character`, which PostgreSQL reads as char(1).
       types = sql<{
         name: string;
         type: string;
-      }>`select a.attname as name, format_type(a.atttypid, null) as type
+      }>`select a.attname as name, format_type(a.atttypid, -1) as type
         from pg_attribute a where a.attrelid = to_regclass(${`"${table}"`}) and a.attnum > 0 and not a.attisdropped`
         .execute(this.db)
         .then(({ rows }) => new Map(rows.map((r) => [r.name, r.type])));
-      types.catch(() => this.types.delete(table));
+      const read = types;
+      read.catch(() => {
+        if (this.types.get(table) === read) this.types.delete(table);
+      });
       this.types.set(table, types);
     }
     return types;
@@ -112,20 +161,34 @@ export function pushValues(
   return true;
 }
 
-/** The row count a table's rows are padded to: the next power of two, or exact above MAX_PADDED_ROWS. */
-function padded(rows: number): number {
-  if (rows > MAX_PADDED_ROWS) return rows;
+/**
+ * The row count a table's rows are padded to: the next power of two, while that many rows hold at most
+ * MAX_PADDED_PARAMETERS values; else 0 (not padded, nor named).
+ */
+function padded(rows: number, columns: number): number {
   let size = 1;
   while (size < rows) size *= 2;
-  return size;
+  return size * columns <= MAX_PADDED_PARAMETERS ? size : 0;
+}
+
+/** The statement's text for these shapes, made once. */
+function textOf(shapes: Shape[]): string {
+  const key = shapes
+    .map((s) => `${s.table}(${s.columns.join(',')})(${s.types.join(',')})${s.size}`)
+    .join(' ');
+  let text = texts.get(key);
+  if (text === undefined) {
+    text = statementText(shapes);
+    if (texts.size >= 1000) texts.clear();
+    texts.set(key, text);
+  }
+  return text;
 }
 
 const quoted = (name: string) => `"${name.replace(/"/g, '""')}"`;
 
 /** Every insert but the last in a WITH clause; each drops its padding (NULL first column). */
-function statementText(
-  shapes: { table: string; columns: string[]; types: string[]; size: number }[],
-): string {
+function statementText(shapes: Shape[]): string {
   let n = 0;
   const inserts = shapes.map(({ table, columns, types, size }) => {
     const names = columns.map(quoted).join(', ');

@@ -9,7 +9,7 @@ import {
   type DialectName,
   dialectOf,
   failedToConnect,
-  isStatementFault,
+  isTypeRefusal,
   isStoreUnavailable,
 } from './dialect.js';
 import { AppendStatements, pushValues } from './append-statements.js';
@@ -167,8 +167,8 @@ export class Appender<DB> {
 
   /**
    * Writes the inserts as one statement of append-statements.ts; false when their rows cannot be. A
-   * statement refused as written (its text or a value's type) is built once more on the tables' columns
-   * read afresh: a migration may have changed them since they were read. Refused, it was not committed.
+   * statement refused for its text or a value's type is built and sent once more if the tables' column
+   * types changed since they were read (a migration). Refused, it was not committed.
    */
   private async writeStatement(
     db: Kysely<DB>,
@@ -182,8 +182,8 @@ export class Appender<DB> {
         await db.executeQuery(statement);
         return true;
       } catch (err) {
-        if (attempt > 1 || !isStatementFault(err)) throw err;
-        statements.forget(inserts.map(({ table }) => table));
+        if (attempt > 1 || !isTypeRefusal(err)) throw err;
+        if (!(await statements.changedSince(statement).catch(() => false))) throw err;
       }
     }
   }

@@ -69,11 +69,13 @@ export function isStaleNamedResult(err: unknown): boolean {
 }
 
 /**
- * PostgreSQL's refusal of a statement's text or of a value's type or form (SQLSTATE classes 42 and 22): what
- * a statement built on a table's columns meets when a migration changed them.
+ * PostgreSQL's refusal of a statement's text (SQLSTATE class 42), or of a value that does not convert to
+ * the type it was cast to: what a statement built on a table's column types meets once a migration
+ * changed them.
  */
-export function isStatementFault(err: unknown): boolean {
-  return /^(42|22)/.test(codeOf(err));
+export function isTypeRefusal(err: unknown): boolean {
+  const code = codeOf(err);
+  return code.startsWith('42') || ['22P02', '22003', '22007', '22008'].includes(code);
 }
 
 function messageOf(err: unknown): string {

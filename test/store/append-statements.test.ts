@@ -13,7 +13,8 @@ import { type PgProxy, startPgProxy } from '../helpers/pg-proxy.js';
 interface Tables {
   parents: { id: string; code: string; n: number; at: string; flag: boolean; note: string | null };
   children: { parent_id: string; position: number; label: string };
-  loose: { a: string | null; b: number };
+  loose: { a: string | null; b: number; c?: string };
+  fixed: { id: string; c: string; b: string };
 }
 
 const AT = '2031-01-01T00:00:00.000Z';
@@ -30,6 +31,8 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
   let pool: pg.Pool;
   let db: Kysely<Tables>;
   let appender: Appender<Tables>;
+  /** INSERT statements sent for parents, so far. */
+  let parentInserts = 0;
 
   beforeAll(async () => {
     database = await createTestDatabase();
@@ -38,6 +41,12 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
     pool = new pg.Pool({ connectionString: proxy.url, max: 1 });
     pool.on('connect', (client) => {
       nameStatementsOn(client);
+      const query = client.query as unknown as (...args: unknown[]) => unknown;
+      (client as unknown as { query: unknown }).query = (...args: unknown[]) => {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text;
+        if (text?.startsWith('insert into "parents"')) parentInserts++;
+        return query.apply(client, args);
+      };
       // The lost answer's connection is cut: its client says so once more after its query failed.
       client.on('error', () => undefined);
     });
@@ -48,6 +57,7 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
     await sql`create table children (parent_id text not null references parents (id), position integer not null,
         label text not null, primary key (parent_id, position))`.execute(db);
     await sql`create table loose (a text, b integer not null)`.execute(db);
+    await sql`create table fixed (id text primary key, c char(4), b bit(3))`.execute(db);
     appender = new Appender<Tables>((fn) => db.transaction().execute(fn), { direct: db });
   });
 
@@ -81,7 +91,7 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
   });
 
   it('stores exactly the rows of each append, 1 to 70 a table, none of the padding', async () => {
-    for (const count of [1, 2, 3, 5, 8, 9, 17, 33, 64, 65, 70]) {
+    for (const count of [1, 2, 3, 5, 8, 9, 17, 33, 64, 65, 70, 400]) {
       const id = (i: number) => `p${count}-${String(i).padStart(3, '0')}`;
       const parents = Array.from({ length: count }, (_, i) => parent(id(i), i));
       // Children in another count than their parents: each table is padded on its own.
@@ -93,7 +103,7 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
       expect(await stored(`p${count}-`)).toEqual({ parents, children });
     }
     const all = await sql<{ n: number }>`select count(*)::int as n from parents`.execute(db);
-    expect(all.rows[0]!.n).toBe(1 + 2 + 3 + 5 + 8 + 9 + 17 + 33 + 64 + 65 + 70);
+    expect(all.rows[0]!.n).toBe(1 + 2 + 3 + 5 + 8 + 9 + 17 + 33 + 64 + 65 + 70 + 400);
   });
 
   it('runs each padded shape named, planned once it has run often enough', async () => {
@@ -102,13 +112,18 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
     }
     const { rows } = await sql<{ statement: string; runs: number; generic: number }>`select statement,
         (generic_plans + custom_plans)::int as runs, generic_plans::int as generic from pg_prepared_statements
-        where statement like 'insert into "parents"%'`.execute(db);
-    const two = rows.find((r) => /values \(\$1::text, [^)]*\), \(\$7, /.test(r.statement));
+        where statement like '%into "parents"%'`.execute(db);
+    const two = rows.find(
+      (r) =>
+        r.statement.startsWith('insert into "parents"') &&
+        /values \(\$1::text, [^)]*\), \(\$7, /.test(r.statement),
+    );
     expect(two, JSON.stringify(rows.map((r) => r.statement.slice(0, 120)))).toBeDefined();
     expect(two!.runs).toBeGreaterThanOrEqual(8);
     expect(two!.generic).toBeGreaterThan(0);
-    // Above 64 rows a table, a batch is written exactly and not named.
-    expect(rows.every((r) => !r.statement.includes('$390,'))).toBe(true);
+    // Rows of more than 2,048 values (400 of 6 columns) are written exactly and not named.
+    expect(rows.some((r) => r.statement.includes('$768)'))).toBe(true);
+    expect(rows.every((r) => !r.statement.includes('$2400'))).toBe(true);
   });
 
   it("leaves PostgreSQL's refusals as they were: a value too long for varchar(3) is refused, not cut", async () => {
@@ -120,6 +135,35 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
     ).rejects.toMatchObject({ code: '23505' });
     expect(await stored('long-')).toEqual({ parents: [], children: [] });
     expect(await stored('dup-')).toEqual({ parents: [], children: [] });
+  });
+
+  it('casts to char(n) and bit(n) as the column takes them: nothing cut, too long refused', async () => {
+    await appender.append([
+      {
+        table: 'fixed',
+        rows: [
+          { id: 'f1', c: 'abcd', b: '101' },
+          { id: 'f2', c: 'ab', b: '011' },
+        ],
+      },
+    ]);
+    await expect(
+      appender.append([{ table: 'fixed', rows: [{ id: 'f3', c: 'abcdef', b: '101' }] }]),
+    ).rejects.toMatchObject({ code: '22001' });
+    const { rows } = await sql<{ id: string; c: string; b: string }>`select id, c, b::text as b from fixed
+        order by id`.execute(db);
+    expect(rows).toEqual([
+      { id: 'f1', c: 'abcd', b: '101' },
+      { id: 'f2', c: 'ab  ', b: '011' },
+    ]);
+  });
+
+  it('sends a statement whose value PostgreSQL refused once only, when no column changed', async () => {
+    const before = parentInserts;
+    await expect(
+      appender.append([{ table: 'parents', rows: [{ ...parent('bad-1'), n: 'many' as unknown as number }] }]),
+    ).rejects.toMatchObject({ code: '22P02' });
+    expect(parentInserts).toBe(before + 1);
   });
 
   it('writes rows whose first column is NULL, or whose columns differ, as kysely does', async () => {
@@ -142,6 +186,26 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
       { a: 'y', b: 3 },
       { a: null, b: 4 },
     ]);
+  });
+
+  it('names the rows of a column a migration added meanwhile', async () => {
+    await appender.append([{ table: 'loose', rows: [{ a: 'before', b: 10 }] }]);
+    await sql`alter table loose add column c text`.execute(db);
+    try {
+      await appender.append([{ table: 'loose', rows: [{ a: 'after', b: 11, c: 'new' }] }]);
+      await appender.append([{ table: 'loose', rows: [{ a: 'again', b: 12, c: 'newer' }] }]);
+      const named = await sql<{ statement: string }>`select statement from pg_prepared_statements
+          where statement like 'insert into "loose" ("a", "b", "c")%'`.execute(db);
+      expect(named.rows).toHaveLength(1);
+      const { rows } = await sql`select a, b, c from loose where b >= 10 order by b`.execute(db);
+      expect(rows).toEqual([
+        { a: 'before', b: 10, c: null },
+        { a: 'after', b: 11, c: 'new' },
+        { a: 'again', b: 12, c: 'newer' },
+      ]);
+    } finally {
+      await sql`alter table loose drop column c`.execute(db);
+    }
   });
 
   it("reads a table's columns again when a migration changed one's type under its cached statement", async () => {
