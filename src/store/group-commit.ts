@@ -105,7 +105,11 @@ export class GroupCommit<DB> {
  * of inserting a batch of contacts). A batch of small writes keeps them in memory instead, since they are
  * bounded; any other batch keeps the file, so deleting a list of a million members cannot fill the heap.
  */
-export function sqliteImmediateTransaction<DB>(db: Kysely<DB>): Transaction<DB> {
+export function sqliteImmediateTransaction<DB>(
+  db: Kysely<DB>,
+  /** Makes a commit durable, when COMMIT itself does not (wal-sync.ts); its callers wait for it. */
+  afterCommit?: () => Promise<void> | undefined,
+): Transaction<DB> {
   // The connection's setting, changed only between transactions (SQLite refuses it inside one).
   let inMemory = false;
   return <T>(fn: (trx: Kysely<DB>) => Promise<T>, small: boolean): Promise<T> =>
@@ -118,6 +122,7 @@ export function sqliteImmediateTransaction<DB>(db: Kysely<DB>): Transaction<DB> 
       try {
         const value = await fn(conn);
         await sql`commit`.execute(conn);
+        if (afterCommit) await afterCommit();
         return value;
       } catch (err) {
         await sql`rollback`.execute(conn).catch(() => undefined);

@@ -11,6 +11,7 @@ import type { Database } from './schema.js';
 import { type DialectName, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
+import { WalSync } from './wal-sync.js';
 import { allowSnapshotConnections } from './snapshot.js';
 import { nameStatementsOn } from './named-statements.js';
 import { migrateToLatest } from './migrations.js';
@@ -131,7 +132,9 @@ function createSqliteStore(options: StoreOptions): Store {
   const file = path.join(options.dataDir, 'mailroom.sqlite');
   closeSync(openSync(file, 'a', 0o600));
   const synchronous = options.sqliteSynchronous ?? 'FULL';
-  const writerConn = openSqlite(file, synchronous, false);
+  // FULL's sync of each commit is made off the event loop (wal-sync.ts): the writer itself commits NORMAL.
+  const walSync = synchronous === 'FULL' ? new WalSync(`${file}-wal`) : undefined;
+  const writerConn = openSqlite(file, walSync ? 'NORMAL' : synchronous, false);
   const writer = new Kysely<Database>({ dialect: new SqliteDialect({ database: writerConn }) });
   const checkpointer =
     options.backgroundCheckpoints === false
@@ -141,7 +144,7 @@ function createSqliteStore(options: StoreOptions): Store {
           onError: (err) => options.onBackgroundError?.(err, 'checkpointing the WAL in the background'),
         });
   let reader: Kysely<Database> | undefined;
-  const group = new GroupCommit(sqliteImmediateTransaction(writer));
+  const group = new GroupCommit(sqliteImmediateTransaction(writer, walSync && (() => walSync.sync())));
   // Appends ride in the group commit too: SQLite has one writer, and its commit is shared anyway.
   const appender = new Appender<Database>((fn) => group.run(fn, { small: true }));
   // The query planner needs table statistics to prefer a primary-key probe over walking an
@@ -210,6 +213,7 @@ function createSqliteStore(options: StoreOptions): Store {
       await checkpointer?.close();
       await reader?.destroy();
       await writer.destroy();
+      walSync?.close();
     },
   };
   return store;

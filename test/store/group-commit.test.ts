@@ -1,13 +1,17 @@
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import fs, { writeFileSync } from 'node:fs';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { Appender } from '../../src/store/appender.js';
 import { createStore } from '../../src/store/store.js';
 import { GroupCommit, sqliteImmediateTransaction } from '../../src/store/group-commit.js';
 import { type StoreKind, type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
+import { eventually } from '../helpers/smtp.js';
+import { OFF_LOOP_MS, SLOW_SYNC_MS, WalSync } from '../../src/store/wal-sync.js';
+import type { Database } from '../../src/store/schema.js';
 
 const ORG = { id: 'org-1', name: 'Org', created_at: '2026-01-01T00:00:00.000Z' };
 
@@ -178,16 +182,127 @@ describe('sqlite settings', () => {
     }
   });
 
-  it('runs WAL with synchronous=FULL and foreign keys on', async () => {
+  it('runs WAL with foreign keys on, the writer committing NORMAL while the store syncs each commit', async () => {
     const ts = await createTestStore('sqlite');
     try {
-      const pragma = async (name: string) =>
-        Object.values((await sql.raw(`pragma ${name}`).execute(ts.store.db)).rows[0] as object)[0];
-      expect(await pragma('journal_mode')).toBe('wal');
-      expect(await pragma('synchronous')).toBe(2);
-      expect(await pragma('foreign_keys')).toBe(1);
+      const pragma = async (db: Kysely<Database>, name: string) =>
+        Object.values((await sql.raw(`pragma ${name}`).execute(db)).rows[0] as object)[0];
+      expect(await pragma(ts.store.db, 'journal_mode')).toBe('wal');
+      expect(await pragma(ts.store.db, 'foreign_keys')).toBe(1);
+      // 1: NORMAL, no sync inside COMMIT; the FULL sync is the store's own (wal-sync.ts, next test).
+      expect(await ts.store.write((trx) => pragma(trx, 'synchronous'))).toBe(1);
     } finally {
       await ts.destroy();
+    }
+  });
+
+  it("answers a write only after its commit's sync; after a slow sync, made off the event loop while requests go on", async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
+    const synced: string[] = [];
+    let slow = false;
+    let hold: Promise<void> | undefined;
+    const inline = vi.spyOn(fs, 'fdatasyncSync').mockImplementation(() => {
+      // A disk slow to sync: 30 ms, past SLOW_SYNC_MS.
+      if (slow) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 30);
+      synced.push('inline');
+    });
+    const offLoop = vi.spyOn(fs, 'fdatasync').mockImplementation(((
+      _fd: number,
+      done: (err: null) => void,
+    ) => {
+      synced.push('begun');
+      void hold?.then(() => {
+        synced.push('done');
+        done(null);
+      });
+    }) as typeof fs.fdatasync);
+    const store = createStore({ dataDir, backgroundCheckpoints: false, backgroundSearchIndex: false });
+    try {
+      await store.migrate();
+      slow = true;
+      await store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
+      expect(synced.at(-1)).toBe('inline');
+      synced.length = 0;
+      let release!: () => void;
+      hold = new Promise<void>((resolve) => (release = resolve));
+      let answered = false;
+      const other = { ...ORG, id: 'org-2' };
+      const write = store
+        .write((trx) => trx.insertInto('organizations').values(other).execute())
+        .then(() => (answered = true));
+      await eventually(() => synced.includes('begun'), 5_000, 'the sync to begin');
+      // The event loop is free while the disk syncs: timers fire and reads are answered (they see the
+      // commit); the write's caller is not answered yet.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const read = await store.db
+        .selectFrom('organizations')
+        .select('id')
+        .where('id', '=', other.id)
+        .execute();
+      expect(read).toEqual([{ id: other.id }]);
+      expect(answered).toBe(false);
+      release();
+      await write;
+      expect(synced).toEqual(['begun', 'done']);
+    } finally {
+      inline.mockRestore();
+      offLoop.mockRestore();
+      await store.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('syncs on the event loop again once syncs have been quick for OFF_LOOP_MS', () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
+    const file = path.join(dataDir, 'wal');
+    writeFileSync(file, 'x');
+    let now = 1_000;
+    const clock = vi.spyOn(performance, 'now').mockImplementation(() => now);
+    let cost = 0;
+    const inline = vi.spyOn(fs, 'fdatasyncSync').mockImplementation(() => void (now += cost));
+    const offLoop = vi
+      .spyOn(fs, 'fdatasync')
+      .mockImplementation(((_fd: number, done: (err: null) => void) => done(null)) as typeof fs.fdatasync);
+    const wal = new WalSync(file);
+    try {
+      expect(wal.sync()).toBeUndefined();
+      cost = SLOW_SYNC_MS + 1;
+      expect(wal.sync()).toBeUndefined();
+      cost = 0;
+      expect(wal.sync()).toBeInstanceOf(Promise);
+      now += OFF_LOOP_MS + SLOW_SYNC_MS + 2;
+      expect(wal.sync()).toBeUndefined();
+      expect(inline).toHaveBeenCalledTimes(3);
+      expect(offLoop).toHaveBeenCalledTimes(1);
+    } finally {
+      clock.mockRestore();
+      inline.mockRestore();
+      offLoop.mockRestore();
+      wal.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('makes no sync of its own with SQLITE_SYNCHRONOUS=NORMAL', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
+    const inline = vi.spyOn(fs, 'fdatasyncSync');
+    const offLoop = vi.spyOn(fs, 'fdatasync');
+    const store = createStore({
+      dataDir,
+      sqliteSynchronous: 'NORMAL',
+      backgroundCheckpoints: false,
+      backgroundSearchIndex: false,
+    });
+    try {
+      await store.migrate();
+      await store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
+      expect(inline).not.toHaveBeenCalled();
+      expect(offLoop).not.toHaveBeenCalled();
+    } finally {
+      inline.mockRestore();
+      offLoop.mockRestore();
+      await store.close();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });
