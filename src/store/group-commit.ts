@@ -107,8 +107,11 @@ export class GroupCommit<DB> {
  */
 export function sqliteImmediateTransaction<DB>(
   db: Kysely<DB>,
-  /** Makes a commit durable, when COMMIT itself does not (wal-sync.ts); its callers wait for it. */
-  afterCommit?: () => Promise<void> | undefined,
+  /**
+   * Makes a commit durable, when COMMIT itself does not (wal-sync.ts): `sync` after each commit (its
+   * callers wait for it), `check` before each transaction (it throws once a sync failed).
+   */
+  durability?: { check(): void; sync(): Promise<void> | undefined },
 ): Transaction<DB> {
   // The connection's setting, changed only between transactions (SQLite refuses it inside one).
   let inMemory = false;
@@ -118,11 +121,12 @@ export function sqliteImmediateTransaction<DB>(
         await (small ? sql`pragma temp_store = memory` : sql`pragma temp_store = default`).execute(conn);
         inMemory = small;
       }
+      durability?.check();
       await sql`begin immediate`.execute(conn);
       try {
         const value = await fn(conn);
         await sql`commit`.execute(conn);
-        if (afterCommit) await afterCommit();
+        if (durability) await durability.sync();
         return value;
       } catch (err) {
         await sql`rollback`.execute(conn).catch(() => undefined);

@@ -144,7 +144,7 @@ function createSqliteStore(options: StoreOptions): Store {
           onError: (err) => options.onBackgroundError?.(err, 'checkpointing the WAL in the background'),
         });
   let reader: Kysely<Database> | undefined;
-  const group = new GroupCommit(sqliteImmediateTransaction(writer, walSync && (() => walSync.sync())));
+  const group = new GroupCommit(sqliteImmediateTransaction(writer, walSync));
   // Appends ride in the group commit too: SQLite has one writer, and its commit is shared anyway.
   const appender = new Appender<Database>((fn) => group.run(fn, { small: true }));
   // The query planner needs table statistics to prefer a primary-key probe over walking an

@@ -19,6 +19,13 @@ export const OFF_LOOP_MS = 60_000;
 
 export class WalSync {
   private fd: number | undefined;
+  /**
+   * Set by a sync that failed: the commit it was for is in the WAL and visible, but may not be on disk,
+   * and Linux may have dropped the pages it could not write (a later sync then succeeds without them).
+   * SQLite's own FULL would not have shown that commit; so, as PostgreSQL stops on a failed fsync, the
+   * store takes no more writes until the process is restarted and SQLite recovers from what is on disk.
+   */
+  private failure: Error | undefined;
   /** Until when syncs run off the event loop (performance.now()). */
   private offLoopUntil = -Infinity;
 
@@ -29,6 +36,7 @@ export class WalSync {
    * an SQLITE_IOERR code (the store's outage) when it cannot.
    */
   sync(): Promise<void> | undefined {
+    this.check();
     const started = performance.now();
     if (started < this.offLoopUntil) return this.syncOffLoop(started);
     try {
@@ -38,6 +46,11 @@ export class WalSync {
     }
     this.timed(started);
     return undefined;
+  }
+
+  /** Throws the failure of an earlier sync: no transaction may begin after one (see `failure`). */
+  check(): void {
+    if (this.failure) throw this.failure;
   }
 
   close(): void {
@@ -75,8 +88,12 @@ export class WalSync {
     } catch {
       this.fd = undefined;
     }
-    const failure = new Error(`syncing the SQLite WAL failed: ${(err as Error).message}`, { cause: err });
+    const failure = new Error(
+      `syncing the SQLite WAL failed (${(err as Error).message}): the store takes no more writes until restarted`,
+      { cause: err },
+    );
     (failure as Error & { code: string }).code = 'SQLITE_IOERR_FSYNC';
+    this.failure = failure;
     return failure;
   }
 }

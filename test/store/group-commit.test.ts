@@ -283,6 +283,37 @@ describe('sqlite settings', () => {
     }
   });
 
+  it('takes no more writes once a sync failed: the disk may have dropped what it was given', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
+    let failing = false;
+    const original = fs.fdatasyncSync;
+    const inline = vi.spyOn(fs, 'fdatasyncSync').mockImplementation((fd) => {
+      if (failing) throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+      original(fd);
+    });
+    const store = createStore({ dataDir, backgroundCheckpoints: false, backgroundSearchIndex: false });
+    try {
+      await store.migrate();
+      failing = true;
+      await expect(
+        store.write((trx) => trx.insertInto('organizations').values(ORG).execute()),
+      ).rejects.toMatchObject({ code: 'SQLITE_IOERR_FSYNC' });
+      failing = false;
+      // Not even begun: the disk said it failed once, and a later sync could succeed without those pages.
+      const other = { ...ORG, id: 'org-2' };
+      await expect(
+        store.write((trx) => trx.insertInto('organizations').values(other).execute()),
+      ).rejects.toMatchObject({ code: 'SQLITE_IOERR_FSYNC' });
+      expect(
+        await store.db.selectFrom('organizations').select('id').where('id', '=', other.id).execute(),
+      ).toEqual([]);
+    } finally {
+      inline.mockRestore();
+      await store.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('makes no sync of its own with SQLITE_SYNCHRONOUS=NORMAL', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
     const inline = vi.spyOn(fs, 'fdatasyncSync');
