@@ -202,6 +202,8 @@ function createSqliteStore(options: StoreOptions): Store {
       return applied;
     },
     async ping() {
+      // A store fenced by a failed WAL sync is unavailable until restarted: /health says so.
+      walSync?.check();
       await sql`select 1`.execute(this.db);
     },
     async close() {
