@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { Appender } from '../../src/store/appender.js';
-import { createStore } from '../../src/store/store.js';
+import { type Store, type StoreOptions, createStore } from '../../src/store/store.js';
 import { GroupCommit, sqliteImmediateTransaction } from '../../src/store/group-commit.js';
 import { type StoreKind, type TestStore, createTestStore, storeKinds } from '../helpers/stores.js';
 import { eventually } from '../helpers/smtp.js';
@@ -197,28 +197,22 @@ describe('sqlite settings', () => {
   });
 
   it("answers a write only after its commit's sync; after a slow sync, made off the event loop while requests go on", async () => {
-    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
     const synced: string[] = [];
     let slow = false;
     let hold: Promise<void> | undefined;
-    const inline = vi.spyOn(fs, 'fdatasyncSync').mockImplementation(() => {
+    vi.spyOn(fs, 'fdatasyncSync').mockImplementation(() => {
       // A disk slow to sync: 30 ms, past SLOW_SYNC_MS.
       if (slow) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 30);
       synced.push('inline');
     });
-    const offLoop = vi.spyOn(fs, 'fdatasync').mockImplementation(((
-      _fd: number,
-      done: (err: null) => void,
-    ) => {
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((_fd: number, done: (err: null) => void) => {
       synced.push('begun');
       void hold?.then(() => {
         synced.push('done');
         done(null);
       });
     }) as typeof fs.fdatasync);
-    const store = createStore({ dataDir, backgroundCheckpoints: false, backgroundSearchIndex: false });
-    try {
-      await store.migrate();
+    await withOwnStore({}, async (store) => {
       slow = true;
       await store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
       expect(synced.at(-1)).toBe('inline');
@@ -244,12 +238,7 @@ describe('sqlite settings', () => {
       release();
       await write;
       expect(synced).toEqual(['begun', 'done']);
-    } finally {
-      inline.mockRestore();
-      offLoop.mockRestore();
-      await store.close();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+    });
   });
 
   it('syncs on the event loop again once syncs have been quick for OFF_LOOP_MS', () => {
@@ -284,16 +273,13 @@ describe('sqlite settings', () => {
   });
 
   it('takes no more writes once a sync failed: the disk may have dropped what it was given', async () => {
-    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
     let failing = false;
     const original = fs.fdatasyncSync;
-    const inline = vi.spyOn(fs, 'fdatasyncSync').mockImplementation((fd) => {
+    vi.spyOn(fs, 'fdatasyncSync').mockImplementation((fd) => {
       if (failing) throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
       original(fd);
     });
-    const store = createStore({ dataDir, backgroundCheckpoints: false, backgroundSearchIndex: false });
-    try {
-      await store.migrate();
+    await withOwnStore({}, async (store) => {
       failing = true;
       await expect(
         store.write((trx) => trx.insertInto('organizations').values(ORG).execute()),
@@ -307,36 +293,41 @@ describe('sqlite settings', () => {
       expect(
         await store.db.selectFrom('organizations').select('id').where('id', '=', other.id).execute(),
       ).toEqual([]);
-    } finally {
-      inline.mockRestore();
-      await store.close();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+    });
   });
 
   it('makes no sync of its own with SQLITE_SYNCHRONOUS=NORMAL', async () => {
-    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
     const inline = vi.spyOn(fs, 'fdatasyncSync');
     const offLoop = vi.spyOn(fs, 'fdatasync');
-    const store = createStore({
-      dataDir,
-      sqliteSynchronous: 'NORMAL',
-      backgroundCheckpoints: false,
-      backgroundSearchIndex: false,
-    });
-    try {
-      await store.migrate();
+    await withOwnStore({ sqliteSynchronous: 'NORMAL' }, async (store) => {
       await store.write((trx) => trx.insertInto('organizations').values(ORG).execute());
       expect(inline).not.toHaveBeenCalled();
       expect(offLoop).not.toHaveBeenCalled();
-    } finally {
-      inline.mockRestore();
-      offLoop.mockRestore();
-      await store.close();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+    });
   });
 });
+
+/**
+ * Runs `test` on a migrated SQLite store in a DATA_DIR of its own, without background threads; then closes
+ * it, removes the directory and restores the spies the test made (before the store: migrating syncs too).
+ */
+async function withOwnStore(options: Partial<StoreOptions>, test: (store: Store) => Promise<void>) {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-sync-'));
+  const store = createStore({
+    dataDir,
+    backgroundCheckpoints: false,
+    backgroundSearchIndex: false,
+    ...options,
+  });
+  try {
+    await store.migrate();
+    await test(store);
+  } finally {
+    vi.restoreAllMocks();
+    await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
 
 describe('appender', () => {
   it('shares one commit among appends that arrive together, and settles each only after it', async () => {
