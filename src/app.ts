@@ -136,6 +136,13 @@ export async function buildApp(
   // contract's bodies and the rate limits.
   app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res));
 
+  // A client may close its sending side once its request is out and still read the answer (socat, `nc -N`,
+  // HTTP/1.0 scripts). Node's default ends the connection at that FIN and drops the answers in progress, so
+  // every write, which is answered after its commit, was done and never answered (a retried send went out
+  // twice). Half-open, Node ends the connection after the last answer instead (its socketOnEnd). The
+  // property is Node's own, set by its constructor and read at each client FIN, in Node 20 to 26.
+  (app.server as typeof app.server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+
   // A key revoked anywhere on the store (the CLI, another instance) is refused here at once.
   const stopHearing = store.keyChanges.subscribe(() => {
     services.keys.forget();

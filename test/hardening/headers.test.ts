@@ -56,11 +56,16 @@ describe.each(storeKinds())('security headers on %s', (kind) => {
   });
 });
 
-/** Writes `request` on a new connection to the listening app and returns all it answers before closing. */
-function rawExchange(port: number, request: string): Promise<string> {
+/**
+ * Writes `request` on a new connection to the listening app and returns all it answers before closing;
+ * with `halfClose`, the client then closes its side for writing (FIN), as `socat` or `nc -N` do.
+ */
+function rawExchange(port: number, request: string, { halfClose = false } = {}): Promise<string> {
   return new Promise((resolve) => {
     let answer = '';
-    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    const socket = net.connect(port, '127.0.0.1', () =>
+      halfClose ? socket.end(request) : socket.write(request),
+    );
     socket.on('data', (c: Buffer) => (answer += c.toString()));
     socket.on('error', () => undefined);
     socket.on('close', () => resolve(answer));
@@ -153,6 +158,48 @@ describe.each(storeKinds())('answers on a connection that Node stops reading, on
     expect((lists.json() as { lists: { name: string }[] }).lists.map((l) => l.name)).not.toContain(
       'two types',
     );
+  });
+
+  it('a client that closes its sending side after its requests still reads every answer', async () => {
+    // Node's default ends such a connection at the client's FIN and drops the answers still being worked
+    // on: every write, which waits for its commit, was done and never answered (a retried send, twice).
+    const request = (method: string, path: string, body: object | undefined, extra = '') => {
+      const text = body === undefined ? '' : JSON.stringify(body);
+      return (
+        `${method} ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\n${extra}` +
+        (body === undefined
+          ? ''
+          : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n`) +
+        `\r\n${text}`
+      );
+    };
+    const port = await listen();
+    const statuses = (answer: string) =>
+      [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+    const one = await rawExchange(
+      port,
+      request('POST', '/api/v1/lists', { name: 'half closed' }, 'Connection: close\r\n'),
+      {
+        halfClose: true,
+      },
+    );
+    expect(statuses(one)).toEqual([201]);
+    expect(JSON.parse(one.split('\r\n\r\n')[1]!)).toMatchObject({
+      success: true,
+      list: { name: 'half closed' },
+    });
+    // Pipelined on a keep-alive connection: a write, a send and a read, then FIN; each answered in turn.
+    const three = await rawExchange(
+      port,
+      request('POST', '/api/v1/contacts', { email: 'half@example.test' }) +
+        request('POST', '/api/v1/emails', { to: 'half@example.test', subject: 'half closed', text: 't' }) +
+        request('GET', '/api/v1/lists?limit=100', undefined),
+      { halfClose: true },
+    );
+    expect(statuses(three)).toEqual([201, 200, 200]);
+    expect(three).toContain('"half@example.test"');
+    expect(three).toContain('"message":"Email queued for delivery"');
+    expect(three).toContain('"half closed"');
   });
 
   it('an expectation other than 100-continue is set aside and the request answered as any other', async () => {
