@@ -180,8 +180,9 @@ describe.each(storeKinds())('paging and filters on %s', (kind) => {
   });
 
   it('page and limit are plain decimal integers, on every paged route', async () => {
-    // Texts that Number() reads as a number, but that are not integers as a client writes them.
-    const texts = ['0x3', '0b11', '0o3', ' 1', '\t\n3', '+2', '1e1', '3.0', '3 ', '１'];
+    // Texts that Number() reads as a number, but that are not integers as a client writes them; and the
+    // empty text (`?limit=`), which Number() reads as 0 and which, unlike an empty filter, is refused.
+    const texts = ['0x3', '0b11', '0o3', ' 1', '\t\n3', '+2', '1e1', '3.0', '3 ', '１', ''];
     for (const [url, fam] of [
       ['/api/v1/lists', 'contacts'],
       ['/api/v1/contacts', 'contacts'],
