@@ -11,4 +11,6 @@ if (!existsSync(fileURLToPath(entry))) {
   console.error(`mailroom: ${message}`);
   process.exit(1);
 }
+// Before the CLI's many modules: serve and worker hold a stop signal that comes while they load.
+await import(new URL('../dist/cli/start-signals.js', import.meta.url).href);
 await import(entry.href);

@@ -4,6 +4,7 @@ import { buildApp } from './app.js';
 import type { Config } from './config.js';
 import type { Mailer } from './delivery/mailer.js';
 import { trackConnections } from './http/connections.js';
+import { takeStartSignal } from './cli/start-signals.js';
 import {
   createLogger,
   createMailer,
@@ -109,6 +110,9 @@ function holdSignals(logger: Logger): { release(stop: (signal: string) => void):
   };
   process.on('SIGTERM', hold);
   process.on('SIGINT', hold);
+  // One that came while the modules loaded, held until now.
+  const early = takeStartSignal();
+  if (early !== undefined) hold(early);
   return {
     release(stop) {
       process.off('SIGTERM', hold);

@@ -1,5 +1,7 @@
 // `mailroom` CLI: serve | worker | migrate | orgs create|list | keys create|list|revoke.
 // With --json every command prints exactly one JSON object as its last stdout line (errors too).
+// First: it holds a stop signal that arrives while the modules below load (start-signals.ts).
+import './start-signals.js';
 import { parseArgs } from 'node:util';
 import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';

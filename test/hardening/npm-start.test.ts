@@ -3,7 +3,7 @@
 // node in the shell's place. And a SIGTERM while the server is still starting ended it with 143 and not a
 // word; it is now held until the server has started, then acted on.
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect, it } from 'vitest';
@@ -12,11 +12,23 @@ import { eventually } from '../helpers/smtp.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
-it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-npm-start-'));
-  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1' };
+/** A server's environment on its own data directory, on SQLite, any port, its start-up logged. */
+function serverEnv(dataDir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    DATA_DIR: dataDir,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    ...extra,
+  };
   delete env.DATABASE_URL;
   delete env.SMTP_URL;
+  return env;
+}
+
+it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
+  const env = serverEnv(mkdtempSync(path.join(os.tmpdir(), 'mailroom-npm-start-')));
   const npm = spawn('npm', ['start', '--silent', '--', '--json'], { cwd: ROOT, env, stdio: 'pipe' });
   let out = '';
   let err = '';
@@ -46,16 +58,7 @@ it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
 }, 90_000);
 
 it('serve: a SIGTERM while it starts stops it once started, with exit 0', async () => {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroom-early-term-'));
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DATA_DIR: dataDir,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-  };
-  delete env.DATABASE_URL;
-  delete env.SMTP_URL;
+  const env = serverEnv(mkdtempSync(path.join(os.tmpdir(), 'mailroom-early-term-')));
   const server = spawn(process.execPath, [...MAIN, 'serve'], { cwd: ROOT, env, stdio: 'pipe' });
   let out = '';
   let err = '';
@@ -78,5 +81,51 @@ it('serve: a SIGTERM while it starts stops it once started, with exit 0', async 
     expect(out).toContain('shutting down');
   } finally {
     server.kill('SIGKILL');
+  }
+}, 90_000);
+
+it('serve and worker: a SIGTERM while their modules still load is held too, and a second one stops them', async () => {
+  // The modules load for seconds here (test/helpers/slow-cli-load.mjs), as on a busy machine; the signal
+  // comes once bin/mailroom.js is loading the CLI. dist/ is what bin runs: npm ci built it (prepare).
+  const start = (command: string, tag: string) => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), `mailroom-load-${tag}-`));
+    const mark = path.join(dataDir, 'loading');
+    const env = serverEnv(dataDir, { SLOW_LOAD_MARK: mark, SLOW_LOAD_MS: '1500' });
+    const child = spawn(
+      process.execPath,
+      ['--import', path.join(ROOT, 'test/helpers/slow-cli-load.mjs'), 'bin/mailroom.js', command],
+      { cwd: ROOT, env, stdio: 'pipe' },
+    );
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const loading = eventually(
+      () => {
+        if (child.exitCode !== null) throw new Error(`${command} exited ${child.exitCode}:\n${out}`);
+        return existsSync(mark);
+      },
+      60_000,
+      () => `the CLI loading; it said:\n${out}`,
+    );
+    return { child, exited, loading, output: () => out };
+  };
+  const serve = start('serve', 'serve');
+  const worker = start('worker', 'worker');
+  const twice = start('serve', 'twice');
+  try {
+    await Promise.all([serve.loading, worker.loading, twice.loading]);
+    for (const { child } of [serve, worker, twice]) child.kill('SIGTERM');
+    twice.child.kill('SIGINT');
+    expect(await serve.exited, serve.output()).toBe(0);
+    expect(serve.output()).toContain('stopping once started');
+    expect(serve.output()).toContain('shutting down');
+    expect(await worker.exited, worker.output()).toBe(0);
+    expect(worker.output()).toContain('shutting down');
+    expect(await twice.exited, twice.output()).toBe(1);
+    // Both signals were pending at once: either may be handled first.
+    expect(twice.output()).toMatch(/SIG(INT|TERM) again while starting; stopped/);
+  } finally {
+    for (const { child } of [serve, worker, twice]) child.kill('SIGKILL');
   }
 }, 90_000);
