@@ -11,6 +11,8 @@ import * as repo from './emails.repository.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 export const QUEUED_MESSAGE = 'Email queued for delivery';
+/** A UUID as text, in either case. */
+const UUID_TEXT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface EmailsConfig {
   mailFrom: string;
@@ -159,14 +161,16 @@ export class EmailsService {
     return { id: result.id, message: QUEUED_MESSAGE };
   }
 
-  async get(orgId: string, id: string) {
+  async get(orgId: string, asked: string) {
+    // Ids are UUIDs, which RFC 9562 reads in either case; they are made and stored in lower case.
+    const id = UUID_TEXT.test(asked) ? asked.toLowerCase() : asked;
     // One snapshot: read apart, a delivery recorded in between showed an email still `sending` whose
     // recipients were already `sent`. The recipients and events of another organisation's email are read
     // too, and dropped with the 404.
     const [row, recipients, events] = await this.store.snapshot((db) =>
       Promise.all([repo.findEmail(db, orgId, id), repo.listRecipients(db, id), repo.listEvents(db, id)]),
     );
-    if (!row) throw new AppError('EMAIL_NOT_FOUND', `Email ${id} not found`);
+    if (!row) throw new AppError('EMAIL_NOT_FOUND', `Email ${asked} not found`);
     return {
       ...toSummary(row),
       recipients: recipients.map((r) => ({ email: r.address, status: r.status, response: r.response })),

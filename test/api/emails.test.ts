@@ -84,6 +84,13 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect(body.events[0].at).toMatch(ISO_MS);
   });
 
+  it('GET an email by its id in upper case answers its record, its id as made (lower case)', async () => {
+    const { id } = (await send({ to: 'upper@example.com', subject: 'Case', text: 't' })).json();
+    const upper = await t.call({ method: 'GET', url: `/api/v1/emails/${String(id).toUpperCase()}`, auth });
+    expect(upper.statusCode, upper.body).toBe(200);
+    expect(upper.json()).toMatchObject({ id, subject: 'Case', to: ['upper@example.com'] });
+  });
+
   it('GET an unknown email is a 404 in the emails error shape', async () => {
     const unknown = '0190b5a4-0000-7000-8000-000000000000';
     expectError(await t.call({ method: 'GET', url: `/api/v1/emails/${unknown}`, auth }), 404, 'emails');
