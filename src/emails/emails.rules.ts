@@ -49,7 +49,7 @@ const REFUSED_PREFIXES = ['content-', 'resent-', 'arc-'];
 /** Content-* headers that say nothing about the structure: a localised message's language, a label. */
 const ALLOWED_CONTENT = new Set(['content-language', 'content-description']);
 
-/** Whether a custom header name is one Mailroom sets itself (refused in an email's `headers`). */
+/** Whether a custom header name is reserved: Mailroom's own, or other mail servers' (refused in `headers`). */
 export function isRefusedHeader(name: string): boolean {
   const lower = name.toLowerCase();
   if (ALLOWED_CONTENT.has(lower)) return false;
@@ -125,8 +125,10 @@ function checkRules(body: Loose, errors: DetailCollector) {
     names.set(name.toLowerCase(), first ?? name);
     if (!FIELD_NAME.test(name) || name.length > 100) {
       errors.add(field, 'is not a valid header name: at most 100 printable ASCII characters, without `:`');
-    } else if (isRefusedHeader(name)) errors.add(field, 'is set by Mailroom and cannot be overridden');
-    else if (first !== undefined) {
+    } else if (isRefusedHeader(name)) {
+      // Not all are Mailroom's own (Resent-*, ARC-*, Received-SPF are other parties' to write).
+      errors.add(field, 'is reserved: Mailroom builds it, or only mail servers on the way may write it');
+    } else if (first !== undefined) {
       errors.add(field, `is the header ${first} again (header names are case-insensitive): give it once`);
     } else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
