@@ -137,7 +137,8 @@ function nameFlag(value: string | undefined): string {
 }
 
 function required(value: string | undefined, flag: string): string {
-  if (value === undefined || value.trim() === '') throw new UsageError(`--${flag} is required`);
+  if (value === undefined) throw new UsageError(`--${flag} is required`);
+  if (value.trim() === '') throw new UsageError(`--${flag} must not be blank`);
   return value.trim();
 }
 

@@ -35,7 +35,7 @@ export class OrgsService {
 
   async get(id: string): Promise<Organization> {
     const row = await repo.findOrganization(this.store.db, id);
-    if (!row) throw new AppError('NOT_FOUND', `Organization ${id} not found`);
+    if (!row) throw new AppError('NOT_FOUND', `Organisation ${id} not found`);
     return toOrganization(row);
   }
 

@@ -152,9 +152,8 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       cli('keys', 'create', '--name', 'k', '--permissions', 'readContacts', '--org', 'no-such-org', '--json'),
     ]);
     for (const res of [list, create]) {
-      expect(res.code).not.toBe(0);
-      expect(Object.keys(res.json)).toEqual(['error']);
-      expect(String(res.json.error)).toMatch(/no-such-org/);
+      expect(res.code).toBe(1);
+      expect(res.json).toStrictEqual({ error: 'Organisation no-such-org not found' });
     }
     // An empty --org (a script's unset variable) is refused, never read as "the default organisation".
     const [emptyList, emptyCreate] = await Promise.all([
@@ -208,6 +207,7 @@ describe('mailroom CLI usage errors', () => {
       [],
       ['keys'],
       ['orgs', 'remove'],
+      ['orgs', 'create', '--name', '   '],
     ];
     // Independent processes: run them side by side to keep the suite quick.
     const results = await Promise.all(cases.map((args) => cli(...args, '--json')));
@@ -227,6 +227,7 @@ describe('mailroom CLI usage errors', () => {
       [2, 'a command is needed'],
       [2, 'keys needs a subcommand: create, list or revoke'],
       [2, 'unknown command "orgs remove": orgs takes create or list'],
+      [2, '--name must not be blank'],
     ]);
     const help = await cli('--help', '--json');
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
