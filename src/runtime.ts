@@ -1,5 +1,6 @@
 // Wires config to the logger, mailer, worker and Redis: what the server process needs beside the store
 // (store/from-config.ts, which the CLI loads alone).
+import { createServer } from 'node:net';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
 import { loadIoredis } from './optional-packages.js';
@@ -80,6 +81,24 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
     remoteAddress: req.ip,
     remotePort: req.socket?.remotePort,
   };
+}
+
+/**
+ * Fails as listen would (listenError) when HOST is no address of this machine or PORT is taken, by
+ * listening there a moment: before the store is opened and migrated, not after.
+ */
+export async function checkListenAddress(config: Config): Promise<void> {
+  const probe = createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', reject);
+      probe.listen({ port: config.port, host: config.host, exclusive: true }, resolve);
+    });
+  } catch (err) {
+    throw listenError(err, config);
+  } finally {
+    await new Promise<void>((resolve) => (probe.listening ? probe.close(() => resolve()) : resolve()));
+  }
 }
 
 /** A listen fault (port taken, no such address) as one line naming PORT or HOST. */

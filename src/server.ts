@@ -6,6 +6,7 @@ import type { Mailer } from './delivery/mailer.js';
 import { trackConnections } from './http/connections.js';
 import { takeStartSignal } from './cli/start-signals.js';
 import {
+  checkListenAddress,
   createLogger,
   createMailer,
   createRedis,
@@ -24,6 +25,8 @@ export interface ServeOptions {
 export async function serve(config: Config, options: ServeOptions): Promise<{ host: string; port: number }> {
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
+  // A HOST that is not this machine's, or a PORT in use, stops start-up before the store is touched.
+  await checkListenAddress(config);
   const { store, applied } = await openMigratedStore(config, { logger });
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   logger.info(

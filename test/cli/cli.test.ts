@@ -1,7 +1,8 @@
 // The mailroom CLI as a user runs it: a real process on a temp DATA_DIR (or a fresh PostgreSQL database),
 // one JSON object as the last stdout line with --json, and keys that work against an app on the same store.
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -295,6 +296,39 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
     expect(done.code).toBe(1);
     expect(done.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^mailroom: DATA_DIR .*ENOENT/)]);
   }, 30_000);
+});
+
+describe('mailroom serve where it cannot listen', () => {
+  // Found at listen time, after the store was made and migrated: a typo in HOST left a data directory.
+  it('exits 1 with one line naming HOST or PORT, before it opens the store', async () => {
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as net.AddressInfo).port;
+    try {
+      for (const [host, listenOn, message] of [
+        // TEST-NET-2: never an address of this machine.
+        ['198.51.100.7', '4555', 'HOST 198.51.100.7 is not an address of this machine'],
+        ['127.0.0.1', String(port), `PORT ${port} is already in use on 127.0.0.1`],
+      ]) {
+        const dataDir = path.join(mkdtempSync(path.join(tmpdir(), 'mailroom-listen-')), 'data');
+        const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, HOST: host, PORT: listenOn };
+        delete env.DATABASE_URL;
+        const done = await run(process.execPath, [...MAIN, 'serve', '--json'], {
+          cwd: ROOT,
+          env,
+          timeout: 20_000,
+        }).then(
+          () => ({ code: 0, stdout: '' }),
+          (e: { code: number; stdout: string }) => e,
+        );
+        expect(done.code, host).toBe(1);
+        expect(JSON.parse(done.stdout.trim().split('\n').at(-1)!)).toStrictEqual({ error: message });
+        expect(existsSync(dataDir), 'the data directory was made').toBe(false);
+      }
+    } finally {
+      taken.close();
+    }
+  }, 60_000);
 });
 
 describe('mailroom serve --no-worker and worker: what they say at start-up', () => {
