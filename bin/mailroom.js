@@ -11,6 +11,8 @@ if (!existsSync(fileURLToPath(entry))) {
   console.error(`mailroom: ${message}`);
   process.exit(1);
 }
-// Before the CLI's many modules: serve and worker hold a stop signal that comes while they load.
-await import(new URL('../dist/cli/start-signals.js', import.meta.url).href);
+// Before the CLI's many modules: serve and worker hold a stop signal that comes while they load (a dist/
+// built before start-signals.js existed goes without, rather than fail to start).
+const signals = new URL('../dist/cli/start-signals.js', import.meta.url);
+if (existsSync(fileURLToPath(signals))) await import(signals.href);
 await import(entry.href);
