@@ -1,5 +1,7 @@
 // Wires config to the logger, mailer, worker and Redis: what the server process needs beside the store
 // (store/from-config.ts, which the CLI loads alone).
+import cluster from 'node:cluster';
+import { lookup } from 'node:dns/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
@@ -84,16 +86,26 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
 }
 
 /**
+ * Where the server listens: HOST, but `localhost` as the one address it resolves to first. Given
+ * `localhost`, Fastify would listen on each of its addresses (127.0.0.1 and ::1), the others on servers of
+ * its own making, without this app's wiring of its server (half-open connections, the contract's 400 for
+ * bytes that are not HTTP, shutdown's cuts of idle connections).
+ *
  * Fails as listen would (listenError) when HOST is no address of this machine or PORT is taken, by
- * listening there a moment: before the store is opened and migrated, not after.
+ * listening there a moment: before the store is opened and migrated, not after. Not in a `node:cluster`
+ * worker (PM2's cluster mode): its listen goes through the primary, which holds the port for all of them,
+ * and each listen tells the primary the worker is listening.
  */
-export async function checkListenAddress(config: Config): Promise<void> {
+export async function listenAddress(config: Config): Promise<string> {
   const probe = createServer();
   try {
+    const host = config.host === 'localhost' ? (await lookup(config.host)).address : config.host;
+    if (cluster.isWorker) return host;
     await new Promise<void>((resolve, reject) => {
       probe.once('error', reject);
-      probe.listen({ port: config.port, host: config.host, exclusive: true }, resolve);
+      probe.listen({ port: config.port, host }, resolve);
     });
+    return host;
   } catch (err) {
     throw listenError(err, config);
   } finally {

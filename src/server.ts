@@ -6,11 +6,11 @@ import type { Mailer } from './delivery/mailer.js';
 import { trackConnections } from './http/connections.js';
 import { takeStartSignal } from './cli/start-signals.js';
 import {
-  checkListenAddress,
   createLogger,
   createMailer,
   createRedis,
   createWorker,
+  listenAddress,
   listenError,
   openMigratedStore,
 } from './runtime.js';
@@ -26,7 +26,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
   // A HOST that is not this machine's, or a PORT in use, stops start-up before the store is touched.
-  await checkListenAddress(config);
+  const host = await listenAddress(config);
   const { store, applied } = await openMigratedStore(config, { logger });
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   logger.info(
@@ -50,7 +50,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
   const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
   const connections = trackConnections(app.server);
   try {
-    await app.listen({ port: config.port, host: config.host });
+    await app.listen({ port: config.port, host });
   } catch (err) {
     await store.close();
     throw listenError(err, config);

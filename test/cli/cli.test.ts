@@ -1,7 +1,7 @@
 // The mailroom CLI as a user runs it: a real process on a temp DATA_DIR (or a fresh PostgreSQL database),
 // one JSON object as the last stdout line with --json, and keys that work against an app on the same store.
-import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -328,6 +328,96 @@ describe('mailroom serve where it cannot listen', () => {
     } finally {
       taken.close();
     }
+  }, 60_000);
+});
+
+describe('mailroom serve: where it listens', () => {
+  const serveEnv = (extra: Record<string, string>) => {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      DATA_DIR: mkdtempSync(path.join(tmpdir(), 'mailroom-where-')),
+      LOG_LEVEL: 'silent',
+      ...extra,
+    };
+    delete env.DATABASE_URL;
+    return env;
+  };
+
+  it('HOST=localhost is one address, wired as any: Fastify would add a server of its own for the other', async () => {
+    // localhost resolving to both loopbacks (as in Docker); the second would have missed half-open
+    // connections, the contract's 400 for bytes that are not HTTP and shutdown's cuts.
+    const server = spawn(
+      process.execPath,
+      [
+        '--require',
+        path.join(ROOT, 'test/helpers/dual-localhost.cjs'),
+        ...MAIN,
+        'serve',
+        '--no-worker',
+        '--json',
+      ],
+      { cwd: ROOT, env: serveEnv({ HOST: 'localhost', PORT: '0' }), stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    server.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    try {
+      await eventually(
+        () => out.includes('"listening"'),
+        30_000,
+        () => `serve listening; it said: ${out}`,
+      );
+      const { host, port } = JSON.parse(out.trim().split('\n').at(-1)!) as { host: string; port: number };
+      expect(host).toBe('127.0.0.1');
+      const other = await new Promise<string>((resolve) => {
+        const socket = net.connect(port, '::1', () => {
+          socket.destroy();
+          resolve('connected');
+        });
+        socket.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'));
+      });
+      expect(['ECONNREFUSED', 'EADDRNOTAVAIL', 'EAFNOSUPPORT', 'ENETUNREACH']).toContain(other);
+    } finally {
+      server.kill('SIGKILL');
+    }
+  }, 60_000);
+
+  it('under node:cluster, workers share one port (no start-up check of it there)', async () => {
+    // Each worker's `--json` line says it listens: the primary counts them (cluster's own 'listening'
+    // event would also count a listen made and closed at once).
+    const script = `
+      import cluster from 'node:cluster';
+      cluster.setupPrimary({ exec: ${JSON.stringify(MAIN.at(-1))}, args: ['serve', '--no-worker', '--json'], silent: true });
+      // The second starts once the first listens: the primary then holds the port.
+      const start = (then) => {
+        const worker = cluster.fork();
+        let out = '';
+        worker.process.stdout.on('data', (c) => {
+          out += c;
+          if (out.includes('"status":"listening"') && !worker.up) { worker.up = true; then(); }
+        });
+        worker.on('exit', (code) => { console.log('exit ' + code + ' ' + out); process.exit(1); });
+      };
+      start(() => start(() => { console.log('both listening'); process.exit(0); }));
+      setTimeout(() => { console.log('timeout'); process.exit(1); }, 40000);`;
+    // A port of its own (with 0, each worker's own listen would pick another and never meet the other's).
+    const free = net.createServer();
+    await new Promise<void>((resolve) => free.listen(0, '127.0.0.1', resolve));
+    const { port } = free.address() as net.AddressInfo;
+    await new Promise((resolve) => free.close(resolve));
+    const env = serveEnv({ HOST: '127.0.0.1', PORT: String(port) });
+    // A file, not `-e`: the workers are forked with the primary's Node flags, `-e` and its code included.
+    const file = path.join(env.DATA_DIR!, 'cluster.mjs');
+    writeFileSync(file, script);
+    const done = await run(process.execPath, [file], {
+      cwd: ROOT,
+      env,
+      timeout: 50_000,
+    }).then(
+      (r) => ({ code: 0, stdout: r.stdout }),
+      (e: { code: number; stdout: string }) => e,
+    );
+    expect(done.stdout).toContain('both listening');
+    expect(done.code).toBe(0);
   }, 60_000);
 });
 
