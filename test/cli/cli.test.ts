@@ -349,8 +349,8 @@ describe('mailroom serve: where it listens', () => {
     const server = spawn(
       process.execPath,
       [
-        '--require',
-        path.join(ROOT, 'test/helpers/dual-localhost.cjs'),
+        '--import',
+        path.join(ROOT, 'test/helpers/dual-localhost.mjs'),
         ...MAIN,
         'serve',
         '--no-worker',

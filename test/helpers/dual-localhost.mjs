@@ -1,6 +1,6 @@
-// `node --require ./dual-localhost.cjs …`: `localhost` resolves to 127.0.0.1 and ::1, as in Docker's
+// `node --import ./dual-localhost.mjs …`: `localhost` resolves to 127.0.0.1 and ::1, as in Docker's
 // /etc/hosts, on a machine whose own resolver may give only one of them.
-const dns = require('node:dns');
+import dns from 'node:dns';
 
 const lookup = dns.lookup;
 dns.lookup = function (host, options, callback) {
