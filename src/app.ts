@@ -20,10 +20,18 @@ import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 import { identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
 import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
+import { type Connections, trackConnections } from './http/connections.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
 import { parseQueryString } from './http/query-string.js';
 import { type ServiceDeps, type Services, createServices } from './services.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The server's connections and their requests in progress (http/connections.ts). */
+    connections: Connections;
+  }
+}
 
 // The services are built apart (services.ts), so that the CLI can use them without loading Fastify.
 export { type Services, createServices };
@@ -78,7 +86,9 @@ export async function buildApp(
   };
   let closing = false;
   const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
-    if (closing) reply.header('connection', 'close');
+    // Only a connection's last request in progress says so: Node ends the connection after an answer with
+    // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
+    if (closing && app.connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
     absoluteReset(reply);
     reply.header('x-content-type-options', 'nosniff');
     if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
@@ -135,6 +145,8 @@ export async function buildApp(
   // server do, and the request answered as any other: Node's own answer would be a bare 417, outside the
   // contract's bodies and the rate limits.
   app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res));
+  // Connections and their requests in progress, for shutdown (server.ts) and the answers given meanwhile.
+  app.decorate('connections', trackConnections(app.server));
 
   // A client may close its sending side once its request is out and still read the answer (socat, `nc -N`,
   // HTTP/1.0 scripts). Node's default ends the connection at that FIN and drops the answers in progress, so

@@ -3,7 +3,6 @@ import type { Logger } from 'pino';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
 import type { Mailer } from './delivery/mailer.js';
-import { trackConnections } from './http/connections.js';
 import { takeStartSignal } from './cli/start-signals.js';
 import {
   createLogger,
@@ -48,7 +47,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
     throw err;
   });
   const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
-  const connections = trackConnections(app.server);
+  const { connections } = app;
   try {
     await app.listen({ port: config.port, host });
   } catch (err) {

@@ -10,6 +10,8 @@ export interface Connections {
    * so are any opened meanwhile; requests in progress get `graceMs` to finish before theirs are cut too.
    */
   close(stopServer: () => Promise<void>, graceMs: number): Promise<void>;
+  /** Requests read on the connection and not yet answered (pipelined ones included). */
+  requestsOn(socket: Socket): number;
 }
 
 export function trackConnections(server: Server): Connections {
@@ -28,9 +30,16 @@ export function trackConnections(server: Server): Connections {
     });
   });
   const cutIdle = () => {
-    for (const [socket, requests] of open) if (requests === 0) socket.destroy();
+    for (const [socket, requests] of open) {
+      if (requests > 0) continue;
+      // Answers still being written (many pipelined ones, a slow reader) are flushed first; the grace's
+      // end cuts a reader that never takes them.
+      if (socket.writableLength > 0) socket.end();
+      else socket.destroy();
+    }
   };
   return {
+    requestsOn: (socket) => open.get(socket) ?? 0,
     async close(stopServer, graceMs) {
       const sweep = setInterval(cutIdle, 100);
       const grace = setTimeout(() => server.closeAllConnections(), graceMs);
