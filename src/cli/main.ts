@@ -1,7 +1,8 @@
 // `mailroom` CLI: serve | worker | migrate | orgs create|list | keys create|list|revoke.
 // With --json every command prints exactly one JSON object as its last stdout line (errors too).
-// First: it holds a stop signal that arrives while the modules below load (start-signals.ts).
-import './start-signals.js';
+// First: it holds a stop signal that arrives while the modules below are evaluated (start-signals.ts);
+// bin/mailroom.js loads it before they are even read.
+import { takeStartSignal } from './start-signals.js';
 import { parseArgs } from 'node:util';
 import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
@@ -167,6 +168,12 @@ async function run(argv: string[]): Promise<void> {
   const { positionals, flags } = parse(argv);
   const [command, sub, arg] = positionals;
   const json = flags.json;
+  // start-signals.ts guessed the command before parsing (`--name serve orgs create` looks like serve to it):
+  // any other command gets Node's own handling back, and a signal held meanwhile takes effect now.
+  if (command !== 'serve' && command !== 'worker') {
+    const held = takeStartSignal();
+    if (held !== undefined) process.kill(process.pid, held);
+  }
   if (flags.help || command === 'help') {
     print(json, { usage: USAGE }, USAGE);
     return;

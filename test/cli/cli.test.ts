@@ -298,6 +298,35 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
   }, 30_000);
 });
 
+describe('mailroom: a stop signal to a one-off command', () => {
+  // serve and worker hold a signal while they start (start-signals.ts guesses them from the first word
+  // that is not a flag); `--name serve orgs create` looked like serve, and its SIGINT was swallowed.
+  it('stops it at once, whatever its flags look like', async () => {
+    // A database that accepts the connection and never answers: the command waits there.
+    const mute = net.createServer(() => undefined);
+    await new Promise<void>((resolve) => mute.listen(0, '127.0.0.1', resolve));
+    const { port } = mute.address() as net.AddressInfo;
+    let connected = false;
+    mute.on('connection', () => (connected = true));
+    const child = spawn(process.execPath, [...MAIN, '--name', 'serve', 'orgs', 'create'], {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: `postgres://x@127.0.0.1:${port}/mailroom`, LOG_LEVEL: 'silent' },
+      stdio: 'ignore',
+    });
+    try {
+      await eventually(() => connected, 20_000, 'the command waiting on its database');
+      const exited = new Promise<string | null>((resolve) =>
+        child.once('exit', (_code, signal) => resolve(signal)),
+      );
+      child.kill('SIGINT');
+      expect(await exited).toBe('SIGINT');
+    } finally {
+      child.kill('SIGKILL');
+      mute.close();
+    }
+  }, 40_000);
+});
+
 describe('mailroom serve where it cannot listen', () => {
   // Found at listen time, after the store was made and migrated: a typo in HOST left a data directory.
   it('exits 1 with one line naming HOST or PORT, before it opens the store', async () => {
