@@ -38,7 +38,7 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
       // A key sent where keys do not go (a query string, a path) would otherwise be logged with the URL.
       serializers: { req: serializeRequest },
     },
-    pino.destination(toStderr ? 2 : 1),
+    pino.destination({ dest: toStderr ? 2 : 1, sync: false }),
   );
 }
 
