@@ -68,6 +68,24 @@ describe.each(storeKinds())('logs on %s', (kind) => {
     // The log is really at trace level: requests were logged, with their URLs.
     expect(log).toContain('incoming request');
     expect(log).toContain('/api/v1/nowhere');
+    // One line a request once answered, with what it was and how it went (`info`; the incoming line is debug).
+    const completed = log
+      .split('\n')
+      .filter((line) => line.includes('"request completed"'))
+      .map(
+        (line) =>
+          JSON.parse(line) as {
+            level: number;
+            req: { method: string; url: string };
+            res: { statusCode: number };
+          },
+      );
+    expect(completed.find((l) => l.req.url === '/api/v1/nowhere')).toMatchObject({
+      level: 30,
+      req: { method: 'GET' },
+      res: { statusCode: 404 },
+    });
+    expect(log).toMatch(/"level":20,[^\n]*"msg":"incoming request"/);
     expect(log).toContain('email=[redacted]');
     expect(log).not.toContain(person);
     expect(log).not.toContain(encodeURIComponent(person));
