@@ -2,6 +2,7 @@
 import rateLimit from '@fastify/rate-limit';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
+  LogController,
   type FastifyBaseLogger,
   type FastifyInstance,
   type FastifyReply,
@@ -130,7 +131,7 @@ export async function buildApp(
     return503OnClosing: false,
     genReqId: nextRequestId,
     // One line a request instead of Fastify's two (logAnswer below).
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
     routerOptions: { maxParamLength: 2048, querystringParser: parseQueryString },
     // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the

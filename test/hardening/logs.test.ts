@@ -86,6 +86,8 @@ describe.each(storeKinds())('logs on %s', (kind) => {
       res: { statusCode: 404 },
     });
     expect(log).toMatch(/"level":20,[^\n]*"msg":"incoming request"/);
+    // Nothing but JSON lines: no deprecation warning of Node or Fastify at start (FSTDEP023 once was).
+    expect(log).not.toMatch(/Deprecation|FSTDEP|\(node:\d+\)/);
     expect(log).toContain('email=[redacted]');
     expect(log).not.toContain(person);
     expect(log).not.toContain(encodeURIComponent(person));
