@@ -274,11 +274,19 @@ describe('sqlite settings', () => {
 
   it('takes no more writes once a sync failed: the disk may have dropped what it was given', async () => {
     let failing = false;
+    const eio = () => Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
     const original = fs.fdatasyncSync;
     vi.spyOn(fs, 'fdatasyncSync').mockImplementation((fd) => {
-      if (failing) throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+      if (failing) throw eio();
       original(fd);
     });
+    // Both ways of syncing fail: on a busy machine a slow sync while migrating sends the next ones to
+    // libuv's thread pool (wal-sync.ts), where only an inline failure would have gone unseen.
+    const originalAsync = fs.fdatasync;
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, done: (err: Error | null) => void) => {
+      if (failing) done(eio());
+      else originalAsync(fd, done);
+    }) as typeof fs.fdatasync);
     await withOwnStore({}, async (store) => {
       failing = true;
       await expect(
