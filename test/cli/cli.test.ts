@@ -9,8 +9,8 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
-import { MAIN, startProcess } from '../helpers/process.js';
-import { eventually } from '../helpers/smtp.js';
+import { MAIN, baseEnv, startProcess } from '../helpers/process.js';
+import { eventually, freePort } from '../helpers/smtp.js';
 import { createTestDatabase, storeKinds } from '../helpers/stores.js';
 
 const run = promisify(execFile);
@@ -310,7 +310,7 @@ describe('mailroom: a stop signal to a one-off command', () => {
     mute.on('connection', () => (connected = true));
     const child = spawn(process.execPath, [...MAIN, '--name', 'serve', 'orgs', 'create'], {
       cwd: ROOT,
-      env: { ...process.env, DATABASE_URL: `postgres://x@127.0.0.1:${port}/mailroom`, LOG_LEVEL: 'silent' },
+      env: baseEnv({ DATABASE_URL: `postgres://x@127.0.0.1:${port}/mailroom`, LOG_LEVEL: 'silent' }),
       stdio: 'ignore',
     });
     try {
@@ -338,13 +338,11 @@ describe('mailroom serve where it cannot listen', () => {
         // TEST-NET-2: never an address of this machine.
         ['198.51.100.7', '4555', 'HOST 198.51.100.7 is not an address of this machine'],
         ['127.0.0.1', String(port), `PORT ${port} is already in use on 127.0.0.1`],
-      ]) {
+      ] as const) {
         const dataDir = path.join(mkdtempSync(path.join(tmpdir(), 'mailroom-listen-')), 'data');
-        const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, HOST: host, PORT: listenOn };
-        delete env.DATABASE_URL;
         const done = await run(process.execPath, [...MAIN, 'serve', '--json'], {
           cwd: ROOT,
-          env,
+          env: baseEnv({ DATA_DIR: dataDir, HOST: host, PORT: listenOn }),
           timeout: 20_000,
         }).then(
           () => ({ code: 0, stdout: '' }),
@@ -361,16 +359,8 @@ describe('mailroom serve where it cannot listen', () => {
 });
 
 describe('mailroom serve: where it listens', () => {
-  const serveEnv = (extra: Record<string, string>) => {
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      DATA_DIR: mkdtempSync(path.join(tmpdir(), 'mailroom-where-')),
-      LOG_LEVEL: 'silent',
-      ...extra,
-    };
-    delete env.DATABASE_URL;
-    return env;
-  };
+  const serveEnv = (extra: Record<string, string>) =>
+    baseEnv({ DATA_DIR: mkdtempSync(path.join(tmpdir(), 'mailroom-where-')), LOG_LEVEL: 'silent', ...extra });
 
   it('HOST=localhost is one address, wired as any: Fastify would add a server of its own for the other', async () => {
     // localhost resolving to both loopbacks (as in Docker); the second would have missed half-open
@@ -429,11 +419,7 @@ describe('mailroom serve: where it listens', () => {
       start(() => start(() => { console.log('both listening'); process.exit(0); }));
       setTimeout(() => { console.log('timeout'); process.exit(1); }, 40000);`;
     // A port of its own (with 0, each worker's own listen would pick another and never meet the other's).
-    const free = net.createServer();
-    await new Promise<void>((resolve) => free.listen(0, '127.0.0.1', resolve));
-    const { port } = free.address() as net.AddressInfo;
-    await new Promise((resolve) => free.close(resolve));
-    const env = serveEnv({ HOST: '127.0.0.1', PORT: String(port) });
+    const env = serveEnv({ HOST: '127.0.0.1', PORT: String(await freePort()) });
     // A file, not `-e`: the workers are forked with the primary's Node flags, `-e` and its code included.
     const file = path.join(env.DATA_DIR!, 'cluster.mjs');
     writeFileSync(file, script);

@@ -7,25 +7,14 @@ import { existsSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect, it } from 'vitest';
-import { MAIN } from '../helpers/process.js';
+import { MAIN, baseEnv } from '../helpers/process.js';
 import { eventually } from '../helpers/smtp.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
 /** A server's environment on its own data directory, on SQLite, any port, its start-up logged. */
-function serverEnv(dataDir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DATA_DIR: dataDir,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-    ...extra,
-  };
-  delete env.DATABASE_URL;
-  delete env.SMTP_URL;
-  return env;
-}
+const serverEnv = (dataDir: string, extra: Record<string, string> = {}) =>
+  baseEnv({ DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', ...extra });
 
 it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
   const env = serverEnv(mkdtempSync(path.join(os.tmpdir(), 'mailroom-npm-start-')));

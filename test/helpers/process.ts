@@ -45,7 +45,8 @@ const SETTINGS = new Set([
   'DKIM_PRIVATE_KEY',
 ]);
 
-function baseEnv(env: Record<string, string>): NodeJS.ProcessEnv {
+/** The environment of a Mailroom child: the test's settings and nothing of the developer's (SETTINGS). */
+export function baseEnv(env: Record<string, string>): NodeJS.ProcessEnv {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !SETTINGS.has(name)));
   return { ...inherited, LOG_LEVEL: 'warn', HOST: '127.0.0.1', ...env };
 }
