@@ -100,11 +100,12 @@ export async function buildApp(
   const logAnswer = (req: FastifyRequest, reply: FastifyReply): void => {
     req.log.debug({ req }, 'incoming request');
     reply.raw.once('close', () => {
-      const res = { statusCode: reply.statusCode };
-      const responseTime = reply.elapsedTime;
-      if (reply.raw.writableFinished) req.log.info({ req, res, responseTime }, 'request completed');
-      else
-        req.log.info({ req, res, responseTime }, 'request aborted: the connection closed before the answer');
+      req.log.info(
+        { req, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime },
+        reply.raw.writableFinished
+          ? 'request completed'
+          : 'request aborted: the connection closed before the answer',
+      );
     });
   };
   // Set once the rate-limit plugin is registered; errors raised before routing are counted through it.

@@ -97,19 +97,19 @@ function serializeRequest(req: LoggedRequest): Record<string, unknown> {
  * and each listen tells the primary the worker is listening.
  */
 export async function listenAddress(config: Config): Promise<string> {
-  const probe = createServer();
   try {
     const host = config.host === 'localhost' ? (await lookup(config.host)).address : config.host;
-    if (cluster.isWorker) return host;
-    await new Promise<void>((resolve, reject) => {
-      probe.once('error', reject);
-      probe.listen({ port: config.port, host }, resolve);
-    });
+    if (!cluster.isWorker) {
+      const probe = createServer();
+      await new Promise<void>((resolve, reject) => {
+        probe.once('error', reject);
+        probe.listen({ port: config.port, host }, resolve);
+      });
+      await new Promise((resolve) => probe.close(resolve));
+    }
     return host;
   } catch (err) {
     throw listenError(err, config);
-  } finally {
-    await new Promise<void>((resolve) => (probe.listening ? probe.close(() => resolve()) : resolve()));
   }
 }
 
