@@ -163,12 +163,22 @@ export async function countByChunksOnPostgres(
   }
   const term = filter.email.toLowerCase();
   if (!isChunkSearchable(term)) return undefined;
+  // A row whose domain holds the term (or, for `@…`, begins with what follows the @) holds it in each of
+  // its `n` addresses, and is not read; `covered` is null for the rest, which are searched.
+  const at = term.indexOf('@');
+  const inDomain = at < 0 ? term : null;
+  const afterAt = at === 0 && !term.includes('@', 1) ? term.slice(1) : null;
   const count = (conn: Executor, part: number, parts: number) =>
-    sql<{ n: string }>`select coalesce(sum(sign * (
+    sql<{ n: string }>`select coalesce(sum(sign * case when covered then n else
         (select count(*) from unnest(p) piece where strpos(piece, ${END}) > 0)
-        - (strpos(p[1], ${END}) > 0)::int)), 0) as n
-      from (select sign, string_to_array(addresses, ${term}) as p from ${sql.table(CHUNKS_TABLE)}
-        where organization_id = ${organizationId} and id % ${parts} = ${part} offset 0) chunks`
+        - (strpos(p[1], ${END}) > 0)::int end), 0) as n
+      from (select sign, n, covered,
+          case when covered then null else string_to_array(addresses, ${term}) end as p
+        from (select sign, n, addresses, domain <> '' and (strpos(domain, ${inDomain}::text) > 0
+              or starts_with(domain, ${afterAt}::text)) as covered
+            from ${sql.table(CHUNKS_TABLE)}
+            where organization_id = ${organizationId} and id % ${parts} = ${part}) r
+        offset 0) chunks`
       .execute(conn)
       .then(({ rows }) => Number(rows[0]!.n));
   // In a transaction the parts would only queue on its one connection; it is one snapshot already.

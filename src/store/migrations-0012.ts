@@ -5,15 +5,55 @@
 // million contacts). SQLite keeps its chunks in the search index file (address-chunks.ts).
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
-import { CHUNKS_TABLE, LOOSE_CHARS, chunkRows, rebuildAddressChunks } from './address-chunks-postgres.js';
+import { CHUNKS_TABLE, LOOSE_CHARS, PG_CHUNK_CHARS } from './address-chunks-postgres.js';
+import { END } from './address-chunks.js';
 import { ORG_EXISTS, statementTrigger } from './migrations-0005.js';
 import { noSameAddressIn } from './migrations-0011.js';
 
 /** Rows of an organisation being deleted are skipped: its chunks go with it (cascade). */
 const LIVE = ORG_EXISTS('r.organization_id');
 
-const append = (select: string) =>
-  `INSERT INTO ${CHUNKS_TABLE} (organization_id, sign, chars, addresses) ${select};`;
+// The rows and the first build as this migration wrote them; 0015 added columns and writes them anew.
+
+/** Rows of (organization_id, sign, chars, addresses) for `rows` (one per organisation), as SQL. */
+function chunkRows(rows: string, sign: 1 | -1, where = 'TRUE'): string {
+  return `SELECT r.organization_id, ${sign}::smallint AS sign,
+      sum(length(r.email_lower) + 1)::integer AS chars, string_agg(r.email_lower || E'\\n', '') AS addresses
+    FROM ${rows} r WHERE ${where} GROUP BY r.organization_id`;
+}
+
+async function buildChunks(db: Kysely<unknown>): Promise<void> {
+  await sql`insert into ${sql.table(CHUNKS_TABLE)} (organization_id, sign, chars, addresses)
+    select organization_id, 1, sum(length(email_lower) + 1), string_agg(email_lower || ${END}, '')
+    from (select organization_id, email_lower, sum(length(email_lower) + 1)
+        over (partition by organization_id rows unbounded preceding) / ${sql.lit(PG_CHUNK_CHARS)} as part
+      from contacts) c
+    group by organization_id, part`.execute(db);
+}
+
+/**
+ * The statement triggers on contacts that append a row per statement and organisation of `rows` (chunkRows'
+ * shape): inserted addresses +1, deleted ones -1, a readdressed contact's both. Replaced in place (0015).
+ */
+export async function chunkTriggers(
+  db: Kysely<unknown>,
+  rows: (rows: string, sign: 1 | -1, where?: string) => string,
+  columns: string,
+): Promise<void> {
+  const append = (select: string) => `INSERT INTO ${CHUNKS_TABLE} (${columns}) ${select};`;
+  await statementTrigger(db, 'contacts_chunks_ins', 'INSERT', 'contacts', append(rows('new_rows', 1)));
+  await statementTrigger(db, 'contacts_chunks_del', 'DELETE', 'contacts', append(rows('old_rows', -1, LIVE)));
+  await statementTrigger(
+    db,
+    'contacts_chunks_upd',
+    'UPDATE',
+    'contacts',
+    append(
+      `${rows('old_rows', -1, `${noSameAddressIn('new_rows')} AND ${LIVE}`)}
+      UNION ALL ${rows('new_rows', 1, noSameAddressIn('old_rows'))}`,
+    ),
+  );
+}
 
 async function addressChunks(db: Kysely<unknown>): Promise<void> {
   await sql
@@ -43,25 +83,8 @@ async function addressChunks(db: Kysely<unknown>): Promise<void> {
   if (rows[0]?.lz4) {
     await sql.raw(`ALTER TABLE ${CHUNKS_TABLE} ALTER COLUMN addresses SET COMPRESSION lz4`).execute(db);
   }
-  await statementTrigger(db, 'contacts_chunks_ins', 'INSERT', 'contacts', append(chunkRows('new_rows', 1)));
-  await statementTrigger(
-    db,
-    'contacts_chunks_del',
-    'DELETE',
-    'contacts',
-    append(chunkRows('old_rows', -1, LIVE)),
-  );
-  await statementTrigger(
-    db,
-    'contacts_chunks_upd',
-    'UPDATE',
-    'contacts',
-    append(
-      `${chunkRows('old_rows', -1, `${noSameAddressIn('new_rows')} AND ${LIVE}`)}
-      UNION ALL ${chunkRows('new_rows', 1, noSameAddressIn('old_rows'))}`,
-    ),
-  );
-  await rebuildAddressChunks(db, null);
+  await chunkTriggers(db, chunkRows, 'organization_id, sign, chars, addresses');
+  await buildChunks(db);
 }
 
 export function addressChunksOnPostgres(dialect: DialectName): Migration {

@@ -17,6 +17,7 @@ import { addressVersions } from './migrations-0011.js';
 import { addressChunksOnPostgres } from './migrations-0012.js';
 import { markedDefaultOrganization } from './migrations-0013.js';
 import { listCountsPerStatement } from './migrations-0014.js';
+import { addressChunksByDomain } from './migrations-0015.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -250,6 +251,7 @@ class StaticProvider implements MigrationProvider {
       '0012_address_chunks': addressChunksOnPostgres(this.dialect),
       '0013_marked_default_organization': markedDefaultOrganization(this.dialect),
       '0014_list_counts_per_statement': listCountsPerStatement(this.dialect),
+      '0015_address_chunks_by_domain': addressChunksByDomain(this.dialect),
     };
   }
 }

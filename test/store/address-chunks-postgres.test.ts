@@ -11,6 +11,7 @@ import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import { countByChunksOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
 import {
   CHUNKS_TABLE,
+  DOMAIN_CHARS,
   LOOSE_CHARS,
   PG_CHUNK_CHARS,
   foldAddressChunks,
@@ -37,7 +38,28 @@ function random(seed: number): () => number {
 }
 
 /** Terms over the addresses' small alphabet: many held twice in one address, single characters, none. */
-const TERMS = ['a', 'b', '@', '.', 'ab', 'ba', 'aa', 'bab', 'abab', 'a@', '@b', 'b.t', '.test', 'zz', 'aab@'];
+const TERMS = [
+  'a',
+  'b',
+  '@',
+  '.',
+  'ab',
+  'ba',
+  'aa',
+  'bab',
+  'abab',
+  'a@',
+  '@b',
+  '@ab',
+  '@ab.test',
+  'ab.test',
+  'b.t',
+  '.test',
+  'zz',
+  'aab@',
+  '@a@',
+  'b@a',
+];
 
 async function truth(db: Executor, org: string, term: string): Promise<number> {
   const { rows } = await sql<{ n: string }>`select count(*) as n from contacts
@@ -90,9 +112,13 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     const next = random(12);
     const pick = <T>(list: readonly T[]) => list[Math.floor(next() * list.length)]!;
     let made = 0;
-    // Local parts over a and b, so terms like `ab` are often held twice in one address.
+    // Local parts over a and b, so terms like `ab` are often held twice in one address. Now and then an
+    // address the API would refuse (a second @, none at all): the chunks hold whatever contacts hold.
     const address = () => {
       const local = Array.from({ length: 1 + Math.floor(next() * 6) }, () => pick(['a', 'b'])).join('');
+      const odd = next();
+      if (odd < 0.03) return `${local}${made}.test`;
+      if (odd < 0.06) return `${local}${made}@a@${pick(['ab', 'ba'])}.test`;
       return `${local}${made}@${pick(['ab', 'ba', 'aa'])}.test`;
     };
     const ids = (org: string) =>
@@ -131,8 +157,12 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
           .where('organization_id', '=', org)
           .execute();
         expect(await chunkRowCount(db, org)).toBe(before);
+      } else if (op < 0.9) {
+        // A domain gets rows of its own from as few characters as these, or from none at all.
+        const domainChars = pick([1, 60, 400, DOMAIN_CHARS]);
+        await foldAddressChunks(db, { looseRows: 2 + Math.floor(next() * 3), domainChars });
       } else {
-        await foldAddressChunks(db, { looseRows: 2 + Math.floor(next() * 3) });
+        await rebuildAddressChunks(db, org, pick([1, 200, DOMAIN_CHARS]));
       }
       for (const term of [pick(TERMS), pick(TERMS)]) {
         expect(await chunkCount(db, org, term), `${term} after step ${step}`).toBe(
@@ -171,11 +201,14 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       }
     });
     expect(await foldAddressChunks(db, { looseRows: 400 })).not.toContain(org);
-    // A backlog is merged a part at a time, exact after each.
-    await foldAddressChunks(db, { mergeMax: 200 });
-    expect(await chunkRowCount(db, org)).toBe(102);
+    // A backlog is merged a part at a time, exact after each: here each domain's 40 addresses (~560
+    // characters) in a row of its own, so that no rebuild follows (below).
+    await foldAddressChunks(db, { mergeMax: 200, domainChars: 500 });
+    expect(await chunkRowCount(db, org)).toBe(106);
     expect(await chunkCount(db, org, 'fold3')).toBe(await truth(db, org, 'fold3'));
 
+    // The rest merged with domains too small for rows of their own: rows of any domain, which weigh more
+    // than an eighth of what is held, so the chunks are written anew.
     expect(await foldAddressChunks(db)).toContain(org);
     // ~5,400 characters: one positive row, f7's deletion cancelled against its insert.
     const { rows: left } = await sql<{ sign: number; chars: number }>`select sign, chars
@@ -192,6 +225,8 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
         tags: [],
       })),
     );
+    // One row of every domain, more than an eighth of what is held: written anew, by domain.
+    expect(await foldAddressChunks(db)).toContain(org);
     const ids = Array.from({ length: 3000 }, (_, i) => `g${i}`);
     for (const id of ids.slice(0, 420)) await db.deleteFrom('contacts').where('id', '=', id).execute();
     await foldAddressChunks(db, { looseRows: 2 });
@@ -209,6 +244,85 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     expect(after.rows.filter((r) => r.chars < LOOSE_CHARS).length).toBeLessThanOrEqual(1);
     expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
     expect(await chunkCount(db, org, 'bulk')).toBe(2000);
+  });
+
+  it('count a term that a domain holds by the rows of that domain, without reading their addresses', async () => {
+    const db = ts.store.db;
+    const org = 'chunk-domains';
+    await newOrg(db, org);
+    // Two large domains and a tail of small ones, in one statement: one row of any domain.
+    await insertContacts(
+      db,
+      Array.from({ length: 3000 }, (_, i) => {
+        const domain = i % 3 === 0 ? `tail${i}.example` : i % 3 === 1 ? 'big.example' : 'huge.example';
+        return { row: { ...contactRow(org, `d${i}`, `person${i}@${domain}`, AT), json: null }, tags: [] };
+      }),
+    );
+    // It weighs more than an eighth of what is held (all of it): the fold writes the chunks anew.
+    expect(await foldAddressChunks(db)).toContain(org);
+    const { rows } = await sql<{ domain: string | null; n: number; rebuilt: boolean }>`select domain, n,
+        rebuilt from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org}`.execute(db);
+    expect(new Set(rows.map((r) => r.domain))).toEqual(new Set(['big.example', 'huge.example', null]));
+    expect(rows.every((r) => r.rebuilt)).toBe(true);
+    expect(rows.reduce((sum, r) => sum + r.n, 0)).toBe(3000);
+    // A rebuild's short rows (each domain's last) are left as they are: merged, they would be of any domain.
+    expect(rows.some((r) => r.domain !== null)).toBe(true);
+    expect(await foldAddressChunks(db, { looseRows: 2 })).not.toContain(org);
+    expect(await chunkRowCount(db, org)).toBe(rows.length);
+    const terms = ['example', 'big', '.example', '@big', '@huge.ex', 'g.e', 'person1', 'n1@b', '@tail', '@'];
+    for (const term of terms) expect(await chunkCount(db, org, term), term).toBe(await truth(db, org, term));
+    // The big domains' rows are not read for a term their domain holds: with their addresses scrambled,
+    // those terms count the same, and a term of the local parts no longer does.
+    await sql`update ${sql.table(CHUNKS_TABLE)} set addresses = repeat('x' || ${'\n'}, n)
+      where organization_id = ${org} and domain is not null`.execute(db);
+    for (const term of ['example', 'big', '@huge.ex', 'g.e', '@']) {
+      expect(await chunkCount(db, org, term), term).toBe(await truth(db, org, term));
+    }
+    expect(await chunkCount(db, org, 'person1')).toBeLessThan(await truth(db, org, 'person1'));
+    await rebuildAddressChunks(db, org);
+    expect(await chunkCount(db, org, 'person1')).toBe(await truth(db, org, 'person1'));
+  });
+
+  it('are written by domain for the contacts a store held before 0015', async () => {
+    const created = await createTestDatabase();
+    const old = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
+    });
+    let store: Store | undefined;
+    try {
+      await migrateTo(old as Kysely<unknown>, 'postgres', '0014_list_counts_per_statement');
+      await newOrg(old, 'up15');
+      await insertContacts(
+        old,
+        Array.from({ length: 2000 }, (_, i) => ({
+          row: { ...contactRow('up15', `u${i}`, `old${i}@${i % 2 ? 'odd' : 'even'}.test`, AT), json: null },
+          tags: [],
+        })),
+      );
+      await old.destroy();
+      store = createStore({ databaseUrl: created.url, dataDir: tmpdir() });
+      expect(await store.migrate()).toEqual(['0015_address_chunks_by_domain']);
+      const { rows } = await sql<{ domain: string | null }>`select domain from ${sql.table(CHUNKS_TABLE)}
+        where organization_id = 'up15'`.execute(store.db);
+      expect(new Set(rows.map((r) => r.domain))).toEqual(new Set(['odd.test', 'even.test']));
+      expect(await heldAddresses(store.db, 'up15')).toEqual(await contactAddresses(store.db, 'up15'));
+      for (const term of ['odd', '.test', 'old1', '@even']) {
+        expect(await chunkCount(store.db, 'up15', term), term).toBe(await truth(store.db, 'up15', term));
+      }
+      // The triggers write a statement's addresses of one domain as a row of that domain.
+      await insertContacts(store.db, [
+        { row: { ...contactRow('up15', 'new1', 'new1@odd.test', AT), json: null }, tags: [] },
+      ]);
+      const last = await sql<{ domain: string | null; n: number }>`select domain, n
+        from ${sql.table(CHUNKS_TABLE)} where organization_id = 'up15' order by id desc limit 1`.execute(
+        store.db,
+      );
+      expect(last.rows[0]).toEqual({ domain: 'odd.test', n: 1 });
+    } finally {
+      await old.destroy().catch(() => undefined);
+      await store?.close();
+      await created.drop();
+    }
   });
 
   it('stay exact in every snapshot while writers and folds run at once', async () => {

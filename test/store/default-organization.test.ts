@@ -51,6 +51,7 @@ describe.each(storeKinds())('migration 0013 on %s', (kind) => {
           expect(await upgraded.migrate()).toEqual([
             '0013_marked_default_organization',
             '0014_list_counts_per_statement',
+            '0015_address_chunks_by_domain',
           ]);
           const chosen = await orgs(upgraded).getOrCreateDefault();
           if (kept) expect(chosen.id).toBe('org-0');
