@@ -2,10 +2,10 @@
 // newest first, testing each address: a page after a few rows when the matches are spread through time,
 // but every contact before them when they are all old (a domain imported long ago: 0.2–0.3 s at a million
 // contacts, on every page). So the walk here has a budget, about twice what spread matches need; when it
-// does not fill the page, the page is sorted out of the matches the trigram index finds (130–185 ms with
-// the total for 111,000 of them on a slow day, 20–35 for 11,000). A deep page of a term many contacts
-// hold stays with the plain walk, which costs less than sorting every match. undefined means "use the
-// plain walk".
+// does not fill the page, the matches are counted in the address chunks and the page is sorted out of the
+// matches the trigram index finds (130–185 ms with the total for 111,000 of them on a slow day, 20–35 for
+// 11,000), unless there is none to find. A deep page of a term many contacts hold stays with the plain
+// walk, which costs less than sorting every match. undefined means "use the plain walk".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { containsText, isTrigramSearchable } from '../store/dialect.js';
@@ -57,9 +57,9 @@ async function walkNewest(
  * sorts as the plain walk does (same collation), and keeps only the page's rows while sorting. The total
  * is counted beside it, not in it: a count over the sorted rows (a window) made PostgreSQL sort every
  * match, past work_mem on disk, where the page alone keeps its rows in a top-N heap (111,000 matches at a
- * million contacts: 165 ms against 60). Through the trigram index, as the matches are few among the newest
- * contacts (the address chunks cost ~40 ms at a million whatever the term), in the page's snapshot, and
- * not at all when the caller knows the total.
+ * million contacts: 165 ms against 60). Through the trigram index, in the page's snapshot, only where the
+ * address chunks cannot count them (`unsubscribed` beside the term), and not at all when the caller knows
+ * the total.
  */
 async function sortMatches(
   db: Executor,
@@ -121,6 +121,20 @@ export async function pageByEmailOnPostgres(
   if (budget >= size) return undefined;
   const walked = await walkNewest(db, organizationId, filter, term, page, budget);
   if (walked.length === page.limit) return { contacts: walked };
+  if (knownTotal === undefined) {
+    // The matches are old, few or none: their total first, from the address chunks, then the page, in one
+    // snapshot. None (or none this far) needs no search at all, and the sort is spared counting through the
+    // trigram index, which a term pg_trgm cannot narrow makes read every contact: `e.t` is the words `e`
+    // and `t` to it, in every address of example.test (300 ms at a million contacts, to find none).
+    const counted = async (conn: Executor) => {
+      const total = await countByChunksOnPostgres(conn, organizationId, filter);
+      if (total === undefined) return sortMatches(conn, organizationId, filter, term, page, undefined);
+      if (reach - page.limit >= total) return { contacts: [], total };
+      return { ...(await sortMatches(conn, organizationId, filter, term, page, total)), total };
+    };
+    if (db.isTransaction) return counted(db);
+    return (await inOneSnapshot(db, 1, (conn) => counted(conn)))[0]!;
+  }
   return sortMatches(db, organizationId, filter, term, page, knownTotal);
 }
 

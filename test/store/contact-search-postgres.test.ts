@@ -173,6 +173,43 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     expect(got?.total).toBe(150);
   });
 
+  it('counts the matches in the address chunks first, in one snapshot with the page, and reads no page of none', async () => {
+    let added = false;
+    // Right after the count, before the page: another client adds a match, which neither sees.
+    const seen: string[] = [];
+    const got = await searchLegacy(1, 200, undefined, seen, async (sql) => {
+      if (added || !sql.includes('string_to_array')) return;
+      added = true;
+      const at = new Date(BASE + 20_000_000).toISOString();
+      const made = { ...contactRow(OTHER, 'late-match-2', 'late2@legacy.test', at), json: null };
+      await ts.store.write((trx) => insertContacts(trx, [{ row: made, tags: [] }]));
+    });
+    expect(added).toBe(true);
+    expect(got?.contacts).toHaveLength(151);
+    expect(got?.total).toBe(151);
+    // Not through the trigram index: the chunks counted them.
+    expect(seen.filter((q) => /count\(\*\) as n from contacts/i.test(q))).toEqual([]);
+    // A term no contact holds (that pg_trgm would look for in every address with a word beginning `t`), or a page
+    // past the end: the count alone.
+    for (const [filter, p] of [
+      [{ email: 'q.t' }, 1],
+      [{ email: 'legacy' }, 9],
+    ] as const) {
+      const asked: string[] = [];
+      const db = new Kysely<Database>({
+        dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: ts.databaseUrl, max: 1 }) }),
+        log: (event) => void asked.push(event.query.sql),
+      });
+      try {
+        const answer = await pageByEmailOnPostgres(db, OTHER, filter, { page: p, limit: 20 }, undefined, 40);
+        expect(answer).toEqual({ contacts: [], total: filter.email === 'legacy' ? 152 : 0 });
+      } finally {
+        await db.destroy();
+      }
+      expect(asked.filter((q) => q.includes("|| '' desc"))).toEqual([]);
+    }
+  });
+
   it('counts nothing when the caller knows the total', async () => {
     const seen: string[] = [];
     const got = await searchLegacy(2, 20, 151, seen);
