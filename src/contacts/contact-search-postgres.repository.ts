@@ -126,14 +126,8 @@ export async function pageByEmailOnPostgres(
     // snapshot. None (or none this far) needs no search at all, and the sort is spared counting through the
     // trigram index, which a term pg_trgm cannot narrow makes read every contact: `e.t` is the words `e`
     // and `t` to it, in every address of example.test (300 ms at a million contacts, to find none).
-    const counted = async (conn: Executor) => {
-      const total = await countByChunksOnPostgres(conn, organizationId, filter);
-      if (total === undefined) return sortMatches(conn, organizationId, filter, term, page, undefined);
-      if (reach - page.limit >= total) return { contacts: [], total };
-      return { ...(await sortMatches(conn, organizationId, filter, term, page, total)), total };
-    };
-    if (db.isTransaction) return counted(db);
-    return (await inOneSnapshot(db, 1, (conn) => counted(conn)))[0]!;
+    const answer = await countThenSort(db, organizationId, filter, term, page);
+    if (answer) return answer;
   }
   return sortMatches(db, organizationId, filter, term, page, knownTotal);
 }
@@ -172,6 +166,22 @@ export async function countByChunksOnPostgres(
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number | undefined> {
+  const count = chunkCounter(organizationId, filter);
+  if (!count) return undefined;
+  // In a transaction the parts would only queue on its one connection; it is one snapshot already.
+  if (db.isTransaction) return count(db, 0, 1);
+  const counts = await inOneSnapshot(db, COUNT_PARTS, count);
+  return counts.reduce((sum, n) => sum + n, 0);
+}
+
+/**
+ * What counts part `part` of `parts` of the organisation's chunks (by id), for the filter's term; undefined
+ * when the chunks cannot count the filter (see countByChunksOnPostgres).
+ */
+function chunkCounter(
+  organizationId: string,
+  filter: ContactFilter,
+): ((conn: Executor, part: number, parts: number) => Promise<number>) | undefined {
   if (filter.tag !== undefined || filter.unsubscribed !== undefined || filter.email === undefined) {
     return undefined;
   }
@@ -182,7 +192,7 @@ export async function countByChunksOnPostgres(
   const at = term.indexOf('@');
   const inDomain = at < 0 ? term : null;
   const afterAt = at === 0 && !term.includes('@', 1) ? term.slice(1) : null;
-  const count = (conn: Executor, part: number, parts: number) =>
+  return (conn, part, parts) =>
     sql<{ n: string }>`select coalesce(sum(sign * case when covered then n else
         (select count(*) from unnest(p) piece where strpos(piece, ${END}) > 0)
         - (strpos(p[1], ${END}) > 0)::int end), 0) as n
@@ -195,8 +205,46 @@ export async function countByChunksOnPostgres(
         offset 0) chunks`
       .execute(conn)
       .then(({ rows }) => Number(rows[0]!.n));
-  // In a transaction the parts would only queue on its one connection; it is one snapshot already.
-  if (db.isTransaction) return count(db, 0, 1);
-  const counts = await inOneSnapshot(db, COUNT_PARTS, count);
-  return counts.reduce((sum, n) => sum + n, 0);
+}
+
+/**
+ * The matches counted in the address chunks, then, unless there are none this far, the page sorted out of
+ * them (sortMatches), all in one snapshot: the count in parts on connections of their own where the pool
+ * has room, the page on the first part's once every part has counted. Undefined when the chunks cannot
+ * count the filter.
+ */
+async function countThenSort(
+  db: Executor,
+  organizationId: string,
+  filter: ContactFilter,
+  term: string,
+  page: Page,
+): Promise<{ contacts: string[]; total: number } | undefined> {
+  const count = chunkCounter(organizationId, filter);
+  if (!count) return undefined;
+  const reach = page.page * page.limit;
+  const finish = async (conn: Executor, total: number) => {
+    if (reach - page.limit >= total) return { contacts: [], total };
+    return { ...(await sortMatches(conn, organizationId, filter, term, page, total)), total };
+  };
+  if (db.isTransaction) return finish(db, await count(db, 0, 1));
+  // Each part's count, settled when it is done; the first part waits for the others' before the page.
+  const settle: { resolve: (n: number) => void; reject: (err: unknown) => void }[] = [];
+  const counted = Array.from(
+    { length: COUNT_PARTS },
+    () => new Promise<number>((resolve, reject) => settle.push({ resolve, reject })),
+  );
+  // A part that fails fails the call through inOneSnapshot; the first part then stops waiting for it.
+  for (const promise of counted) promise.catch(() => undefined);
+  const parts = await inOneSnapshot(db, COUNT_PARTS, async (conn, i, n) => {
+    const mine = count(conn, i, n);
+    mine.then(settle[i]!.resolve, settle[i]!.reject);
+    if (i > 0) return mine.then(() => undefined);
+    const all = await Promise.all(counted.slice(0, n));
+    return finish(
+      conn,
+      all.reduce((sum, x) => sum + x, 0),
+    );
+  });
+  return parts[0]!;
 }
