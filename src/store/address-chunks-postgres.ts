@@ -23,8 +23,9 @@
 // contacts; a term one contact in nine holds, 35 ms). A rebuild gives each domain of `DOMAIN_CHARS` or
 // more its own rows and packs the small ones together; a merge does the same with the rows it merges; a
 // statement's row has the domain of its addresses when they share one. Rows of any domain that a rebuild
-// did not write ("unsorted": a merge's small domains, a bulk insert's statement) call for a rebuild
-// once they weigh an eighth of what is held, as deletions do.
+// did not write ("unsorted": a merge's small domains, a bulk insert's statement, the rows of before 0015)
+// call for a rebuild once they weigh a quarter of what is held (and UNSORTED_MIN_CHARS), as deletions do
+// at an eighth.
 import { type Kysely, sql } from 'kysely';
 import type { Executor } from './store.js';
 import { END } from './address-chunks.js';
@@ -63,22 +64,6 @@ export function domainOf(address: string): string {
 }
 
 /**
- * Rows of (organization_id, sign, chars, n, domain, addresses) for `rows` (one per organisation), as SQL:
- * a statement's addresses all of one domain (a single contact's, say) make a row of that domain.
- */
-export function chunkRows(rows: string, sign: 1 | -1, where = 'TRUE'): string {
-  return `SELECT r.organization_id, ${sign}::smallint AS sign,
-      sum(length(r.email_lower) + 1)::integer AS chars, count(*)::integer AS n,
-      CASE WHEN min(r.domain) = max(r.domain) THEN min(r.domain) END AS domain,
-      string_agg(r.email_lower || E'\\n', '') AS addresses
-    FROM (SELECT *, ${domainSql('email_lower')} AS domain FROM ${rows}) r WHERE ${where}
-    GROUP BY r.organization_id`;
-}
-
-/** The columns chunkRows gives, in its order. */
-export const CHUNK_COLUMNS = 'organization_id, sign, chars, n, domain, addresses';
-
-/**
  * Writes the chunks of `organizationId` (every organisation's when null) afresh from its contacts, in one
  * statement with the delete of what it held: both read the same snapshot, so a writer committing meanwhile
  * keeps its own row and is not counted twice. A domain of `domainChars` characters or more gets rows of its
@@ -115,7 +100,17 @@ export interface FoldOptions {
   mergeMax?: number;
   /** A domain's addresses get rows of their own from this many characters (DOMAIN_CHARS). */
   domainChars?: number;
+  /** Unsorted rows call for a rebuild from this many characters (UNSORTED_MIN_CHARS). */
+  unsortedMinChars?: number;
+  /** A fold's statements stop after this long, in ms (FOLD_STATEMENT_MS). */
+  statementMs?: number;
 }
+
+/**
+ * Unsorted rows of fewer characters than this never call for a rebuild: a search reads them in well under a
+ * millisecond, and most organisations have some (a merge's small domains), so they are not even weighed.
+ */
+export const UNSORTED_MIN_CHARS = 4 * PG_CHUNK_CHARS;
 
 /** Loose rows that make an organisation worth a fold. */
 const LOOSE_ROWS = 32;
@@ -128,17 +123,25 @@ const MERGE_MAX = 20_000;
 
 /**
  * Merges loose rows, and writes an organisation's chunks anew from its contacts when its negative rows
- * outweigh an eighth of its positive ones, or its unsorted rows do (rows of any domain written since its
- * last rebuild: a term a domain's name holds is searched for in each of their addresses). Each organisation
- * in a transaction of its own, under an advisory lock no other process's fold can hold at once (one that
- * cannot take it passes the organisation by). Returns the organisations whose rows were merged or rebuilt.
+ * outweigh an eighth of its positive ones, or its unsorted rows (rows of any domain written since its last
+ * rebuild, in which a term a domain's name holds is searched for address by address) a quarter of them and
+ * at least UNSORTED_MIN_CHARS: a bulk import is then written anew about every quarter it grows, some five
+ * times its size in all. Each organisation in a transaction of its own, under an advisory lock no other
+ * process's fold can hold at once (one that cannot take it passes the organisation by). Returns the
+ * organisations whose rows were merged or rebuilt.
  */
 export async function foldAddressChunks(
   db: Executor,
-  { looseRows = LOOSE_ROWS, mergeMax = MERGE_MAX, domainChars = DOMAIN_CHARS }: FoldOptions = {},
+  {
+    looseRows = LOOSE_ROWS,
+    mergeMax = MERGE_MAX,
+    domainChars = DOMAIN_CHARS,
+    unsortedMinChars = UNSORTED_MIN_CHARS,
+    statementMs = FOLD_STATEMENT_MS,
+  }: FoldOptions = {},
 ): Promise<string[]> {
   // Organisations with loose rows enough to merge, those with negative rows at all (whether these weigh
-  // an eighth is summed under the lock), and those whose unsorted rows weigh an eighth: each found through
+  // an eighth is summed under the lock), and those with unsorted rows enough to weigh: each found through
   // a partial index, never the whole table.
   const table = sql.table(CHUNKS_TABLE);
   const { rows } = await sql<{ organization_id: string; loose: boolean }>`select organization_id,
@@ -148,10 +151,8 @@ export async function foldAddressChunks(
       union all
       select distinct organization_id, false from ${table} where sign < 0
       union all
-      select u.organization_id, false from (select organization_id, sum(chars) as chars from ${table}
-          where ${UNSORTED} group by organization_id) u
-        where 8 * u.chars > (select sum(chars) from ${table} c
-          where c.organization_id = u.organization_id and c.sign > 0)) candidates
+      select organization_id, false from ${table} where ${UNSORTED}
+        group by organization_id having sum(chars) >= ${unsortedMinChars}) candidates
     group by organization_id`.execute(db);
   const folded: string[] = [];
   for (const { organization_id: org, loose: merge } of rows) {
@@ -159,6 +160,9 @@ export async function foldAddressChunks(
       const locked = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(
           hashtext('mailroom: fold address chunks'), hashtext(${org})) as ok`.execute(trx);
       if (!locked.rows[0]?.ok) return false;
+      // Stopped by the server when the pool stops waiting for it (query_timeout), rather than left running
+      // with the lock held: a rebuild takes about 2 s a million contacts.
+      await sql`set local statement_timeout = ${sql.lit(statementMs)}`.execute(trx);
       // READ COMMITTED: each statement below sees every fold committed before this lock was granted.
       const merged = merge && (await mergeLoose(trx, org, mergeMax, domainChars));
       const sums = await sql<{ neg: string; pos: string; unsorted: string }>`select
@@ -166,15 +170,33 @@ export async function foldAddressChunks(
           coalesce(sum(chars) filter (where sign > 0), 0) as pos,
           coalesce(sum(chars) filter (where ${UNSORTED}), 0) as unsorted
         from ${table} where organization_id = ${org}`.execute(trx);
-      const { neg, pos, unsorted } = sums.rows[0]!;
-      if (8 * Number(neg) <= Number(pos) && 8 * Number(unsorted) <= Number(pos)) return merged;
-      await rebuildAddressChunks(trx, org, domainChars);
+      const [neg, pos, unsorted] = [sums.rows[0]!.neg, sums.rows[0]!.pos, sums.rows[0]!.unsorted].map(Number);
+      const deleted = 8 * neg! > pos!;
+      const unsortedMuch = unsorted! >= unsortedMinChars && 4 * unsorted! > pos!;
+      if ((!deleted && !unsortedMuch) || (gaveUp.get(org) ?? 0) > Date.now()) return merged;
+      try {
+        await rebuildAddressChunks(trx, org, domainChars);
+      } catch (err) {
+        // Too large to write anew within the timeout: its rows, though slower to read, stay exact; what it
+        // merged is rolled back with the rebuild and merged again next time, without one.
+        if ((err as { code?: string }).code === QUERY_CANCELED) gaveUp.set(org, Date.now() + GIVE_UP_MS);
+        throw err;
+      }
       return true;
     });
     if (done) folded.push(org);
   }
   return folded;
 }
+
+/** A fold's statements stop after this long (ms), a moment before the pool's query_timeout (store.ts). */
+const FOLD_STATEMENT_MS = 14_000;
+/** PostgreSQL's code for a statement stopped by statement_timeout. */
+const QUERY_CANCELED = '57014';
+/** How long this process's folds leave an organisation unrebuilt once its rebuild timed out (ms). */
+const GIVE_UP_MS = 60 * 60_000;
+/** Organisations whose rebuild timed out, and until when (Date.now()) no fold here tries again. */
+const gaveUp = new Map<string, number>();
 
 /** Loose rows, as SQL (a partial index of migration 0015). */
 const LOOSE = sql.raw(`chars < ${LOOSE_CHARS} and not rebuilt`);

@@ -4,21 +4,37 @@
 // hold (`n`) and, when these all share one, their domain; a row whose domain holds the term counts `n`
 // without being read (address-chunks-postgres.ts, contact-search-postgres.repository.ts). `rebuilt` marks
 // the rows a rebuild wrote, whose domain-less rows hold only domains too small for rows of their own.
-// The triggers write a statement's row with its domain when its addresses share one (a single contact's),
-// and every organisation's chunks are written anew here, by domain: the triggers, replaced first, hold
-// writes to contacts until the migration commits, so no contact is missed or counted twice.
+// The rows already there stay as they are, of any domain (n is 0 where no domain is, and unread): the
+// server's fold writes each organisation's chunks anew, by domain, in a statement of its own, the first
+// time it runs (about 2 s a million contacts). Done here, for every organisation in one statement, it held
+// the table locked, every search count waiting, and a large enough store would pass the pool's
+// query_timeout and never migrate. n keeps its default, so that a fold of the release before this one
+// (a rolling deploy, a rollback) can still write rows.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
-import {
-  CHUNKS_TABLE,
-  CHUNK_COLUMNS,
-  LOOSE_CHARS,
-  chunkRows,
-  rebuildAddressChunks,
-} from './address-chunks-postgres.js';
+import { CHUNKS_TABLE, LOOSE_CHARS } from './address-chunks-postgres.js';
 import { chunkTriggers } from './migrations-0012.js';
 
+/**
+ * Rows of (organization_id, sign, chars, n, domain, addresses) for `rows` (one per organisation), as SQL:
+ * a statement's addresses all of one domain (a single contact's, say) make a row of that domain.
+ */
+function chunkRows(rows: string, sign: 1 | -1, where = 'TRUE'): string {
+  return `SELECT r.organization_id, ${sign}::smallint AS sign,
+      sum(length(r.email_lower) + 1)::integer AS chars, count(*)::integer AS n,
+      CASE WHEN min(r.domain) = max(r.domain) THEN min(r.domain) END AS domain,
+      string_agg(r.email_lower || E'\\n', '') AS addresses
+    FROM (SELECT *, split_part(email_lower, '@', 2) AS domain FROM ${rows}) r WHERE ${where}
+    GROUP BY r.organization_id`;
+}
+
+/** The columns chunkRows gives, in its order. */
+const CHUNK_COLUMNS = 'organization_id, sign, chars, n, domain, addresses';
+
 async function chunksByDomain(db: Kysely<unknown>): Promise<void> {
+  // Writers lock contacts, then this table (their triggers append to it): the migration takes the two in
+  // the same order, or a writer holding contacts and waiting for this table would deadlock with it.
+  await sql.raw(`LOCK TABLE contacts IN SHARE ROW EXCLUSIVE MODE`).execute(db);
   // Adding a column with a constant default changes only the catalogue, not the rows.
   await sql
     .raw(
@@ -26,7 +42,6 @@ async function chunksByDomain(db: Kysely<unknown>): Promise<void> {
         ADD COLUMN rebuilt boolean NOT NULL DEFAULT false`,
     )
     .execute(db);
-  await sql.raw(`ALTER TABLE ${CHUNKS_TABLE} ALTER COLUMN n DROP DEFAULT`).execute(db);
   // What a fold looks for every few seconds (foldAddressChunks), found without reading the whole table:
   // loose rows (a rebuild's are not), and those of any domain that a rebuild did not write.
   await sql.raw(`DROP INDEX ${CHUNKS_TABLE}_loose`).execute(db);
@@ -43,7 +58,6 @@ async function chunksByDomain(db: Kysely<unknown>): Promise<void> {
     )
     .execute(db);
   await chunkTriggers(db, chunkRows, CHUNK_COLUMNS);
-  await rebuildAddressChunks(db, null);
 }
 
 export function addressChunksByDomain(dialect: DialectName): Migration {

@@ -97,6 +97,14 @@ async function chunkRowCount(db: Executor, org: string): Promise<number> {
   return Number(rows[0]!.n);
 }
 
+/** The domains of the organisation's chunk rows, sorted: distinct, or each row's (`all`), nulls left out. */
+async function rowDomains(db: Executor, org: string, all = false): Promise<string[]> {
+  const { rows } = await sql<{ domain: string | null }>`select domain from ${sql.table(CHUNKS_TABLE)}
+    where organization_id = ${org} and domain is not null`.execute(db);
+  const domains = rows.map((r) => r.domain!);
+  return (all ? domains : [...new Set(domains)]).sort();
+}
+
 async function newOrg(db: Executor, id: string): Promise<void> {
   await db.insertInto('organizations').values({ id, name: id, created_at: AT }).execute();
 }
@@ -160,7 +168,8 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       } else if (op < 0.9) {
         // A domain gets rows of its own from as few characters as these, or from none at all.
         const domainChars = pick([1, 60, 400, DOMAIN_CHARS]);
-        await foldAddressChunks(db, { looseRows: 2 + Math.floor(next() * 3), domainChars });
+        const unsortedMinChars = pick([0, 200]);
+        await foldAddressChunks(db, { looseRows: 2 + Math.floor(next() * 3), domainChars, unsortedMinChars });
       } else {
         await rebuildAddressChunks(db, org, pick([1, 200, DOMAIN_CHARS]));
       }
@@ -207,8 +216,8 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     expect(await chunkRowCount(db, org)).toBe(106);
     expect(await chunkCount(db, org, 'fold3')).toBe(await truth(db, org, 'fold3'));
 
-    // The rest merged with domains too small for rows of their own: rows of any domain, which weigh more
-    // than an eighth of what is held, so the chunks are written anew.
+    // The rest merged, with domains too small for rows of their own: a row of any domain, too small to call
+    // for a rebuild.
     expect(await foldAddressChunks(db)).toContain(org);
     // ~5,400 characters: one positive row, f7's deletion cancelled against its insert.
     const { rows: left } = await sql<{ sign: number; chars: number }>`select sign, chars
@@ -225,8 +234,16 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
         tags: [],
       })),
     );
-    // One row of every domain, more than an eighth of what is held: written anew, by domain.
-    expect(await foldAddressChunks(db)).toContain(org);
+    // One row of every domain, more than a quarter of what is held: written anew, by domain (here or by
+    // the store's own fold, whose minimum these ~60,000 characters may pass).
+    await foldAddressChunks(db, { unsortedMinChars: 0 });
+    expect(await rowDomains(db, org)).toEqual([
+      'fold0.test',
+      'fold1.test',
+      'fold2.test',
+      'fold3.test',
+      'fold4.test',
+    ]);
     const ids = Array.from({ length: 3000 }, (_, i) => `g${i}`);
     for (const id of ids.slice(0, 420)) await db.deleteFrom('contacts').where('id', '=', id).execute();
     await foldAddressChunks(db, { looseRows: 2 });
@@ -258,8 +275,9 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
         return { row: { ...contactRow(org, `d${i}`, `person${i}@${domain}`, AT), json: null }, tags: [] };
       }),
     );
-    // It weighs more than an eighth of what is held (all of it): the fold writes the chunks anew.
-    expect(await foldAddressChunks(db)).toContain(org);
+    // It weighs more than a quarter of what is held (all of it): the fold writes the chunks anew (here, or
+    // the store's own fold first).
+    await foldAddressChunks(db, { unsortedMinChars: 0 });
     const { rows } = await sql<{ domain: string | null; n: number; rebuilt: boolean }>`select domain, n,
         rebuilt from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org}`.execute(db);
     expect(new Set(rows.map((r) => r.domain))).toEqual(new Set(['big.example', 'huge.example', null]));
@@ -281,46 +299,117 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     expect(await chunkCount(db, org, 'person1')).toBeLessThan(await truth(db, org, 'person1'));
     await rebuildAddressChunks(db, org);
     expect(await chunkCount(db, org, 'person1')).toBe(await truth(db, org, 'person1'));
+    // Statements whose addresses all have no domain (no @ at all, or nothing after it) make rows of domain
+    // '': no term is counted by such a row unread, `@` least of all.
+    for (const addresses of [
+      ['nodomain1', 'nodomain2'],
+      ['x1@', 'x2@'],
+    ]) {
+      await insertContacts(
+        db,
+        addresses.map((a) => ({ row: { ...contactRow(org, a, a, AT), json: null }, tags: [] })),
+      );
+    }
+    expect((await rowDomains(db, org, true)).filter((d) => d === '')).toHaveLength(2);
+    for (const term of ['@', 'nodomain', 'x1', '1@', 'n1', 'example']) {
+      expect(await chunkCount(db, org, term), term).toBe(await truth(db, org, term));
+    }
   });
 
-  it('are written by domain for the contacts a store held before 0015', async () => {
+  it('are written by domain, by the fold, for the contacts a store held before 0015', async () => {
     const created = await createTestDatabase();
     const old = new Kysely<Database>({
       dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
     });
     let store: Store | undefined;
+    const org = 'up15';
+    const terms = ['odd', '.test', 'old1', '@even', '@', 'nodom', 'new'];
     try {
       await migrateTo(old as Kysely<unknown>, 'postgres', '0014_list_counts_per_statement');
-      await newOrg(old, 'up15');
-      await insertContacts(
-        old,
-        Array.from({ length: 2000 }, (_, i) => ({
-          row: { ...contactRow('up15', `u${i}`, `old${i}@${i % 2 ? 'odd' : 'even'}.test`, AT), json: null },
-          tags: [],
-        })),
-      );
+      await newOrg(old, org);
+      const add = (rows: [string, string][]) =>
+        insertContacts(
+          old,
+          rows.map(([id, email]) => ({ row: { ...contactRow(org, id, email, AT), json: null }, tags: [] })),
+        );
+      await add(Array.from({ length: 2000 }, (_, i) => [`u${i}`, `old${i}@${i % 2 ? 'odd' : 'even'}.test`]));
+      // A deletion (a negative row), a single contact (a loose row) and addresses without a domain.
+      await old.deleteFrom('contacts').where('id', '=', 'u7').execute();
+      await add([['n1', 'new1@odd.test']]);
+      await add([
+        ['d1', 'nodomain1'],
+        ['d2', 'nodomain2@'],
+      ]);
       await old.destroy();
       store = createStore({ databaseUrl: created.url, dataDir: tmpdir() });
       expect(await store.migrate()).toEqual(['0015_address_chunks_by_domain']);
-      const { rows } = await sql<{ domain: string | null }>`select domain from ${sql.table(CHUNKS_TABLE)}
-        where organization_id = 'up15'`.execute(store.db);
-      expect(new Set(rows.map((r) => r.domain))).toEqual(new Set(['odd.test', 'even.test']));
-      expect(await heldAddresses(store.db, 'up15')).toEqual(await contactAddresses(store.db, 'up15'));
-      for (const term of ['odd', '.test', 'old1', '@even']) {
-        expect(await chunkCount(store.db, 'up15', term), term).toBe(await truth(store.db, 'up15', term));
+      // The rows of before stay as they were, of any domain, and count the same.
+      expect(await rowDomains(store.db, org)).toEqual([]);
+      for (const term of terms) {
+        expect(await chunkCount(store.db, org, term), term).toBe(await truth(store.db, org, term));
+      }
+      // The fold writes them anew, by domain.
+      await foldAddressChunks(store.db, { unsortedMinChars: 0 });
+      expect(await rowDomains(store.db, org)).toEqual(['even.test', 'odd.test']);
+      expect(await heldAddresses(store.db, org)).toEqual(await contactAddresses(store.db, org));
+      for (const term of terms) {
+        expect(await chunkCount(store.db, org, term), term).toBe(await truth(store.db, org, term));
       }
       // The triggers write a statement's addresses of one domain as a row of that domain.
       await insertContacts(store.db, [
-        { row: { ...contactRow('up15', 'new1', 'new1@odd.test', AT), json: null }, tags: [] },
+        { row: { ...contactRow(org, 'new2', 'new2@odd.test', AT), json: null }, tags: [] },
       ]);
       const last = await sql<{ domain: string | null; n: number }>`select domain, n
-        from ${sql.table(CHUNKS_TABLE)} where organization_id = 'up15' order by id desc limit 1`.execute(
+        from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org} order by id desc limit 1`.execute(
         store.db,
       );
       expect(last.rows[0]).toEqual({ domain: 'odd.test', n: 1 });
     } finally {
       await old.destroy().catch(() => undefined);
       await store?.close();
+      await created.drop();
+    }
+  });
+
+  it('leave an organisation they could not write anew in time as it is, and merge without trying again', async () => {
+    // A database of its own, with no store folding in the background meanwhile.
+    const created = await createTestDatabase();
+    const db = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: created.url, max: 1 }) }),
+    });
+    try {
+      await migrateTo(db as Kysely<unknown>, 'postgres', '0015_address_chunks_by_domain');
+      const org = 'chunk-slow';
+      await newOrg(db, org);
+      await insertContacts(
+        db,
+        Array.from({ length: 20_000 }, (_, i) => ({
+          row: { ...contactRow(org, `s${i}`, `slow${i}@slow${i % 3}.test`, AT), json: null },
+          tags: [],
+        })),
+      );
+      // Statements stopped after 5 ms: the rebuild (about 40 ms) is, and the fold fails for it.
+      await expect(foldAddressChunks(db, { unsortedMinChars: 0, statementMs: 5 })).rejects.toMatchObject({
+        code: '57014',
+      });
+      expect(await rowDomains(db, org)).toEqual([]);
+      // Loose rows still merge; no rebuild is tried (it would time out again), and counts stay exact.
+      for (let i = 0; i < 3; i++) {
+        const row = { ...contactRow(org, `t${i}`, `late${i}@slow${i}.test`, AT), json: null };
+        await insertContacts(db, [{ row, tags: [] }]);
+      }
+      const rows = await chunkRowCount(db, org);
+      expect(
+        await foldAddressChunks(db, { looseRows: 2, unsortedMinChars: 0, statementMs: 5_000 }),
+      ).toContain(org);
+      expect(await rowDomains(db, org)).toEqual([]);
+      // Three loose rows merged into one.
+      expect(await chunkRowCount(db, org)).toBe(rows - 2);
+      for (const term of ['slow1', '@slow', 'late']) {
+        expect(await chunkCount(db, org, term), term).toBe(await truth(db, org, term));
+      }
+    } finally {
+      await db.destroy();
       await created.drop();
     }
   });

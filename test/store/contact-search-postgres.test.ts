@@ -3,7 +3,7 @@
 // small here so both run on a few hundred contacts; every page is checked against the same filter done in
 // JavaScript, with matches that are all old, spread, rare or none, ties in created_at, and the
 // unsubscribed filter beside the term.
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
@@ -12,6 +12,7 @@ import type { ContactFilter } from '../../src/contacts/contacts.repository.js';
 import { type TestStore, useStore, noPostgres } from '../helpers/stores.js';
 import { contactRow } from '../helpers/rows.js';
 import type { ContactRow, Database } from '../../src/store/schema.js';
+import { allowSnapshotConnections } from '../../src/store/snapshot.js';
 
 const BASE = Date.parse('2031-03-01T00:00:00.000Z');
 const ORG = 'org-pg-search';
@@ -143,14 +144,19 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     known: number | undefined,
     seen: string[],
     after: (sql: string) => Promise<void> = async () => undefined,
+    /** Connections a count in parts may take at once (one: the count and the page in one transaction). */
+    connections = 1,
   ) {
     const db = new Kysely<Database>({
-      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: ts.databaseUrl, max: 1 }) }),
+      dialect: new PostgresDialect({
+        pool: new pg.Pool({ connectionString: ts.databaseUrl, max: connections + 1 }),
+      }),
       log: async (event) => {
         seen.push(event.query.sql);
         await after(event.query.sql);
       },
     });
+    if (connections > 1) allowSnapshotConnections(db, connections);
     try {
       return await pageByEmailOnPostgres(db, OTHER, { email: 'legacy' }, { page: p, limit }, known, 40);
     } finally {
@@ -173,27 +179,50 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     expect(got?.total).toBe(150);
   });
 
+  /** OTHER's contacts that hold `legacy`, as the store holds them now. */
+  async function legacyNow(): Promise<number> {
+    const { rows } = await sql<{ n: string }>`select count(*) as n from contacts
+      where organization_id = ${OTHER} and email_lower like '%legacy%'`.execute(ts.store.db);
+    return Number(rows[0]!.n);
+  }
+
   it('counts the matches in the address chunks first, in one snapshot with the page, and reads no page of none', async () => {
-    let added = false;
-    // Right after the count, before the page: another client adds a match, which neither sees.
-    const seen: string[] = [];
-    const got = await searchLegacy(1, 200, undefined, seen, async (sql) => {
-      if (added || !sql.includes('string_to_array')) return;
-      added = true;
-      const at = new Date(BASE + 20_000_000).toISOString();
-      const made = { ...contactRow(OTHER, 'late-match-2', 'late2@legacy.test', at), json: null };
-      await ts.store.write((trx) => insertContacts(trx, [{ row: made, tags: [] }]));
-    });
-    expect(added).toBe(true);
-    expect(got?.contacts).toHaveLength(151);
-    expect(got?.total).toBe(151);
-    // Not through the trigram index: the chunks counted them.
-    expect(seen.filter((q) => /count\(\*\) as n from contacts/i.test(q))).toEqual([]);
-    // A term no contact holds (that pg_trgm would look for in every address with a word beginning `t`), or a page
-    // past the end: the count alone.
+    // In one transaction, and in two parts on two connections: right after a part of the count, before the
+    // page, another client adds a match, which neither sees.
+    for (const connections of [1, 2]) {
+      const before = await legacyNow();
+      let added = false;
+      const seen: string[] = [];
+      const got = await searchLegacy(
+        1,
+        400,
+        undefined,
+        seen,
+        async (sql) => {
+          if (added || !sql.includes('string_to_array')) return;
+          added = true;
+          const at = new Date(BASE + 20_000_000 + connections).toISOString();
+          const made = {
+            ...contactRow(OTHER, `late-in-${connections}`, `late${connections}@legacy.test`, at),
+            json: null,
+          };
+          await ts.store.write((trx) => insertContacts(trx, [{ row: made, tags: [] }]));
+        },
+        connections,
+      );
+      expect(added).toBe(true);
+      expect(got?.contacts, `${connections} connections`).toHaveLength(before);
+      expect(got?.total).toBe(before);
+      expect(await legacyNow()).toBe(before + 1);
+      // Two parts, or one; none through the trigram index.
+      expect(seen.filter((q) => q.includes('string_to_array'))).toHaveLength(connections);
+      expect(seen.filter((q) => /count\(\*\) as n from contacts/i.test(q))).toEqual([]);
+    }
+    // A term no contact holds (which pg_trgm would look for in every address with a word beginning `t`),
+    // or a page past the end: the count alone.
     for (const [filter, p] of [
       [{ email: 'q.t' }, 1],
-      [{ email: 'legacy' }, 9],
+      [{ email: 'legacy' }, 99],
     ] as const) {
       const asked: string[] = [];
       const db = new Kysely<Database>({
@@ -202,7 +231,7 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
       });
       try {
         const answer = await pageByEmailOnPostgres(db, OTHER, filter, { page: p, limit: 20 }, undefined, 40);
-        expect(answer).toEqual({ contacts: [], total: filter.email === 'legacy' ? 152 : 0 });
+        expect(answer).toEqual({ contacts: [], total: filter.email === 'legacy' ? await legacyNow() : 0 });
       } finally {
         await db.destroy();
       }
