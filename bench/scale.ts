@@ -15,7 +15,7 @@ import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
 import { SearchIndexer } from '../src/store/search-index.js';
-import { foldAddressChunks } from '../src/store/address-chunks-postgres.js';
+import { foldAddressChunks, rebuildAddressChunks } from '../src/store/address-chunks-postgres.js';
 import type { Store } from '../src/store/store.js';
 import { SEARCH_FILE, removeSearchFile } from '../src/store/search-file.js';
 import {
@@ -103,10 +103,14 @@ function buildSearchIndex(dataDir: string): number {
   return Math.round((performance.now() - started) / 10) / 100;
 }
 
-/** Folds the address chunks until there is nothing left to fold, as the server would; seconds taken. */
-async function foldAll(store: Store): Promise<number> {
-  const started = performance.now();
+/**
+ * Folds the address chunks until there is nothing left to fold, as the server would, then writes the
+ * organisation's anew once: the seconds that rebuild took (what a fold costs when it writes them anew).
+ */
+async function foldAndRebuild(store: Store, organizationId: string): Promise<number> {
   while ((await foldAddressChunks(store.db)).length > 0);
+  const started = performance.now();
+  await rebuildAddressChunks(store.db, organizationId);
   return Math.round((performance.now() - started) / 10) / 100;
 }
 
@@ -156,9 +160,9 @@ async function main(): Promise<void> {
       console.log(`seeding to ${size.toLocaleString()} contacts…`);
       await seedContacts(store, org.id, size - seeded, `s${seeded}-`);
       seeded = size;
-      // The server's fold (every 5 s) writes the chunks of a bulk load anew, by domain: done here, timed,
-      // so that the rows below measure what a search meets from then on.
-      const foldSeconds = database ? await foldAll(store) : undefined;
+      // The server's fold (every 5 s) writes the chunks of a bulk load anew, by domain: done here, so that
+      // the rows below measure what a search meets from then on; then one rebuild, timed.
+      const foldSeconds = database ? await foldAndRebuild(store, org.id) : undefined;
       await store.close();
       const indexSeconds = database ? await vacuum(database.url) : buildSearchIndex(dataDir);
       console.log(
@@ -209,7 +213,7 @@ async function main(): Promise<void> {
           'email substring every address holds, page 1, first request of a term (8 terms: p50 / worst)',
           base,
           headers,
-          ['example', '.test', 'test', 'xampl', 'ample', 'mple', '@exa', 'e.tes'].map(
+          ['example', '.test', 'test', 'xampl', 'ample', 'mple', '@exa', '@example'].map(
             (t) => `limit=20&email=${encodeURIComponent(t)}`,
           ),
         ),
@@ -280,7 +284,7 @@ async function main(): Promise<void> {
     `| server RSS after the run (MiB) | ${results.map((r) => r.rss).join(' | ')} |`,
     `| ${POSTGRES ? 'VACUUM ANALYZE after seeding' : 'search index built from zero'} (s) | ${results.map((r) => r.indexSeconds).join(' | ')} |`,
     ...(POSTGRES
-      ? [`| address chunks folded after seeding (s) | ${results.map((r) => r.foldSeconds).join(' | ')} |`]
+      ? [`| address chunks written anew, by domain (s) | ${results.map((r) => r.foldSeconds).join(' | ')} |`]
       : []),
     '',
     `![p99 latency against the number of contacts](bench/${chart})`,
