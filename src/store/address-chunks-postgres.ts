@@ -236,7 +236,8 @@ async function mergeLoose(trx: Executor, org: string, max: number, domainChars: 
     const shared: string[] = [];
     for (const [domain, group] of byDomain) {
       if (domain !== '' && group.chars >= domainChars) pack(packed, sign, domain, group.addresses);
-      else shared.push(...group.addresses);
+      // One at a time: a backlog's domain may hold more addresses than a call takes arguments.
+      else for (const address of group.addresses) shared.push(address);
     }
     pack(packed, sign, null, shared);
   }
