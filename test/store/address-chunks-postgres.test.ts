@@ -105,6 +105,14 @@ async function rowDomains(db: Executor, org: string, all = false): Promise<strin
   return (all ? domains : [...new Set(domains)]).sort();
 }
 
+/** The organisation's contacts, each `[id, address]`, in one insert as the store writes them (no tags). */
+function addContacts(db: Executor, org: string, contacts: readonly (readonly [string, string])[]) {
+  return insertContacts(
+    db,
+    contacts.map(([id, email]) => ({ row: { ...contactRow(org, id, email, AT), json: null }, tags: [] })),
+  );
+}
+
 async function newOrg(db: Executor, id: string): Promise<void> {
   await db.insertInto('organizations').values({ id, name: id, created_at: AT }).execute();
 }
@@ -137,11 +145,12 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       const op = next();
       if (op < 0.35) {
         const n = 1 + Math.floor(next() * 40);
-        await insertContacts(
+        await addContacts(
           db,
+          org,
           Array.from({ length: n }, () => {
             made++;
-            return { row: { ...contactRow(org, `c${made}`, address(), AT), json: null }, tags: [] };
+            return [`c${made}`, address()] as const;
           }),
         );
       } else if (op < 0.5) {
@@ -191,10 +200,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     const org = 'chunk-fold';
     await newOrg(db, org);
     // 300 single inserts: 300 loose rows.
-    const rows = Array.from({ length: 300 }, (_, i) => ({
-      row: { ...contactRow(org, `f${i}`, `user${i}@fold${i % 5}.test`, AT), json: null },
-      tags: [],
-    }));
+    const rows = Array.from({ length: 300 }, (_, i) => [`f${i}`, `user${i}@fold${i % 5}.test`] as const);
     // The store folds in the background every 5 s, and on a loaded machine these inserts take longer: its
     // fold would merge them first (seen: 134 rows, not 301). Held meanwhile, the fold's lock on this
     // organisation keeps it off.
@@ -202,7 +208,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     await db.connection().execute(async (conn) => {
       await sql`select pg_advisory_lock(${lock})`.execute(conn);
       try {
-        for (const r of rows) await insertContacts(db, [r]);
+        for (const r of rows) await addContacts(db, org, [r]);
         await db.deleteFrom('contacts').where('id', '=', 'f7').execute();
         expect(await chunkRowCount(db, org)).toBe(301);
       } finally {
@@ -227,12 +233,10 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
 
     // Many more, in one statement: a row past the chunk size; then deletes of a seventh, one at a time,
     // folded into negative rows, and of a fifth: the chunks are written again from the contacts.
-    await insertContacts(
+    await addContacts(
       db,
-      Array.from({ length: 3000 }, (_, i) => ({
-        row: { ...contactRow(org, `g${i}`, `bulk${i}@fold${i % 5}.test`, AT), json: null },
-        tags: [],
-      })),
+      org,
+      Array.from({ length: 3000 }, (_, i) => [`g${i}`, `bulk${i}@fold${i % 5}.test`] as const),
     );
     // One row of every domain, more than a quarter of what is held: written anew, by domain (here or by
     // the store's own fold, whose minimum these ~60,000 characters may pass).
@@ -268,11 +272,12 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     const org = 'chunk-domains';
     await newOrg(db, org);
     // Two large domains and a tail of small ones, in one statement: one row of any domain.
-    await insertContacts(
+    await addContacts(
       db,
+      org,
       Array.from({ length: 3000 }, (_, i) => {
         const domain = i % 3 === 0 ? `tail${i}.example` : i % 3 === 1 ? 'big.example' : 'huge.example';
-        return { row: { ...contactRow(org, `d${i}`, `person${i}@${domain}`, AT), json: null }, tags: [] };
+        return [`d${i}`, `person${i}@${domain}`] as const;
       }),
     );
     // It weighs more than a quarter of what is held (all of it): the fold writes the chunks anew (here, or
@@ -305,9 +310,10 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       ['nodomain1', 'nodomain2'],
       ['x1@', 'x2@'],
     ]) {
-      await insertContacts(
+      await addContacts(
         db,
-        addresses.map((a) => ({ row: { ...contactRow(org, a, a, AT), json: null }, tags: [] })),
+        org,
+        addresses.map((a) => [a, a] as const),
       );
     }
     expect((await rowDomains(db, org, true)).filter((d) => d === '')).toHaveLength(2);
@@ -327,16 +333,15 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     try {
       await migrateTo(old as Kysely<unknown>, 'postgres', '0014_list_counts_per_statement');
       await newOrg(old, org);
-      const add = (rows: [string, string][]) =>
-        insertContacts(
-          old,
-          rows.map(([id, email]) => ({ row: { ...contactRow(org, id, email, AT), json: null }, tags: [] })),
-        );
-      await add(Array.from({ length: 2000 }, (_, i) => [`u${i}`, `old${i}@${i % 2 ? 'odd' : 'even'}.test`]));
+      await addContacts(
+        old,
+        org,
+        Array.from({ length: 2000 }, (_, i) => [`u${i}`, `old${i}@${i % 2 ? 'odd' : 'even'}.test`] as const),
+      );
       // A deletion (a negative row), a single contact (a loose row) and addresses without a domain.
       await old.deleteFrom('contacts').where('id', '=', 'u7').execute();
-      await add([['n1', 'new1@odd.test']]);
-      await add([
+      await addContacts(old, org, [['n1', 'new1@odd.test']]);
+      await addContacts(old, org, [
         ['d1', 'nodomain1'],
         ['d2', 'nodomain2@'],
       ]);
@@ -356,9 +361,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
         expect(await chunkCount(store.db, org, term), term).toBe(await truth(store.db, org, term));
       }
       // The triggers write a statement's addresses of one domain as a row of that domain.
-      await insertContacts(store.db, [
-        { row: { ...contactRow(org, 'new2', 'new2@odd.test', AT), json: null }, tags: [] },
-      ]);
+      await addContacts(store.db, org, [['new2', 'new2@odd.test']]);
       const last = await sql<{ domain: string | null; n: number }>`select domain, n
         from ${sql.table(CHUNKS_TABLE)} where organization_id = ${org} order by id desc limit 1`.execute(
         store.db,
@@ -381,12 +384,10 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       await migrateTo(db as Kysely<unknown>, 'postgres', '0015_address_chunks_by_domain');
       const org = 'chunk-slow';
       await newOrg(db, org);
-      await insertContacts(
+      await addContacts(
         db,
-        Array.from({ length: 20_000 }, (_, i) => ({
-          row: { ...contactRow(org, `s${i}`, `slow${i}@slow${i % 3}.test`, AT), json: null },
-          tags: [],
-        })),
+        org,
+        Array.from({ length: 20_000 }, (_, i) => [`s${i}`, `slow${i}@slow${i % 3}.test`] as const),
       );
       // Statements stopped after 5 ms: the rebuild (about 40 ms) is, and the fold fails for it.
       await expect(foldAddressChunks(db, { unsortedMinChars: 0, statementMs: 5 })).rejects.toMatchObject({
@@ -394,10 +395,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       });
       expect(await rowDomains(db, org)).toEqual([]);
       // Loose rows still merge; no rebuild is tried (it would time out again), and counts stay exact.
-      for (let i = 0; i < 3; i++) {
-        const row = { ...contactRow(org, `t${i}`, `late${i}@slow${i}.test`, AT), json: null };
-        await insertContacts(db, [{ row, tags: [] }]);
-      }
+      for (let i = 0; i < 3; i++) await addContacts(db, org, [[`t${i}`, `late${i}@slow${i}.test`]]);
       const rows = await chunkRowCount(db, org);
       expect(
         await foldAddressChunks(db, { looseRows: 2, unsortedMinChars: 0, statementMs: 5_000 }),
@@ -424,17 +422,12 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       while (!stop) {
         await ts.store.write(async (trx) => {
           const n = 1 + (made % 5);
-          await insertContacts(
+          await addContacts(
             trx,
+            org,
             Array.from({ length: n }, () => {
               made++;
-              return {
-                row: {
-                  ...contactRow(org, `r${w}-${made}`, `ab${made}@race${made % 3}.test`, AT),
-                  json: null,
-                },
-                tags: [],
-              };
+              return [`r${w}-${made}`, `ab${made}@race${made % 3}.test`] as const;
             }),
           );
           // Delete and readdress some of this writer's older contacts in the same transaction.
@@ -474,12 +467,10 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     const db = ts.store.db;
     const org = 'chunk-refold';
     await newOrg(db, org);
-    await insertContacts(
+    await addContacts(
       db,
-      Array.from({ length: 3_000 }, (_, i) => ({
-        row: { ...contactRow(org, `f-${i}`, `fold${i}@refold${i % 7}.test`, AT), json: null },
-        tags: [],
-      })),
+      org,
+      Array.from({ length: 3_000 }, (_, i) => [`f-${i}`, `fold${i}@refold${i % 7}.test`] as const),
     );
     const terms = ['fold', 'refold3', 'd1', '@'];
     const truths = await Promise.all(terms.map((term) => truth(db, org, term)));
@@ -552,9 +543,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     const db = ts.store.db;
     const org = 'chunk-gone';
     await newOrg(db, org);
-    await insertContacts(db, [
-      { row: { ...contactRow(org, 'z1', 'z1@gone.test', AT), json: null }, tags: [] },
-    ]);
+    await addContacts(db, org, [['z1', 'z1@gone.test']]);
     expect(await chunkRowCount(db, org)).toBe(1);
     await db.deleteFrom('organizations').where('id', '=', org).execute();
     expect(await chunkRowCount(db, org)).toBe(0);
@@ -570,12 +559,10 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       await migrateTo(old as Kysely<unknown>, 'postgres', '0011_address_versions');
       for (const org of ['up1', 'up2']) {
         await newOrg(old, org);
-        await insertContacts(
+        await addContacts(
           old,
-          Array.from({ length: 2500 }, (_, i) => ({
-            row: { ...contactRow(org, `${org}-${i}`, `old${i}@${org}.test`, AT), json: null },
-            tags: [],
-          })),
+          org,
+          Array.from({ length: 2500 }, (_, i) => [`${org}-${i}`, `old${i}@${org}.test`] as const),
         );
       }
       await old.destroy();
