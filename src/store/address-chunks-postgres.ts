@@ -53,7 +53,7 @@ export const DOMAIN_CHARS = LOOSE_CHARS;
  * An address's domain as SQL, as `domainOf` finds it: what follows its first @, up to any second one
  * ('' without one). What a row's `domain` holds is in each of its addresses after an @.
  */
-export const domainSql = (address: string) => `split_part(${address}, '@', 2)`;
+const domainSql = (address: string) => `split_part(${address}, '@', 2)`;
 
 /** An address's domain, as `domainSql` finds it. */
 export function domainOf(address: string): string {
@@ -170,9 +170,10 @@ export async function foldAddressChunks(
           coalesce(sum(chars) filter (where sign > 0), 0) as pos,
           coalesce(sum(chars) filter (where ${UNSORTED}), 0) as unsorted
         from ${table} where organization_id = ${org}`.execute(trx);
-      const [neg, pos, unsorted] = [sums.rows[0]!.neg, sums.rows[0]!.pos, sums.rows[0]!.unsorted].map(Number);
-      const deleted = 8 * neg! > pos!;
-      const unsortedMuch = unsorted! >= unsortedMinChars && 4 * unsorted! > pos!;
+      const row = sums.rows[0]!;
+      const [neg, pos, unsorted] = [Number(row.neg), Number(row.pos), Number(row.unsorted)];
+      const deleted = 8 * neg > pos;
+      const unsortedMuch = unsorted >= unsortedMinChars && 4 * unsorted > pos;
       if ((!deleted && !unsortedMuch) || (gaveUp.get(org) ?? 0) > Date.now()) return merged;
       try {
         await rebuildAddressChunks(trx, org, domainChars);
@@ -220,7 +221,7 @@ async function mergeLoose(trx: Executor, org: string, max: number, domainChars: 
     addresses.pop(); // every address ends with END: the split leaves an empty string after the last
     for (const address of addresses) net.set(address, (net.get(address) ?? 0) + Number(row.sign));
   }
-  const packed: { sign: number; domain: string | null; n: number; text: string }[] = [];
+  const packed: PackedRow[] = [];
   for (const sign of [1, -1]) {
     // The addresses of this sign by domain, as many times as they are held.
     const byDomain = new Map<string, { chars: number; addresses: string[] }>();
@@ -255,13 +256,16 @@ async function mergeLoose(trx: Executor, org: string, max: number, domainChars: 
   return true;
 }
 
+/** A row a merge writes: its addresses (each ended by END), how many, their domain if they share one. */
+interface PackedRow {
+  sign: number;
+  domain: string | null;
+  n: number;
+  text: string;
+}
+
 /** The addresses as rows of about PG_CHUNK_CHARS characters each, appended to `packed`. */
-function pack(
-  packed: { sign: number; domain: string | null; n: number; text: string }[],
-  sign: number,
-  domain: string | null,
-  addresses: readonly string[],
-): void {
+function pack(packed: PackedRow[], sign: number, domain: string | null, addresses: readonly string[]): void {
   let text = '';
   let n = 0;
   for (const address of addresses) {
