@@ -2,13 +2,14 @@
 // newest first, testing each address: a page after a few rows when the matches are spread through time,
 // but every contact before them when they are all old (a domain imported long ago: 0.2–0.3 s at a million
 // contacts, on every page). So the walk here has a budget, about twice what spread matches need; when it
-// does not fill the page, the matches are counted in the address chunks and the page is sorted out of the
-// matches the trigram index finds (130–185 ms with the total for 111,000 of them on a slow day, 20–35 for
-// 11,000), unless there is none to find. A deep page of a term many contacts hold stays with the plain
-// walk, which costs less than sorting every match. undefined means "use the plain walk".
+// does not fill the page, the matches are counted (by the trigram index if it can within a few ms, else
+// in the address chunks) and the page is sorted out of the matches the trigram index finds (130–185 ms
+// with the total for 111,000 of them on a slow day, 20–35 for 11,000), unless there is none to find. A
+// deep page of a term many contacts hold stays with the plain walk, which costs less than sorting every
+// match. undefined means "use the plain walk".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
-import { containsText, isTrigramSearchable } from '../store/dialect.js';
+import { containsText, isStatementCanceled, isTrigramSearchable } from '../store/dialect.js';
 import type { Page } from '../paging.js';
 import { rowCount } from '../store/prepared.js';
 import { organizationSize } from './contact-counts.repository.js';
@@ -94,14 +95,23 @@ async function countMatches(db: Executor, organizationId: string, filter: Contac
   return Number(rows[0]!.n);
 }
 
+/** What tests (and benches) may change in pageByEmailOnPostgres. */
+export interface SearchTuning {
+  /** Newest contacts walked at least (WALK_BUDGET). */
+  walkBudget?: number;
+  /** The trigram index's time for a first count (ms; trigramCountMs by default); 0 skips it. */
+  trigramMs?: number;
+}
+
 export async function pageByEmailOnPostgres(
   db: Executor,
   organizationId: string,
   filter: ContactFilter,
   page: Page,
   knownTotal: number | undefined,
-  budget = WALK_BUDGET,
+  tuning: SearchTuning = {},
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
+  let budget = tuning.walkBudget ?? WALK_BUDGET;
   if (filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = filter.email.toLowerCase();
   // The trigram index cannot find a term shorter than a trigram.
@@ -122,11 +132,13 @@ export async function pageByEmailOnPostgres(
   const walked = await walkNewest(db, organizationId, filter, term, page, budget);
   if (walked.length === page.limit) return { contacts: walked };
   if (knownTotal === undefined) {
-    // The matches are old, few or none: their total first, from the address chunks, then the page, in one
-    // snapshot. None (or none this far) needs no search at all, and the sort is spared counting through the
-    // trigram index, which a term pg_trgm cannot narrow makes read every contact: `e.t` is the words `e`
-    // and `t` to it, in every address of example.test (300 ms at a million contacts, to find none).
-    const answer = await countThenSort(db, organizationId, filter, term, page);
+    // The matches are old, few or none: their total first, then the page, in one snapshot. The trigram
+    // index counts a few matches fastest, but a term pg_trgm cannot narrow makes it read every contact
+    // (`e.t` is the words `e` and `t` to it, in every address of example.test: 300 ms at a million
+    // contacts, to find none), so it has a few ms before the address chunks count instead. None (or none
+    // this far) needs no search at all.
+    const ms = tuning.trigramMs ?? trigramCountMs(size);
+    const answer = await countThenSort(db, organizationId, filter, term, page, ms);
     if (answer) return answer;
   }
   return sortMatches(db, organizationId, filter, term, page, knownTotal);
@@ -208,10 +220,46 @@ function chunkCounter(
 }
 
 /**
- * The matches counted in the address chunks, then, unless there are none this far, the page sorted out of
- * them (sortMatches), all in one snapshot: the count in parts on connections of their own where the pool
- * has room, the page on the first part's once every part has counted. Undefined when the chunks cannot
- * count the filter.
+ * How long (ms) the trigram index may count a term's matches before the address chunks count them instead.
+ * The chunks read every address, 40–60 ms at a million contacts for a short term whatever it matches; the
+ * index reads only its matches, 3 ms for 10,000 that sit together (25 read from the OS's cache), but 170
+ * ms for 120,000 spread through the table, and 300 ms to find none for a term pg_trgm cannot narrow
+ * (`e.t`). Which is which cannot be told beforehand, so the index is given a third of what the chunks
+ * would cost, in proportion to the organisation's size.
+ */
+export function trigramCountMs(size: number): number {
+  return Math.min(20, Math.max(1, Math.round(size / 50_000)));
+}
+
+/**
+ * The matches counted through the trigram index, unless that takes longer than `ms`: undefined then. In a
+ * savepoint, so a count stopped by its timeout leaves the transaction (and its snapshot) usable, and the
+ * timeout goes with the savepoint.
+ */
+async function countByTrigramWithin(
+  conn: Executor,
+  organizationId: string,
+  filter: ContactFilter,
+  term: string,
+  ms: number,
+): Promise<number | undefined> {
+  await sql`savepoint trigram_count`.execute(conn);
+  try {
+    await sql`set local statement_timeout = ${sql.lit(ms)}`.execute(conn);
+    return await countMatches(conn, organizationId, filter, term);
+  } catch (err) {
+    if (isStatementCanceled(err)) return undefined;
+    throw err;
+  } finally {
+    await sql`rollback to savepoint trigram_count`.execute(conn);
+  }
+}
+
+/**
+ * The matches counted, then, unless there are none this far, the page sorted out of them (sortMatches),
+ * all in one snapshot. The trigram index counts first, within trigramCountMs; past it, the address chunks
+ * count, in parts on connections of their own where the pool has room, and the page is sorted on the first
+ * part's once every part has counted. Undefined when the chunks cannot count the filter.
  */
 async function countThenSort(
   db: Executor,
@@ -219,6 +267,7 @@ async function countThenSort(
   filter: ContactFilter,
   term: string,
   page: Page,
+  trigramMs: number,
 ): Promise<{ contacts: string[]; total: number } | undefined> {
   const count = chunkCounter(organizationId, filter);
   if (!count) return undefined;
@@ -227,7 +276,22 @@ async function countThenSort(
     if (reach - page.limit >= total) return { contacts: [], total };
     return { ...(await sortMatches(conn, organizationId, filter, term, page, total)), total };
   };
-  if (db.isTransaction) return finish(db, await count(db, 0, 1));
+  const byTrigrams = async (conn: Executor) => {
+    if (trigramMs <= 0) return undefined;
+    const total = await countByTrigramWithin(conn, organizationId, filter, term, trigramMs);
+    return total === undefined ? undefined : finish(conn, total);
+  };
+  if (db.isTransaction) return (await byTrigrams(db)) ?? finish(db, await count(db, 0, 1));
+  const [counted] = trigramMs > 0 ? await inOneSnapshot(db, 1, byTrigrams) : [];
+  return counted ?? countByChunksThenSort(db, count, finish);
+}
+
+/** countThenSort's count in the address chunks, in parts at once, then the page on the first part's. */
+async function countByChunksThenSort<T>(
+  db: Executor,
+  count: (conn: Executor, part: number, parts: number) => Promise<number>,
+  finish: (conn: Executor, total: number) => Promise<T>,
+): Promise<T> {
   // Each part's count, settled when it is done; the first part waits for the others' before the page.
   const settle: { resolve: (n: number) => void; reject: (err: unknown) => void }[] = [];
   const counted = Array.from(

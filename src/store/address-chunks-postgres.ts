@@ -29,6 +29,7 @@
 import { type Kysely, sql } from 'kysely';
 import type { Executor } from './store.js';
 import { END } from './address-chunks.js';
+import { isStatementCanceled } from './dialect.js';
 
 /** Characters of addresses a chunk is filled to. */
 export const PG_CHUNK_CHARS = 16_384;
@@ -180,7 +181,7 @@ export async function foldAddressChunks(
       } catch (err) {
         // Too large to write anew within the timeout: its rows, though slower to read, stay exact; what it
         // merged is rolled back with the rebuild and merged again next time, without one.
-        if ((err as { code?: string }).code === QUERY_CANCELED) gaveUp.set(org, Date.now() + GIVE_UP_MS);
+        if (isStatementCanceled(err)) gaveUp.set(org, Date.now() + GIVE_UP_MS);
         throw err;
       }
       return true;
@@ -192,8 +193,6 @@ export async function foldAddressChunks(
 
 /** A fold's statements stop after this long (ms), a moment before the pool's query_timeout (store.ts). */
 const FOLD_STATEMENT_MS = 14_000;
-/** PostgreSQL's code for a statement stopped by statement_timeout. */
-const QUERY_CANCELED = '57014';
 /** How long this process's folds leave an organisation unrebuilt once its rebuild timed out (ms). */
 const GIVE_UP_MS = 60 * 60_000;
 /** Organisations whose rebuild timed out, and until when (Date.now()) no fold here tries again. */

@@ -78,6 +78,11 @@ export function isTypeRefusal(err: unknown): boolean {
   return code.startsWith('42') || ['22P02', '22003', '22007', '22008'].includes(code);
 }
 
+/** PostgreSQL's code for a statement stopped by its `statement_timeout` (or cancelled by an operator). */
+export function isStatementCanceled(err: unknown): boolean {
+  return codeOf(err) === '57014';
+}
+
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : '';
 }

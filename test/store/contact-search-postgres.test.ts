@@ -60,7 +60,9 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
   }
 
   async function page(filter: ContactFilter, p: number, limit: number, total?: number, budget = 40) {
-    const got = await pageByEmailOnPostgres(ts.store.db, ORG, filter, { page: p, limit }, total, budget);
+    const got = await pageByEmailOnPostgres(ts.store.db, ORG, filter, { page: p, limit }, total, {
+      walkBudget: budget,
+    });
     return got?.contacts.map((json) => (JSON.parse(json) as { id: string }).id);
   }
 
@@ -123,7 +125,7 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
 
   it('counts the matches it sorts (beside the page), so the caller need not count them again', async () => {
     const answer = (filter: ContactFilter, p: number) =>
-      pageByEmailOnPostgres(ts.store.db, ORG, filter, { page: p, limit: 20 }, undefined, 40);
+      pageByEmailOnPostgres(ts.store.db, ORG, filter, { page: p, limit: 20 }, undefined, { walkBudget: 40 });
     for (const filter of [{ email: 'legacy' }, { email: 'LEGACY', unsubscribed: true }, { email: 'n59' }]) {
       expect((await answer(filter, 1))?.total, JSON.stringify(filter)).toBe(expected(filter).length);
     }
@@ -146,6 +148,8 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     after: (sql: string) => Promise<void> = async () => undefined,
     /** Connections a count in parts may take at once (one: the count and the page in one transaction). */
     connections = 1,
+    /** The trigram index's time for the count (ms): none, so the address chunks count, unless given. */
+    trigramMs = 0,
   ) {
     const db = new Kysely<Database>({
       dialect: new PostgresDialect({
@@ -158,7 +162,10 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     });
     if (connections > 1) allowSnapshotConnections(db, connections);
     try {
-      return await pageByEmailOnPostgres(db, OTHER, { email: 'legacy' }, { page: p, limit }, known, 40);
+      return await pageByEmailOnPostgres(db, OTHER, { email: 'legacy' }, { page: p, limit }, known, {
+        walkBudget: 40,
+        trigramMs,
+      });
     } finally {
       await db.destroy();
     }
@@ -186,43 +193,54 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     return Number(rows[0]!.n);
   }
 
+  /**
+   * The search of `legacy` in OTHER's newest 400, page 1, where right after the first statement `marked`
+   * (a part of the count), before the page, another client adds a match, which the answer must not see.
+   */
+  async function searchWithLateMatch(connections: number, trigramMs: number, marked: RegExp) {
+    const before = await legacyNow();
+    let added = false;
+    const seen: string[] = [];
+    const tag = `late-${trigramMs}-${connections}`;
+    const got = await searchLegacy(
+      1,
+      400,
+      undefined,
+      seen,
+      async (sql) => {
+        if (added || !marked.test(sql)) return;
+        added = true;
+        const at = new Date(BASE + 20_000_000 + trigramMs + connections).toISOString();
+        const made = { ...contactRow(OTHER, tag, `${tag}@legacy.test`, at), json: null };
+        await ts.store.write((trx) => insertContacts(trx, [{ row: made, tags: [] }]));
+      },
+      connections,
+      trigramMs,
+    );
+    expect(added).toBe(true);
+    expect(got?.contacts, `${connections} connections`).toHaveLength(before);
+    expect(got?.total).toBe(before);
+    expect(await legacyNow()).toBe(before + 1);
+    return seen;
+  }
+
+  const TRIGRAM_COUNT = /count\(\*\) as n from contacts/i;
+
   it('counts the matches in the address chunks first, in one snapshot with the page, and reads no page of none', async () => {
-    // In one transaction, and in two parts on two connections: right after a part of the count, before the
-    // page, another client adds a match, which neither sees.
+    // In one transaction, and in two parts on two connections.
     for (const connections of [1, 2]) {
-      const before = await legacyNow();
-      let added = false;
-      const seen: string[] = [];
-      const got = await searchLegacy(
-        1,
-        400,
-        undefined,
-        seen,
-        async (sql) => {
-          if (added || !sql.includes('string_to_array')) return;
-          added = true;
-          const at = new Date(BASE + 20_000_000 + connections).toISOString();
-          const made = {
-            ...contactRow(OTHER, `late-in-${connections}`, `late${connections}@legacy.test`, at),
-            json: null,
-          };
-          await ts.store.write((trx) => insertContacts(trx, [{ row: made, tags: [] }]));
-        },
-        connections,
-      );
-      expect(added).toBe(true);
-      expect(got?.contacts, `${connections} connections`).toHaveLength(before);
-      expect(got?.total).toBe(before);
-      expect(await legacyNow()).toBe(before + 1);
+      const seen = await searchWithLateMatch(connections, 0, /string_to_array/);
       // Two parts, or one; none through the trigram index.
       expect(seen.filter((q) => q.includes('string_to_array'))).toHaveLength(connections);
-      expect(seen.filter((q) => /count\(\*\) as n from contacts/i.test(q))).toEqual([]);
+      expect(seen.filter((q) => TRIGRAM_COUNT.test(q))).toEqual([]);
     }
     // A term no contact holds (which pg_trgm would look for in every address with a word beginning `t`),
     // or a page past the end: the count alone.
-    for (const [filter, p] of [
-      [{ email: 'q.t' }, 1],
-      [{ email: 'legacy' }, 99],
+    for (const [filter, p, trigramMs] of [
+      [{ email: 'q.t' }, 1, 0],
+      [{ email: 'legacy' }, 99, 0],
+      [{ email: 'q.t' }, 1, 1000],
+      [{ email: 'legacy' }, 99, 1000],
     ] as const) {
       const asked: string[] = [];
       const db = new Kysely<Database>({
@@ -230,12 +248,85 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
         log: (event) => void asked.push(event.query.sql),
       });
       try {
-        const answer = await pageByEmailOnPostgres(db, OTHER, filter, { page: p, limit: 20 }, undefined, 40);
+        const answer = await pageByEmailOnPostgres(db, OTHER, filter, { page: p, limit: 20 }, undefined, {
+          walkBudget: 40,
+          trigramMs,
+        });
         expect(answer).toEqual({ contacts: [], total: filter.email === 'legacy' ? await legacyNow() : 0 });
       } finally {
         await db.destroy();
       }
       expect(asked.filter((q) => q.includes("|| '' desc"))).toEqual([]);
+    }
+  });
+
+  it('counts a few matches through the trigram index, in one snapshot with the page', async () => {
+    for (const connections of [1, 2]) {
+      const seen = await searchWithLateMatch(connections, 10_000, TRIGRAM_COUNT);
+      // The chunks were not read; the timeout went with its savepoint.
+      expect(seen.filter((q) => q.includes('string_to_array'))).toEqual([]);
+      expect(seen.filter((q) => /rollback to savepoint/i.test(q))).toHaveLength(1);
+    }
+  });
+
+  it('counts in the address chunks when the trigram index takes longer than its time, in a transaction too', async () => {
+    // 20,000 old matches: more than the trigram index counts in 1 ms. 40 newer contacts hold none.
+    const org = 'org-pg-slow-trigram';
+    await ts.store.write((trx) =>
+      trx
+        .insertInto('organizations')
+        .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
+        .execute(),
+    );
+    const made = Array.from({ length: 20_040 }, (_, i) => {
+      const email = i < 20_000 ? `slow${i}@old${i % 5}.test` : `new${i}@d.test`;
+      const at = new Date(BASE + i).toISOString();
+      return { ...contactRow(org, `${org}-${String(i).padStart(5, '0')}`, email, at), json: null };
+    });
+    for (let i = 0; i < made.length; i += 2_000) {
+      const batch = made.slice(i, i + 2_000);
+      await ts.store.write((trx) =>
+        insertContacts(
+          trx,
+          batch.map((row) => ({ row, tags: [] })),
+        ),
+      );
+    }
+    const want = made
+      .filter((r) => r.email.startsWith('slow1'))
+      .map((r) => r.id)
+      .reverse();
+    const seen: string[] = [];
+    const db = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: ts.databaseUrl, max: 3 }) }),
+      log: (event) => void seen.push(event.query.sql),
+    });
+    allowSnapshotConnections(db, 2);
+    try {
+      const tuning = { walkBudget: 40, trigramMs: 1 };
+      const search = (conn: Kysely<Database>, p: number) =>
+        pageByEmailOnPostgres(conn, org, { email: 'SLOW1' }, { page: p, limit: 20 }, undefined, tuning);
+      const ids = (answer: { contacts: string[] } | undefined) =>
+        answer?.contacts.map((j) => (JSON.parse(j) as { id: string }).id);
+      for (const p of [1, 3]) {
+        const answer = await search(db, p);
+        expect(answer?.total).toBe(want.length);
+        expect(ids(answer)).toEqual(want.slice((p - 1) * 20, p * 20));
+      }
+      // In the caller's transaction: the stopped count is rolled back to its savepoint, and the rest runs.
+      const inTrx = await db.transaction().execute(async (trx) => {
+        const answer = await search(trx, 2);
+        await sql`select 1`.execute(trx);
+        return answer;
+      });
+      expect(inTrx?.total).toBe(want.length);
+      expect(ids(inTrx)).toEqual(want.slice(20, 40));
+      // Each of the three tried the trigram index, and counted in the chunks: in two parts, or one in the
+      // transaction.
+      expect(seen.filter((q) => TRIGRAM_COUNT.test(q))).toHaveLength(3);
+      expect(seen.filter((q) => q.includes('string_to_array'))).toHaveLength(5);
+    } finally {
+      await db.destroy();
     }
   });
 
