@@ -146,10 +146,20 @@ export class ContactsService {
       // the page and its total are read afresh, and nothing is kept under it.
       return this.readPage(orgId, filter, { page, limit });
     }
-    const read = this.readPage(orgId, filter, { page, limit }, { term, version });
+    const after = page > 1 ? await this.lastOfPageBefore(orgId, term, page, limit, version) : undefined;
+    const read = this.readPage(orgId, filter, { page, limit }, { term, version, after });
     const answer = read.then((r) => ({ ids: r.contacts.map(idOf), total: r.pagination.total }));
     this.kept.keepPage(orgId, term, page, limit, version, answer);
     return read;
+  }
+
+  /**
+   * The last contact of the page before `page`, when that page is kept at this version and full: the
+   * next page starts right after it (repo.pageAfterContact). A page still being worked out is waited for.
+   */
+  private async lastOfPageBefore(orgId: string, term: string, page: number, limit: number, version: string) {
+    const before = await this.kept.page(orgId, term, page - 1, limit, version)?.catch(() => undefined);
+    return before?.ids.length === limit ? before.ids.at(-1) : undefined;
   }
 
   /** The page read from the store, and its total: kept (a search), learned or maintained, or counted. */
@@ -157,19 +167,19 @@ export class ContactsService {
     orgId: string,
     filter: repo.ContactFilter,
     { page, limit }: Page,
-    search?: { term: string; version: string },
+    search?: { term: string; version: string; after?: string | undefined },
   ) {
     const db = this.store.db;
+    const dialect = this.store.dialect;
     const known = search && this.kept.total(orgId, search.term, search.version);
+    const next =
+      search?.after === undefined
+        ? undefined
+        : await repo.pageAfterContact(db, dialect, orgId, search.term, search.after, { page, limit }, known);
     // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
-    const { contacts, total: learned } = await repo.pageContacts(
-      db,
-      orgId,
-      filter,
-      { page, limit },
-      this.store.dialect,
-      known,
-    );
+    const { contacts, total: learned } = next
+      ? { contacts: next, total: undefined }
+      : await repo.pageContacts(db, orgId, filter, { page, limit }, dialect, known);
     // A short first page is the whole result: no need to count at all. A maintained count comes with any
     // page that has rows; an empty page past the end reads it alone.
     const total =

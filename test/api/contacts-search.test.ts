@@ -6,7 +6,7 @@ import { type Kysely, sql } from 'kysely';
 import type { TestApp } from '../helpers/app.js';
 import { useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
-import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import { insertContacts, pageAfterContact } from '../../src/contacts/contacts.repository.js';
 import { contactRow } from '../helpers/rows.js';
 import type { ContactRow, Database } from '../../src/store/schema.js';
 
@@ -284,8 +284,61 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
     expect(afterAdd.pagination.total).toBe(11);
   });
 
+  it('reads the page after a kept one from where it stopped, and only what it can answer so', async () => {
+    const db = t.ts.store.db;
+    const dialect = t.ts.store.dialect;
+    for (const [term, limit] of [
+      ['user1', 7],
+      ['DOM3.', 20],
+      ['odd.test', 5],
+    ] as const) {
+      const want = expected(term).map((r) => r.id);
+      const pages = Math.ceil(want.length / limit);
+      for (let page = 2; page <= pages; page++) {
+        const after = want[(page - 1) * limit - 1]!;
+        const got = await pageAfterContact(db, dialect, org, term, after, { page, limit }, want.length);
+        const ids = got?.map((json) => (JSON.parse(json) as { id: string }).id);
+        expect(ids, `${term} page ${page}`).toEqual(want.slice((page - 1) * limit, page * limit));
+      }
+      // The last page is short: taken only where the total says the search ends (here it does not, or is
+      // not known); a contact that is gone starts nothing.
+      const last = { page: pages, limit };
+      const after = want[(pages - 1) * limit - 1]!;
+      if (want.length % limit !== 0) {
+        expect(await pageAfterContact(db, dialect, org, term, after, last, want.length + 1)).toBeUndefined();
+        expect(await pageAfterContact(db, dialect, org, term, after, last, undefined)).toBeUndefined();
+      }
+      expect(await pageAfterContact(db, dialect, org, term, 'no-such-contact', last, 99)).toBeUndefined();
+    }
+  });
+
   // PostgreSQL only: SQLite's triggers cannot be turned off for one connection.
   if (kind === 'postgres') {
+    it('answers the page after a kept one by walking on from its last contact', async () => {
+      // A newer match written with the triggers off, so the version stays: a page found anew would start
+      // one contact later, the walk from where page 1 stopped does not.
+      const want = expected('dom5.').map((r) => r.id);
+      const page = async (n: number) => (await search({ email: 'dom5.', limit: '6', page: String(n) })).ids;
+      expect(await page(1)).toEqual(want.slice(0, 6));
+      const other = t.ts.reopen();
+      try {
+        await other.write(async (trx) => {
+          await sql`set local session_replication_role = replica`.execute(trx);
+          const at = new Date(BASE + 10_000_000).toISOString();
+          await insertContacts(trx, [
+            { row: { ...contactRow(org, `${org}-late5`, 'late@dom5.test', at), json: null }, tags: [] },
+          ]);
+        });
+      } finally {
+        await other.close();
+      }
+      expect(await page(2)).toEqual(want.slice(6, 12));
+      expect(await page(3)).toEqual(want.slice(12, 18));
+      // With another limit no page before it is kept: found anew, with the late contact before the rest.
+      const anew = await search({ email: 'dom5.', limit: '5', page: '2' });
+      expect(anew.ids).toEqual([`${org}-late5`, ...want].slice(5, 10));
+    });
+
     it('answers a kept page from what it kept, and reads it afresh once a contact on it is gone', async () => {
       // Proves the kept page answers, and not a new read: with the triggers off, a new matching contact
       // leaves the version as it was, so only a page not kept yet shows it.
