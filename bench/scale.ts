@@ -234,7 +234,7 @@ async function main(): Promise<void> {
         ),
       );
       // The first 10,000 contacts seeded, the oldest: all of them at 10k, 10 % at 100k, 1 % at 1M. Page 1
-      // counts the total too.
+      // counts the total too; each page after it walks on from where the one before stopped.
       rows.push(
         await oneAtATime(
           'email substring, matches all old (s0-), first request (pages 1–8: p50 / worst)',
@@ -255,12 +255,22 @@ async function main(): Promise<void> {
           eight.map((i) => `limit=20&email=s10000-${i + 2}`),
         ),
       );
+      // Page 2 walks on from where the kept page 1 stopped; page 5, with no page before it kept, is found
+      // as page 1 was.
       rows.push(
         await oneAtATime(
-          'the same, page 2, first request (8 terms: p50 / worst)',
+          'the same, page 2 right after page 1 (8 terms: p50 / worst)',
           base,
           headers,
           eight.map((i) => `limit=20&email=s10000-${i + 2}&page=2`),
+        ),
+      );
+      rows.push(
+        await oneAtATime(
+          'the same, page 5 with no page before it asked (8 terms: p50 / worst)',
+          base,
+          headers,
+          eight.map((i) => `limit=20&email=s10000-${i + 2}&page=5`),
         ),
       );
       rows.push(await get('tag, page 1', 'limit=20&tag=vip'));
