@@ -221,14 +221,15 @@ function chunkCounter(
 
 /**
  * How long (ms) the trigram index may count a term's matches before the address chunks count them instead.
- * The chunks read every address, 40–60 ms at a million contacts for a short term whatever it matches; the
- * index reads only its matches, 3 ms for 10,000 that sit together (25 read from the OS's cache), but 170
- * ms for 120,000 spread through the table, and 300 ms to find none for a term pg_trgm cannot narrow
- * (`e.t`). Which is which cannot be told beforehand, so the index is given a third of what the chunks
- * would cost, in proportion to the organisation's size.
+ * The chunks read every address, 40–100 ms at a million contacts for a short term whatever it matches; the
+ * index reads only its matches, 3 ms for 10,000 that sit together, 22–25 the first time a connection
+ * plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table, and 300
+ * ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told beforehand, so
+ * the index is given about half what the chunks cost, in proportion to the organisation's size: 30 µs a
+ * thousand contacts, 1 to 30 ms. (At 20 ms, a first page of 10,000 old matches still missed it, cold.)
  */
 export function trigramCountMs(size: number): number {
-  return Math.min(20, Math.max(1, Math.round(size / 50_000)));
+  return Math.min(30, Math.max(1, Math.round((size * 3) / 100_000)));
 }
 
 /**

@@ -146,8 +146,10 @@ export class ContactsService {
       // the page and its total are read afresh, and nothing is kept under it.
       return this.readPage(orgId, filter, { page, limit });
     }
-    const after = page > 1 ? await this.lastOfPageBefore(orgId, term, page, limit, version) : undefined;
-    const read = this.readPage(orgId, filter, { page, limit }, { term, version, after });
+    // Kept at once, before anything is awaited, so that requests for the same page share it.
+    const read = this.lastOfPageBefore(orgId, term, page, limit, version).then((after) =>
+      this.readPage(orgId, filter, { page, limit }, { term, version, after }),
+    );
     const answer = read.then((r) => ({ ids: r.contacts.map(idOf), total: r.pagination.total }));
     this.kept.keepPage(orgId, term, page, limit, version, answer);
     return read;
@@ -158,6 +160,7 @@ export class ContactsService {
    * next page starts right after it (repo.pageAfterContact). A page still being worked out is waited for.
    */
   private async lastOfPageBefore(orgId: string, term: string, page: number, limit: number, version: string) {
+    if (page === 1) return undefined;
     const before = await this.kept.page(orgId, term, page - 1, limit, version)?.catch(() => undefined);
     return before?.ids.length === limit ? before.ids.at(-1) : undefined;
   }
