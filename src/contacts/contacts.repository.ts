@@ -258,19 +258,19 @@ const tagPage = pagedShape((db, window, organizationId: string, tag: string, buc
 const AFTER_WALK_MAX = 20_000;
 
 /**
- * The next page of an email search, after the contact `after` that ends the page before it (kept at the
- * same version of the addresses, so the same contacts match in the same order): the contacts older than
- * it in page order, walked in the organisation's created_at index, at most twice what matches spread
- * through time would need (5,000 to 20,000 contacts). Sequential paging then costs a walk from where the
- * last page stopped, not a sort or a pass over every match, whatever the term. Undefined unless the walk
- * fills the page, or ends the search where the known total says it ends.
+ * A page of an email search that starts `after.skip` matches after the contact `after.id`, the last of a
+ * page kept at the same version of the addresses (so the same contacts match, in the same order): the
+ * contacts older than it in page order, walked in the organisation's created_at index, at most twice what
+ * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or a few pages ahead,
+ * then costs a walk from where a kept page stopped, not a sort or a pass over every match, whatever the
+ * term. Undefined unless the walk fills the page, or ends the search where the known total says it ends.
  */
 export async function pageAfterContact(
   db: Executor,
   dialect: DialectName,
   organizationId: string,
   term: string,
-  after: string,
+  after: { id: string; skip: number },
   page: Page,
   knownTotal: number | undefined,
 ): Promise<string[] | undefined> {
@@ -278,13 +278,15 @@ export async function pageAfterContact(
     .selectFrom('contacts')
     .select('created_at')
     .where('organization_id', '=', organizationId)
-    .where('id', '=', after)
+    .where('id', '=', after.id)
     .executeTakeFirst();
   if (!anchor) return undefined;
   const size = await organizationSize(db, organizationId);
-  const expected = knownTotal === undefined ? 0 : (page.limit * size) / Math.max(knownTotal, 1);
+  const reach = after.skip + page.limit;
+  const expected = knownTotal === undefined ? 0 : (reach * size) / Math.max(knownTotal, 1);
   const budget = Math.min(AFTER_WALK_MAX, Math.max(5_000, Math.ceil(2 * expected)));
-  const older = sql`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after})`;
+  const older = sql`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after.id})`;
+  const window = sql`limit ${rowCount(page.limit)} offset ${rowCount(after.skip)}`;
   const matches = containsText(dialect, 'email_lower', term.toLowerCase());
   // As the walks from the newest contact do (contact-chunks.repository.ts, contact-search-postgres...):
   // SQLite walks its covering index and reads only the page's rows; PostgreSQL renders only matches.
@@ -295,14 +297,14 @@ export async function pageAfterContact(
             select rowid as r, created_at, id, email_lower from contacts where ${older}
             order by created_at desc, id desc limit ${rowCount(budget)}) w
           where ${matches}
-          order by w.created_at desc, w.id desc limit ${rowCount(page.limit)}) p
+          order by w.created_at desc, w.id desc ${window}) p
         cross join contacts c on c.rowid = p.r
         order by p.created_at desc, p.id desc`
       : sql<{ json: string }>`select ${contactJson('postgres', 'c')} as json from (
           select * from contacts where ${older}
           order by created_at desc, id desc limit ${rowCount(budget)}) c
         where ${matches}
-        order by c.created_at desc, c.id desc limit ${rowCount(page.limit)}`;
+        order by c.created_at desc, c.id desc ${window}`;
   const contacts = (await query.execute(db)).rows.map((r) => r.json);
   if (contacts.length === page.limit) return contacts;
   return knownTotal !== undefined && offsetOf(page) + contacts.length === knownTotal ? contacts : undefined;

@@ -73,6 +73,12 @@ function emailTaken(email: string): AppError {
 /** A contact's id, from its API JSON text. */
 const idOf = (json: string) => (JSON.parse(json) as { id: string }).id;
 
+/**
+ * How many pages back a search's page looks for a kept page to walk on from: the walk skips the matches of
+ * the pages between (a paginator's "1 2 3 … 5" jumps a few pages at a time).
+ */
+const PAGES_AHEAD = 5;
+
 export class ContactsService {
   /** Email searches' totals and pages, kept while the organisation's addresses stay as they were. */
   private readonly kept = new KeptSearches();
@@ -147,7 +153,7 @@ export class ContactsService {
       return this.readPage(orgId, filter, { page, limit });
     }
     // Kept at once, before anything is awaited, so that requests for the same page share it.
-    const read = this.lastOfPageBefore(orgId, term, page, limit, version).then((after) =>
+    const read = this.keptPageBefore(orgId, term, page, limit, version).then((after) =>
       this.readPage(orgId, filter, { page, limit }, { term, version, after }),
     );
     const answer = read.then((r) => ({ ids: r.contacts.map(idOf), total: r.pagination.total }));
@@ -156,13 +162,18 @@ export class ContactsService {
   }
 
   /**
-   * The last contact of the page before `page`, when that page is kept at this version and full: the
-   * next page starts right after it (repo.pageAfterContact). A page still being worked out is waited for.
+   * Where the page starts, counted from the last contact of the nearest page before it (at most
+   * PAGES_AHEAD back) that is kept at this version and full (repo.pageAfterContact). A page still being
+   * worked out is waited for.
    */
-  private async lastOfPageBefore(orgId: string, term: string, page: number, limit: number, version: string) {
-    if (page === 1) return undefined;
-    const before = await this.kept.page(orgId, term, page - 1, limit, version)?.catch(() => undefined);
-    return before?.ids.length === limit ? before.ids.at(-1) : undefined;
+  private async keptPageBefore(orgId: string, term: string, page: number, limit: number, version: string) {
+    for (let before = page - 1; before >= Math.max(1, page - PAGES_AHEAD); before--) {
+      const kept = await this.kept.page(orgId, term, before, limit, version)?.catch(() => undefined);
+      if (kept === undefined) continue;
+      if (kept.ids.length < limit) return undefined;
+      return { id: kept.ids.at(-1)!, skip: (page - before - 1) * limit };
+    }
+    return undefined;
   }
 
   /** The page read from the store, and its total: kept (a search), learned or maintained, or counted. */
@@ -170,7 +181,7 @@ export class ContactsService {
     orgId: string,
     filter: repo.ContactFilter,
     { page, limit }: Page,
-    search?: { term: string; version: string; after?: string | undefined },
+    search?: { term: string; version: string; after?: { id: string; skip: number } | undefined },
   ) {
     const db = this.store.db;
     const dialect = this.store.dialect;

@@ -295,20 +295,26 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       const want = expected(term).map((r) => r.id);
       const pages = Math.ceil(want.length / limit);
       for (let page = 2; page <= pages; page++) {
-        const after = want[(page - 1) * limit - 1]!;
-        const got = await pageAfterContact(db, dialect, org, term, after, { page, limit }, want.length);
-        const ids = got?.map((json) => (JSON.parse(json) as { id: string }).id);
-        expect(ids, `${term} page ${page}`).toEqual(want.slice((page - 1) * limit, page * limit));
+        // From the page before it, and from page 1, skipping the pages between.
+        for (const from of new Set([page - 1, 1])) {
+          const after = { id: want[from * limit - 1]!, skip: (page - 1 - from) * limit };
+          const got = await pageAfterContact(db, dialect, org, term, after, { page, limit }, want.length);
+          const ids = got?.map((json) => (JSON.parse(json) as { id: string }).id);
+          expect(ids, `${term} page ${page} from ${from}`).toEqual(
+            want.slice((page - 1) * limit, page * limit),
+          );
+        }
       }
       // The last page is short: taken only where the total says the search ends (here it does not, or is
       // not known); a contact that is gone starts nothing.
       const last = { page: pages, limit };
-      const after = want[(pages - 1) * limit - 1]!;
+      const after = { id: want[(pages - 1) * limit - 1]!, skip: 0 };
       if (want.length % limit !== 0) {
         expect(await pageAfterContact(db, dialect, org, term, after, last, want.length + 1)).toBeUndefined();
         expect(await pageAfterContact(db, dialect, org, term, after, last, undefined)).toBeUndefined();
       }
-      expect(await pageAfterContact(db, dialect, org, term, 'no-such-contact', last, 99)).toBeUndefined();
+      const gone = { id: 'no-such-contact', skip: 0 };
+      expect(await pageAfterContact(db, dialect, org, term, gone, last, 99)).toBeUndefined();
     }
   });
 
@@ -333,6 +339,8 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
         await other.close();
       }
       expect(await page(2)).toEqual(want.slice(6, 12));
+      // Page 4 walks on from page 2, past page 3's matches.
+      expect(await page(4)).toEqual(want.slice(18, 24));
       expect(await page(3)).toEqual(want.slice(12, 18));
       // With another limit no page before it is kept: found anew, with the late contact before the rest.
       const anew = await search({ email: 'dom5.', limit: '5', page: '2' });
