@@ -262,7 +262,7 @@ const AFTER_WALK_MAX = 20_000;
  * contacts older than it in page order, walked in the organisation's created_at index, at most twice what
  * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or a few pages ahead,
  * then costs a walk from where a kept page stopped, not a sort or a pass over every match, whatever the
- * term. Undefined unless the walk fills the page, or ends the search where the known total says it ends.
+ * term. Undefined unless the walk fills the page, or reaches the oldest contact.
  */
 export async function pageAfterContact(
   db: Executor,
@@ -283,30 +283,43 @@ export async function pageAfterContact(
   const size = await organizationSize(db, organizationId);
   const reach = after.skip + page.limit;
   const expected = knownTotal === undefined ? 0 : (reach * size) / Math.max(knownTotal, 1);
+  // A walk expected to pass more than the longest one allowed would mostly be wasted.
+  if (expected > AFTER_WALK_MAX) return undefined;
   const budget = Math.min(AFTER_WALK_MAX, Math.max(5_000, Math.ceil(2 * expected)));
   const older = sql`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after.id})`;
   const window = sql`limit ${rowCount(page.limit)} offset ${rowCount(after.skip)}`;
   const matches = containsText(dialect, 'email_lower', term.toLowerCase());
   // As the walks from the newest contact do (contact-chunks.repository.ts, contact-search-postgres.*):
-  // SQLite walks its covering index and reads only the page's rows; PostgreSQL renders only matches.
-  const query =
+  // SQLite walks its covering index and reads only the page's rows; PostgreSQL renders only matches. Each
+  // row carries its order keys (k1, k2) for the statement below.
+  const pageQuery =
     dialect === 'sqlite'
-      ? sql<{ json: string }>`select ${contactJson('sqlite', 'c')} as json from (
+      ? sql`select ${contactJson('sqlite', 'c')} as json, p.created_at as k1, p.id as k2 from (
           select w.r, w.created_at, w.id from (
             select rowid as r, created_at, id, email_lower from contacts where ${older}
             order by created_at desc, id desc limit ${rowCount(budget)}) w
           where ${matches}
           order by w.created_at desc, w.id desc ${window}) p
-        cross join contacts c on c.rowid = p.r
-        order by p.created_at desc, p.id desc`
-      : sql<{ json: string }>`select ${contactJson('postgres', 'c')} as json from (
+        cross join contacts c on c.rowid = p.r`
+      : sql`select ${contactJson('postgres', 'c')} as json, c.created_at as k1, c.id as k2 from (
           select * from contacts where ${older}
           order by created_at desc, id desc limit ${rowCount(budget)}) c
         where ${matches}
         order by c.created_at desc, c.id desc ${window}`;
-  const contacts = (await query.execute(db)).rows.map((r) => r.json);
-  if (contacts.length === page.limit) return contacts;
-  return knownTotal !== undefined && offsetOf(page) + contacts.length === knownTotal ? contacts : undefined;
+  const walk = await sql<{
+    json: string;
+  }>`select json from (${pageQuery}) p order by k1 desc, k2 desc`.execute(db);
+  if (walk.rows.length === page.limit) return walk.rows.map((r) => r.json);
+  // A short page ends the search only if the walk reached the oldest contact, not its budget: the page is
+  // read again with the contacts the walk passes counted, in one statement (one snapshot), which only a
+  // last page costs. (The kept total cannot say so: it may have been counted after the kept page was read.)
+  const { rows } = await sql<{ walked: number | string; json: string | null }>`select w.walked, p.json
+    from (select count(*) as walked from (select 1 from contacts where ${older}
+        order by created_at desc, id desc limit ${rowCount(budget)}) x) w
+      left join (${pageQuery}) p on 1 = 1
+    order by p.k1 desc, p.k2 desc`.execute(db);
+  if (Number(rows[0]!.walked) >= budget) return undefined;
+  return rows.flatMap((r) => (r.json === null ? [] : [r.json]));
 }
 
 /** The organisation's contacts with these ids, as their API JSON text, in the order given; missing ones left out. */

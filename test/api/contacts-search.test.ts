@@ -64,6 +64,10 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id));
   }
 
+  /** The ids of contacts given as their API JSON text. */
+  const idsOf = (contacts: string[] | undefined) =>
+    contacts?.map((json) => (JSON.parse(json) as { id: string }).id);
+
   async function search(query: Record<string, string>) {
     const res = await t.call({ method: 'GET', url: '/api/v1/contacts', auth, query });
     expect(res.statusCode, res.body).toBe(200);
@@ -299,23 +303,66 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
         for (const from of new Set([page - 1, 1])) {
           const after = { id: want[from * limit - 1]!, skip: (page - 1 - from) * limit };
           const got = await pageAfterContact(db, dialect, org, term, after, { page, limit }, want.length);
-          const ids = got?.map((json) => (JSON.parse(json) as { id: string }).id);
-          expect(ids, `${term} page ${page} from ${from}`).toEqual(
+          expect(idsOf(got), `${term} page ${page} from ${from}`).toEqual(
             want.slice((page - 1) * limit, page * limit),
           );
         }
       }
-      // The last page is short: taken only where the total says the search ends (here it does not, or is
-      // not known); a contact that is gone starts nothing.
+      // A short last page is taken because the walk passed every older contact, whatever the total
+      // says; a contact that is gone starts nothing.
       const last = { page: pages, limit };
       const after = { id: want[(pages - 1) * limit - 1]!, skip: 0 };
-      if (want.length % limit !== 0) {
-        expect(await pageAfterContact(db, dialect, org, term, after, last, want.length + 1)).toBeUndefined();
-        expect(await pageAfterContact(db, dialect, org, term, after, last, undefined)).toBeUndefined();
+      for (const total of [want.length + 1, undefined]) {
+        const got = await pageAfterContact(db, dialect, org, term, after, last, total);
+        expect(idsOf(got)).toEqual(want.slice((pages - 1) * limit));
       }
       const gone = { id: 'no-such-contact', skip: 0 };
       expect(await pageAfterContact(db, dialect, org, term, gone, last, 99)).toBeUndefined();
     }
+  });
+
+  it('walks on through contacts that share a created_at, and gives up past its budget', async () => {
+    // 6,000 contacts, three to each millisecond, ids not in that order: `tie` is held by the newest 30
+    // and the oldest 30, with 5,940 between them, more than the walk's budget of 5,000.
+    const other = (await t.newKey()).organizationId;
+    const count = 6_000;
+    const made = Array.from({ length: count }, (_, i) => {
+      const email = i >= count - 30 ? `tie${i}@new.test` : i < 30 ? `tie${i}@old.test` : `other${i}@x.test`;
+      const id = `${other}-${String((i * 7919) % count).padStart(4, '0')}`;
+      const at = new Date(BASE + Math.floor(i / 3)).toISOString();
+      return { row: { ...contactRow(other, id, email, at), json: null }, tags: [] };
+    });
+    for (let i = 0; i < count; i += 1_000) {
+      await t.ts.store.write((trx) => insertContacts(trx, made.slice(i, i + 1_000)));
+    }
+    const want = made
+      .map((m) => m.row)
+      .filter((r) => r.email.startsWith('tie'))
+      .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id))
+      .map((r) => r.id);
+    const db = t.ts.store.db;
+    const dialect = t.ts.store.dialect;
+    const from = (page: number, limit: number, total: number | undefined) =>
+      pageAfterContact(
+        db,
+        dialect,
+        other,
+        'TIE',
+        { id: want[(page - 1) * limit - 1]!, skip: 0 },
+        { page, limit },
+        total,
+      );
+    // Pages 2–4 of 7 each start inside a millisecond that three contacts share.
+    for (const page of [2, 3, 4]) {
+      expect(idsOf(await from(page, 7, want.length)), `page ${page}`).toEqual(
+        want.slice((page - 1) * 7, page * 7),
+      );
+    }
+    // Page 5 holds the last 2 of the newest and 5 of the oldest, past the budget: not answered, known total
+    // or not; nor when the total says the walk would have to be longer than it may be.
+    expect(await from(5, 7, want.length)).toBeUndefined();
+    expect(await from(5, 7, undefined)).toBeUndefined();
+    expect(await from(2, 7, 1)).toBeUndefined();
   });
 
   // PostgreSQL only: SQLite's triggers cannot be turned off for one connection.
