@@ -226,10 +226,11 @@ function chunkCounter(
  * plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table, and 300
  * ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told beforehand, so
  * the index is given about half what the chunks cost, in proportion to the organisation's size: 30 µs a
- * thousand contacts, 1 to 30 ms. (At 20 ms, a first page of 10,000 old matches still missed it, cold.)
+ * thousand contacts, 3 to 30 ms. (At 20 ms, a first page of 10,000 old matches still missed it, cold.)
+ * Under 100,000 contacts the chunks count in a few ms, and the index is not asked (0).
  */
 export function trigramCountMs(size: number): number {
-  return Math.min(30, Math.max(1, Math.round((size * 3) / 100_000)));
+  return size < 100_000 ? 0 : Math.min(30, Math.round((size * 3) / 100_000));
 }
 
 /**
@@ -252,7 +253,23 @@ async function countByTrigramWithin(
     if (isStatementCanceled(err)) return undefined;
     throw err;
   } finally {
-    await sql`rollback to savepoint trigram_count`.execute(conn);
+    await rollbackToTrigramCount(conn);
+  }
+}
+
+/**
+ * Back to the savepoint, which also ends the short timeout. The rollback itself runs under that timeout
+ * (SET LOCAL ends only once it has run), so a stall of the server past it cancels the rollback too; it is
+ * then tried again (allowed in a failed transaction; the savepoint stays until it succeeds).
+ */
+async function rollbackToTrigramCount(conn: Executor): Promise<void> {
+  for (let tries = 1; ; tries++) {
+    try {
+      await sql`rollback to savepoint trigram_count`.execute(conn);
+      return;
+    } catch (err) {
+      if (!isStatementCanceled(err) || tries >= 3) throw err;
+    }
   }
 }
 
