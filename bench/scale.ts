@@ -255,8 +255,8 @@ async function main(): Promise<void> {
           eight.map((i) => `limit=20&email=s10000-${i + 2}`),
         ),
       );
-      // Page 2 walks on from where the kept page 1 stopped; page 5, with no page before it kept, is found
-      // as page 1 was.
+      // Page 2 walks on from where the kept page 1 stopped, page 5 from page 2 past pages 3 and 4; page
+      // 12, with no page kept within the 5 before it, is found as page 1 was.
       rows.push(
         await oneAtATime(
           'the same, page 2 right after page 1 (8 terms: p50 / worst)',
@@ -267,10 +267,18 @@ async function main(): Promise<void> {
       );
       rows.push(
         await oneAtATime(
-          'the same, page 5 with no page before it asked (8 terms: p50 / worst)',
+          'the same, page 5 right after page 2 (8 terms: p50 / worst)',
           base,
           headers,
           eight.map((i) => `limit=20&email=s10000-${i + 2}&page=5`),
+        ),
+      );
+      rows.push(
+        await oneAtATime(
+          'the same, page 12 with no page within 5 before it asked (8 terms: p50 / worst)',
+          base,
+          headers,
+          eight.map((i) => `limit=20&email=s10000-${i + 2}&page=12`),
         ),
       );
       rows.push(await get('tag, page 1', 'limit=20&tag=vip'));

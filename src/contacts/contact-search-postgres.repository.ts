@@ -225,12 +225,13 @@ function chunkCounter(
  * index reads only its matches, 3 ms for 10,000 that sit together, 22–25 the first time a connection
  * plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table, and 300
  * ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told beforehand, so
- * the index is given about half what the chunks cost, in proportion to the organisation's size: 30 µs a
- * thousand contacts, 3 to 30 ms. (At 20 ms, a first page of 10,000 old matches still missed it, cold.)
- * Under 100,000 contacts the chunks count in a few ms, and the index is not asked (0).
+ * the index is given about what the chunks cost on a fast machine, in proportion to the organisation's
+ * size: 50 µs a thousand contacts, 5 to 50 ms. (At 20 and at 30 ms, page 1 of the 10,000 oldest contacts'
+ * term, asked right after a bulk load, ran out of time in one bench run of three.) Under 100,000 contacts
+ * the chunks count in a few ms, and the index is not asked (0).
  */
 export function trigramCountMs(size: number): number {
-  return size < 100_000 ? 0 : Math.min(30, Math.round((size * 3) / 100_000));
+  return size < 100_000 ? 0 : Math.min(50, Math.round((size * 5) / 100_000));
 }
 
 /**
