@@ -166,14 +166,16 @@ export async function createRedis(config: Config, logger: Logger): Promise<Redis
   });
   let starting = true;
   let refused: Error | undefined;
-  let down = false;
+  // Why Redis is not in use, as last logged: each reason is logged once when it begins, so a refusal of
+  // the database found on reconnecting after an outage is still said.
+  let down: 'unreachable' | 'refused' | undefined;
   redis.on('error', (err: Error & { command?: { name?: string } }) => {
     if (refusedDatabase(err)) {
       // Closed rather than left in database 0, and tried again now and then.
       redis.disconnect();
       if (starting) refused = err;
       else {
-        if (!down)
+        if (down !== 'refused')
           logger.error(
             { err: err.message },
             'Redis refuses the database REDIS_URL names: rate limits are counted per instance until it takes it',
@@ -182,19 +184,19 @@ export async function createRedis(config: Config, logger: Logger): Promise<Redis
           if (redis.status === 'end') redis.connect().catch(() => undefined);
         }, DATABASE_RETRY_MS).unref();
       }
-      down = true;
+      down = 'refused';
       return;
     }
-    if (!down)
+    if (down !== 'unreachable')
       logger.warn(
         { err: err.message },
         'Redis unreachable: rate limits are counted per instance until it returns',
       );
-    down = true;
+    down = 'unreachable';
   });
   redis.on('ready', () => {
     if (down && !refused) logger.info('Redis reachable again: rate limits are shared');
-    down = false;
+    down = undefined;
   });
   // Until it answers, or fails to. SELECT goes before the ready check, so its refusal comes first.
   await new Promise<void>((resolve) => {
