@@ -171,7 +171,7 @@ export async function pageByEmailIndex(
     // A deep page (or one past the end) would carry every match before it out of the chunks: the
     // caller's walk, and a count, cost less.
     if (knownTotal === undefined && reach > DEEP_REACH) return undefined;
-    return pageByChunks(db, organizationId, term, page);
+    return pageByChunks(db, organizationId, term, page, size);
   });
 }
 

@@ -7,6 +7,8 @@ import { startThread } from '../threads.js';
 const RESTART_MS = 10_000;
 
 export interface BackgroundThread {
+  /** Posts to the thread running now; false while none is (between a stop and its restart). */
+  post(message: unknown): boolean;
   close(): Promise<void>;
 }
 
@@ -26,18 +28,21 @@ export interface BackgroundThreadOptions<Report> {
 export function startBackgroundThread<Report>(options: BackgroundThreadOptions<Report>): BackgroundThread {
   let closing = false;
   let thread: Worker | undefined;
+  let running = false;
   let exited: Promise<void> = Promise.resolve();
   let restart: NodeJS.Timeout | undefined;
   const start = (): void => {
     options.onStart?.();
     const current = startThread(import.meta.url, options.module, options.data);
     thread = current;
+    running = true;
     current.unref();
     let failure: unknown = new Error(`the thread ${options.module} stopped`);
     current.on('message', (report: Report) => options.onReport(report));
     current.on('error', (err) => (failure = err));
     exited = new Promise<void>((resolve) => {
       current.once('exit', () => {
+        running = false;
         resolve();
         if (closing) return;
         options.onStop(failure);
@@ -50,6 +55,11 @@ export function startBackgroundThread<Report>(options: BackgroundThreadOptions<R
   };
   start();
   return {
+    post(message) {
+      if (!running || closing) return false;
+      thread!.postMessage(message);
+      return true;
+    },
     async close() {
       closing = true;
       clearTimeout(restart);

@@ -1,10 +1,14 @@
 // The search thread: keeps the index file of contacts' emails up to date with the database (search-index.ts),
 // on connections of its own, so that neither the server's event loop nor the database's write lock ever
-// waits for an index flush or merge.
+// waits for an index flush or merge. It also runs a read beside the event loop when asked (a share of a
+// pass over the address chunks, contact-chunks.repository.ts), and steps no further until the asker lets
+// go: the index file then stays as that read saw it, for the asker's own reads (search-indexer.ts).
 import { parentPort, workerData } from 'node:worker_threads';
+import type BetterSqlite3 from 'better-sqlite3';
 import { SearchIndexer } from './search-index.js';
-import { isUnreadable } from './search-file.js';
+import { attachSearchFile, isUnreadable } from './search-file.js';
 import { isDamagedChunk } from './address-chunks.js';
+import { Sqlite } from './sqlite-driver.js';
 
 export interface SearchThreadData {
   databaseFile: string;
@@ -12,8 +16,32 @@ export interface SearchThreadData {
   everyMs: number;
 }
 
-/** What the thread tells the store: a step that failed (it goes on trying), or retired keys done with. */
-export type SearchThreadReport = { error: string } | { retiredSeen: number };
+/**
+ * What the thread tells the store: a step that failed (it goes on trying), retired keys done with, or about
+ * a read it was asked for: taken up (`held`: no step until it is let go), then its rows or its error.
+ */
+export type SearchThreadReport =
+  | { error: string }
+  | { retiredSeen: number }
+  | { read: number; held: true }
+  | { read: number; declined: true }
+  | { read: number; rows: unknown[] }
+  | { read: number; failed: string };
+
+/** What the store asks of the thread. */
+export type SearchThreadRequest =
+  | { close: true }
+  /** Run `sql` on a reader of both files and hold the index file as it is; past `deadline`, do nothing. */
+  | { read: number; sql: string; parameters: unknown[]; deadline: number }
+  | { release: number };
+
+/** How long a read holds the index at most, should the store never let go (it always does). */
+const HOLD_MAX_MS = 2_000;
+/**
+ * Reads asked for back to back could hold the index for ever, and new contacts would then never reach it:
+ * past this long without a step while held, a read is declined (its asker reads alone) until one is made.
+ */
+const STEP_AT_LEAST_MS = 250;
 
 const { databaseFile, indexFile, everyMs } = workerData as SearchThreadData;
 const port = parentPort!;
@@ -44,10 +72,24 @@ const intact = (): boolean => {
 // this thread at a million contacts, while searches scan the contacts not indexed yet as usual.
 if (!intact()) repair(new Error('the search index file failed its quick check at start'));
 
+/** The reads holding the index file as it is, with when each lets go at the latest. */
+const holds = new Map<number, number>();
+const holding = (): boolean => {
+  const now = Date.now();
+  for (const [id, until] of holds) if (until <= now) holds.delete(id);
+  return holds.size > 0;
+};
+
 let timer: NodeJS.Timeout | undefined;
 let failing = false;
 let told = -1;
+let stepped = Date.now();
 const round = (): void => {
+  if (holding()) {
+    timer = setTimeout(round, everyMs);
+    return;
+  }
+  stepped = Date.now();
   let more = false;
   try {
     const step = indexer.step();
@@ -72,9 +114,51 @@ const round = (): void => {
 };
 round();
 
-port.on('message', (request: { close?: boolean }) => {
-  if (!request.close) return;
+/** A reader of the database with the index file attached, as the store's own (store.ts); opened when asked. */
+let reader: { conn: BetterSqlite3.Database; statements: Map<string, BetterSqlite3.Statement> } | undefined;
+const readRows = (sql: string, parameters: unknown[]): unknown[] => {
+  if (!reader) {
+    const conn = new Sqlite(databaseFile, { fileMustExist: true });
+    conn.pragma('query_only = ON');
+    conn.pragma('busy_timeout = 10000');
+    attachSearchFile(conn, indexFile);
+    reader = { conn, statements: new Map() };
+  }
+  let statement = reader.statements.get(sql);
+  if (!statement) {
+    // Asked for by a few shapes of query only.
+    if (reader.statements.size >= 100) reader.statements.clear();
+    statement = reader.conn.prepare(sql);
+    reader.statements.set(sql, statement);
+  }
+  return statement.all(...parameters);
+};
+
+port.on('message', (request: SearchThreadRequest) => {
+  if ('read' in request) {
+    // Asked too long ago (the thread was busy): the asker has read alone meanwhile.
+    if (Date.now() > request.deadline) return;
+    if (holding() && Date.now() - stepped > STEP_AT_LEAST_MS) {
+      port.postMessage({ read: request.read, declined: true } satisfies SearchThreadReport);
+      return;
+    }
+    // Between two steps: the index file is as the asker's next read will find it, until let go.
+    holds.set(request.read, Date.now() + HOLD_MAX_MS);
+    port.postMessage({ read: request.read, held: true } satisfies SearchThreadReport);
+    try {
+      const rows = readRows(request.sql, request.parameters);
+      port.postMessage({ read: request.read, rows } satisfies SearchThreadReport);
+    } catch (err) {
+      port.postMessage({ read: request.read, failed: String(err) } satisfies SearchThreadReport);
+    }
+    return;
+  }
+  if ('release' in request) {
+    holds.delete(request.release);
+    return;
+  }
   clearTimeout(timer);
+  reader?.conn.close();
   indexer.close();
   port.close();
 });

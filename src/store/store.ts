@@ -21,7 +21,7 @@ import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
 import { SearchIndexer } from './search-index.js';
 import { SEARCH_FILE, attachSearchFile, openSearchFile } from './search-file.js';
-import { type IndexingThread, startSearchIndexer } from './search-indexer.js';
+import { type IndexingThread, lendReaderBeside, startSearchIndexer } from './search-indexer.js';
 import { type KeyChanges, fileKeyChanges, postgresKeyChanges } from './key-changes.js';
 
 export type Executor = Kysely<Database>;
@@ -176,6 +176,7 @@ function createSqliteStore(options: StoreOptions): Store {
         attachSearchFile(conn, searchFile);
         reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: conn }) });
         gatherReads(reader, conn);
+        lendReaderBeside(reader, () => searchIndexer);
       }
       return reader;
     },

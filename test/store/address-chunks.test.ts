@@ -8,13 +8,14 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
-import { pageByChunks } from '../../src/contacts/contact-chunks.repository.js';
+import { ALONE, pageByChunks, pageByChunksInTwo } from '../../src/contacts/contact-chunks.repository.js';
 import { organizationSize } from '../../src/contacts/contact-counts.repository.js';
 import { Finder, MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { CHUNK_CHARS, END, isDamagedChunk } from '../../src/store/address-chunks.js';
 import { SearchIndexer } from '../../src/store/search-index.js';
-import { SEARCH_FILE } from '../../src/store/search-file.js';
+import { SEARCH_FILE, attachSearchFile } from '../../src/store/search-file.js';
+import type { ReaderBeside } from '../../src/store/search-indexer.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { readChunks } from '../helpers/chunks.js';
 import { contactRow } from '../helpers/rows.js';
@@ -220,6 +221,26 @@ describe('a page of an email substring from address chunks', () => {
       await store.write((trx) => insertContacts(trx, rows.slice(i, i + 500)));
     }
   };
+  /**
+   * The search thread's half of a search in two parts, run at once on a reader of the test's own (as the
+   * thread's; the thread's side is contact-search's test), then `before` ahead of this thread's half,
+   * and `after` once it is done, before the page is read.
+   */
+  let besideConn: InstanceType<typeof Sqlite>;
+  type Meddle = () => Promise<void> | void;
+  const beside = ({ before, after }: { before?: Meddle; after?: Meddle } = {}): ReaderBeside => ({
+    async readBeside(text, parameters) {
+      const rows = besideConn.prepare(text).all(...parameters);
+      await before?.();
+      return {
+        // Asked for once this thread's half is done.
+        get rows() {
+          return Promise.resolve(after?.()).then(() => rows);
+        },
+        release: () => undefined,
+      };
+    },
+  });
 
   const TERMS = ['olddomain', 'example', 'late', '7', 'person1', 'tied', 'moved', 'zzz'];
   const PAGES = [
@@ -239,6 +260,8 @@ describe('a page of an email substring from address chunks', () => {
         const what = `${email} page ${page.page} of ${page.limit}`;
         const chunked = await pageByChunks(store.db, ORG, email, page);
         expect(chunked, what).toEqual({ contacts: plain, total });
+        const inTwo = await pageByChunksInTwo(store.db, beside(), ORG, email, page);
+        expect(inTwo, `${what}, chunks searched in two parts`).toEqual({ contacts: plain, total });
         for (const known of [undefined, total]) {
           const found = await pageByEmailIndex(store.db, 'sqlite', ORG, { email }, page, known);
           // A deep page without a known total is left to the plain walk (undefined), unless few match.
@@ -269,8 +292,12 @@ describe('a page of an email substring from address chunks', () => {
     );
     await write(Array.from({ length: 200 }, (_, i) => contact(5000 + i, `late${i}@site.example`, -1000 - i)));
     catchUp();
+    besideConn = new Sqlite(path.join(dir, 'mailroom.sqlite'));
+    besideConn.pragma('query_only = ON');
+    attachSearchFile(besideConn, path.join(dir, SEARCH_FILE));
   });
   afterAll(async () => {
+    besideConn.close();
     await store.close();
     rmSync(dir, { recursive: true, force: true });
   });
@@ -304,6 +331,46 @@ describe('a page of an email substring from address chunks', () => {
     await expectPagesExact();
   });
 
+  it('searches in two parts only while both see the same chunks and stale keys; otherwise in one', async () => {
+    const page = { page: 1, limit: 20 };
+    const expectExact = async (found: unknown) => {
+      const total = await countContacts(store.db, ORG, { email: 'site' });
+      expect(found).toEqual({
+        contacts: (await pageContacts(store.db, ORG, { email: 'site' }, page)).contacts,
+        total,
+      });
+    };
+    // Both halves read together, with contacts not indexed yet: one answer, the tail's matches in it.
+    await write([
+      contact(9100, 'tail.one@site.example', 7_000_000),
+      contact(9101, 'tail.two@x.example', 7_000_001),
+    ]);
+    await expectExact(await pageByChunksInTwo(store.db, beside(), ORG, 'site', page));
+    // An indexed contact deleted after the thread's half (its key now stale to this thread's half only).
+    const gone = (i: number) => async () => {
+      const id = `${ORG}-${String(i).padStart(5, '0')}`;
+      await store.write((trx) => trx.deleteFrom('contacts').where('id', '=', id).execute());
+    };
+    expect(await pageByChunksInTwo(store.db, beside({ before: gone(21) }), ORG, 'site', page)).toBe(ALONE);
+    await expectExact(await pageByChunks(store.db, ORG, 'site', page));
+    // The same after both halves, before the page.
+    expect(await pageByChunksInTwo(store.db, beside({ after: gone(28) }), ORG, 'site', page)).toBe(ALONE);
+    await expectExact(await pageByChunks(store.db, ORG, 'site', page));
+    // The index moved on after the thread's half (another process's indexer, say), or after both.
+    expect(await pageByChunksInTwo(store.db, beside({ before: catchUp }), ORG, 'site', page)).toBe(ALONE);
+    await write([contact(9102, 'tail.three@site.example', 7_000_002)]);
+    expect(await pageByChunksInTwo(store.db, beside({ after: catchUp }), ORG, 'site', page)).toBe(ALONE);
+    await expectExact(await pageByChunksInTwo(store.db, beside(), ORG, 'site', page));
+    // The thread gone or busy, or its read failed.
+    const none: ReaderBeside = { readBeside: () => Promise.resolve(undefined) };
+    expect(await pageByChunksInTwo(store.db, none, ORG, 'site', page)).toBe(ALONE);
+    const failing: ReaderBeside = {
+      readBeside: () =>
+        Promise.resolve({ rows: Promise.reject(new Error('stopped')), release: () => undefined }),
+    };
+    expect(await pageByChunksInTwo(store.db, failing, ORG, 'site', page)).toBe(ALONE);
+  });
+
   it('walks only the newest contacts for a known total, then the index (few matches) or the chunks (many) for matches further back', async () => {
     // Newer than all the others: a walk of the newest thousands finds none of the old domain's.
     await write(
@@ -328,6 +395,12 @@ describe('a page of an email substring from address chunks', () => {
     await write(many);
     catchUp();
     expect(await pageByChunks(store.db, ORG, 'tie.example', { page: 1, limit: 20 })).toBeUndefined();
+    // In two parts each half carries about half of them, within its own limit: the page is exact.
+    expect(await pageByChunksInTwo(store.db, beside(), ORG, 'tie.example', { page: 1, limit: 20 })).toEqual({
+      contacts: (await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 }))
+        .contacts,
+      total: many.length,
+    });
     const plain = (await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 }))
       .contacts;
     const page = await pageContacts(

@@ -24,6 +24,8 @@ import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-
 import { migrateTo } from '../../src/store/migrations.js';
 import { SearchIndexer } from '../../src/store/search-index.js';
 import { SEARCH_FILE } from '../../src/store/search-file.js';
+import { readerBeside } from '../../src/store/search-indexer.js';
+import { pageByChunksInTwo } from '../../src/contacts/contact-chunks.repository.js';
 import { ftsPhrase } from '../../src/store/dialect.js';
 import type { NewContact, Database } from '../../src/store/schema.js';
 import { type Store, createStore } from '../../src/store/store.js';
@@ -634,6 +636,60 @@ describe('the store keeping its search index', () => {
       expect(await search(store.db, 'o', 'later22@')).toEqual(['o-22']);
     } finally {
       await store.close();
+    }
+  });
+
+  it('runs a read beside the event loop, and steps no further until it is let go', async () => {
+    const readDir = mkdtempSync(path.join(tmpdir(), 'mailroom-beside-'));
+    const store = createStore({ dataDir: readDir });
+    const watermark = () => viewIndex(readDir).watermark;
+    const top = async () =>
+      (await sql<{ k: number }>`select max(search_key) as k from contacts`.execute(store.db)).rows[0]!.k;
+    try {
+      await store.migrate();
+      await addOrganization(store, 'o');
+      await seed(store, 'o', ['one@beside.example', 'two@beside.example']);
+      await until('the index to reach the newest contact', async () => watermark() === (await top()));
+      const beside = readerBeside(store.db)!;
+      expect(beside).toBeDefined();
+      const held = Date.now();
+      const read = await beside.readBeside(
+        `select indexed_to as i, (select count(*) from contacts where email_lower like ?) as n
+          from search.search_state`,
+        ['%beside%'],
+        5_000,
+      );
+      expect(read).toBeDefined();
+      expect(await read!.rows).toEqual([{ i: watermark(), n: 2 }]);
+      // Held: a contact written now waits, over several of the thread's rounds (50 ms each).
+      await seed(store, 'o', ['three@beside.example'], 2);
+      const waiting = await top();
+      await new Promise((r) => setTimeout(r, 400));
+      // The thread lets go by itself 2 s after it took the read up, should its asker never do so: on a
+      // machine stalled that long these two are not checked.
+      if (Date.now() - held < 1_500) {
+        expect(watermark()).toBeLessThan(waiting);
+        // Held long past a step, it declines another read: the index must keep up with the contacts.
+        expect(await beside.readBeside('select 1 as x', [], 400)).toBeUndefined();
+      }
+      read!.release();
+      await until('the held contact to be indexed', () => watermark() === waiting);
+      // Its error reaches the asker.
+      const failing = await beside.readBeside('select * from no_such_table', [], 5_000);
+      await expect(failing!.rows).rejects.toThrow(/no_such_table/);
+      failing!.release();
+      // A search in two parts, the thread's half on its reader: exact, and the thread steps again after.
+      const page = { page: 1, limit: 2 };
+      expect(await pageByChunksInTwo(store.db, beside, 'o', 'beside', page)).toEqual({
+        contacts: (await pageContacts(store.db, 'o', { email: 'beside' }, page)).contacts,
+        total: 3,
+      });
+      await seed(store, 'o', ['four@beside.example'], 3);
+      const last = await top();
+      await until('the contact after it to be indexed', () => watermark() === last);
+    } finally {
+      await store.close();
+      rmSync(readDir, { recursive: true, force: true });
     }
   });
 
