@@ -43,19 +43,52 @@ function tail(organizationId: string, term: string): RawBuilder<{ k: number }> {
       and +c.organization_id = ${organizationId} and instr(c.email_lower, ${term}) > 0`;
 }
 
+/** How many addresses of the organisation's chunks in part `part` of `parts` (by id) hold `term`. */
+function countInChunks(
+  organizationId: string,
+  term: string,
+  held: RawBuilder<string>,
+  part: number,
+  parts: number,
+): RawBuilder<number> {
+  return sql<number>`(select coalesce(sum(coalesce(
+        mailroom_chunk_count(ch.addresses, ch.first_key, ch.last_key, ${term}, ${held}),
+        mailroom_chunk_count_except(ch.addresses, ch.entries, ${term}, ${held}))), 0)
+      from search.address_chunks ch where ch.organization_id = ${organizationId} and ch.id % ${parts} = ${part})`;
+}
+
 /**
  * The organisation's contacts whose address holds `term`, counted in the chunks: NULL while they are too
  * far behind the contacts (unready).
  */
 export function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
-  const held = stale(organizationId);
   return sql<number | null>`(select case when ${unready} then null else
-      (select coalesce(sum(coalesce(
-          mailroom_chunk_count(ch.addresses, ch.first_key, ch.last_key, ${term}, ${held}),
-          mailroom_chunk_count_except(ch.addresses, ch.entries, ${term}, ${held}))), 0)
-        from search.address_chunks ch where ch.organization_id = ${organizationId})
+      ${countInChunks(organizationId, term, stale(organizationId), 0, 1)}
       + (select count(*) from (${tail(organizationId, term)}))
     end)`;
+}
+
+interface CountRow extends HalfRow {
+  n: number;
+}
+
+/**
+ * chunkCount in two halves at once, the search thread counting one (as pageByChunksInTwo): two
+ * statements, this thread's counting the tail too. Both find the same state and stale keys, or the
+ * answer is ALONE (count in one statement); undefined when the chunks are too far behind (unready).
+ */
+export async function countByChunksInTwo(
+  db: Executor,
+  beside: ReaderBeside,
+  organizationId: string,
+  term: string,
+): Promise<number | undefined | typeof ALONE> {
+  const half = (i: number) => sql<CountRow>`with ${chunksNow(organizationId)}
+    select s.unready, s.held, s.state, case when s.unready then 0 else
+        ${countInChunks(organizationId, term, sql`s.held`, i, 2)}
+        + ${i === 0 ? sql`(select count(*) from (${tail(organizationId, term)}))` : sql`0`} end as n
+    from s`;
+  return inTwoHalves(db, beside, half, (mine, other) => Number(mine.n) + Number(other.n));
 }
 
 /** Names one page search to the chunk functions, which share it between two calls (chunk-functions.ts). */
@@ -103,12 +136,13 @@ function chunksNow(organizationId: string): RawBuilder<unknown> {
 }
 
 /**
- * What the chunks hold as of a statement: the index's watermark and retired keys taken out (every step
- * moves one), and its last chunk (a layout anew starts them again). Two statements that find the same
- * state and the same stale keys find the same chunks, with the same matches in them.
+ * What the chunks hold as of a statement: the index's watermark and the retired keys it took out (every
+ * step that changes a chunk moves one), and the database it was built of ('' once it is laid out anew).
+ * Two statements that find the same state and the same stale keys find the same chunks, with the same
+ * matches in them.
  */
 const indexState = sql<string>`(select source || ':' || indexed_to || ':' || retired_seen
-    from search.search_state) || ':' || (select coalesce(max(id), 0) from search.address_chunks)`;
+    from search.search_state)`;
 
 /**
  * The end of a statement that begins with `s` (searchChunks): the page of the organisation's contacts
@@ -194,10 +228,7 @@ export async function pageByChunks(
 /** pageByChunksInTwo's answer when the chunks are to be searched in one statement instead. */
 export const ALONE = Symbol('alone');
 
-interface PartRow {
-  unready: number;
-  held: string;
-  state: string;
+interface PartRow extends HalfRow {
   r: string | null;
 }
 
@@ -227,19 +258,10 @@ export async function pageByChunksInTwo(
     return sql<PartRow>`with ${s}, ${agg}
       select s.unready, s.held, s.state, (select r from agg) as r from s`;
   };
-  const theirs = part(1).compile(db);
-  const read = await beside.readBeside(theirs.sql, theirs.parameters, BESIDE_WAIT_MS);
-  if (!read) return ALONE;
-  try {
-    const mine = (await part(0).execute(db)).rows[0]!;
-    if (mine.unready) return undefined;
-    const other = ((await read.rows.catch(() => [])) as PartRow[])[0];
-    const same = (row: { held: string; state: string }) => row.held === mine.held && row.state === mine.state;
-    if (!other || other.unready || !same(other) || mine.r === null || other.r === null) return ALONE;
+  return inTwoHalves(db, beside, part, async (mine, other) => {
+    if (mine.r === null || other.r === null) return ALONE;
     const halves = [JSON.parse(mine.r), JSON.parse(other.r)] as { n: number; keys: number[] }[];
-    const query = sql<
-      PageRow & { unready: number; held: string; state: string }
-    >`with ${chunksNow(organizationId)},
+    const query = sql<PageRow & HalfRow>`with ${chunksNow(organizationId)},
       ${pageOfCandidates(
         organizationId,
         term,
@@ -248,8 +270,42 @@ export async function pageByChunksInTwo(
         sql`(select unready from s) as unready, (select held from s) as held, (select state from s) as state`,
       )}`;
     const rows = (await query.execute(db)).rows;
-    if (!rows[0] || rows[0].unready || !same(rows[0])) return ALONE;
+    if (!rows[0] || !sameChunks(rows[0], mine)) return ALONE;
     return pageOf(rows, halves[0]!.n + halves[1]!.n);
+  });
+}
+
+/** What each statement of a search in two halves says of the chunks as it found them. */
+interface HalfRow {
+  unready: number;
+  held: string;
+  state: string;
+}
+
+/** Whether two statements found the same chunks, readable, with the same stale keys. */
+function sameChunks(a: HalfRow, b: HalfRow): boolean {
+  return !a.unready && !b.unready && a.held === b.held && a.state === b.state;
+}
+
+/**
+ * Runs `half(1)` on the search thread and `half(0)` here, at once, then `finish` with both rows while the
+ * thread still holds the index. ALONE when the thread does not take its half up, its read fails, or the
+ * two found different chunks; undefined when the chunks are too far behind to be read (unready).
+ */
+async function inTwoHalves<R extends HalfRow, T>(
+  db: Executor,
+  beside: ReaderBeside,
+  half: (i: number) => RawBuilder<R>,
+  finish: (mine: R, other: R) => T | typeof ALONE | Promise<T | typeof ALONE>,
+): Promise<T | undefined | typeof ALONE> {
+  const theirs = half(1).compile(db);
+  const read = await beside.readBeside(theirs.sql, theirs.parameters, BESIDE_WAIT_MS);
+  if (!read) return ALONE;
+  try {
+    const mine = (await half(0).execute(db)).rows[0]!;
+    if (mine.unready) return undefined;
+    const other = ((await read.rows.catch(() => [])) as R[])[0];
+    return other && sameChunks(other, mine) ? await finish(mine, other) : ALONE;
   } finally {
     read.release();
   }

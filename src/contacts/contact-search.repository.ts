@@ -12,7 +12,15 @@ import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import { isChunkSearchable } from '../store/address-chunks.js';
-import { chunkCount, pageByChunks, walkNewest } from './contact-chunks.repository.js';
+import {
+  ALONE,
+  TWO_PARTS_FROM,
+  chunkCount,
+  countByChunksInTwo,
+  pageByChunks,
+  walkNewest,
+} from './contact-chunks.repository.js';
+import { readerBeside } from '../store/search-indexer.js';
 import type { Page } from '../paging.js';
 import { addressChanges, organizationSize } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
@@ -183,27 +191,36 @@ export async function countByEmailIndex(
 ): Promise<number | undefined> {
   if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = filter.email.toLowerCase();
+  const size = await organizationSize(db, organizationId);
   // The chunks know addresses only: a subscription filter beside the term takes the FTS5 count or a scan.
   const chunks = filter.unsubscribed === undefined && isChunkSearchable(term);
-  let query: RawBuilder<{ n: number | null }>;
+  // From TWO_PARTS_FROM contacts, the chunks are counted in two halves at once (countByChunksInTwo).
+  const beside = chunks && size >= TWO_PARTS_FROM ? readerBeside(db) : undefined;
+  let query: RawBuilder<{ n: number | null }> | undefined;
   if (!isTrigramSearchable(term)) {
     if (!chunks) return undefined;
-    query = sql`select ${chunkCount(organizationId, term)} as n`;
+    if (!beside) query = sql`select ${chunkCount(organizationId, term)} as n`;
   } else {
     // Few matches are counted through the FTS5 index and a join: up to 1 % of the organisation, where
     // that is clearly cheaper than reading every chunk. One statement: the index is searched once, and
-    // only one branch runs (CASE evaluates lazily).
-    const cap = Math.floor((await organizationSize(db, organizationId)) / 100);
-    const many = chunks ? chunkCount(organizationId, term) : sql`null`;
+    // only one branch runs (CASE evaluates lazily); NULL for many when they are counted in two halves.
+    const cap = Math.floor(size / 100);
+    const many = chunks && !beside ? chunkCount(organizationId, term) : sql`null`;
     query = sql`with m as materialized (${matchingKeys(term, cap + 1)})
       select case when (select count(*) from m) > ${cap} then ${many} else (
         select count(*) from m cross join contacts c on c.search_key = m.k
         where ${contactConditions(organizationId, filter)}) end as n`;
   }
-  const rows = await unlessDamaged(() => query.execute(db).then((r) => r.rows));
-  if (rows === undefined) return undefined;
-  const n = rows[0]?.n;
-  return n === null || n === undefined ? undefined : Number(n);
+  const count = async (q: RawBuilder<{ n: number | null }>) => {
+    const rows = await unlessDamaged(() => q.execute(db).then((r) => r.rows));
+    const n = rows?.[0]?.n;
+    return n === null || n === undefined ? undefined : Number(n);
+  };
+  const n = query ? await count(query) : undefined;
+  if (n !== undefined || !beside) return n;
+  const halves = await unlessDamaged(() => countByChunksInTwo(db, beside, organizationId, term));
+  if (halves !== ALONE) return halves;
+  return count(sql`select ${chunkCount(organizationId, term)} as n`);
 }
 
 /**

@@ -39,7 +39,7 @@ export type SearchThreadRequest =
 const HOLD_MAX_MS = 2_000;
 /**
  * Reads asked for back to back could hold the index for ever, and new contacts would then never reach it:
- * past this long without a step while held, a read is declined (its asker reads alone) until one is made.
+ * past this long since the last step ended, a read is declined (its asker reads alone) until one is made.
  */
 const STEP_AT_LEAST_MS = 250;
 
@@ -89,7 +89,6 @@ const round = (): void => {
     timer = setTimeout(round, everyMs);
     return;
   }
-  stepped = Date.now();
   let more = false;
   try {
     const step = indexer.step();
@@ -110,6 +109,7 @@ const round = (): void => {
     }
     failing = true;
   }
+  stepped = Date.now();
   timer = setTimeout(round, more ? 0 : everyMs);
 };
 round();
@@ -138,7 +138,8 @@ port.on('message', (request: SearchThreadRequest) => {
   if ('read' in request) {
     // Asked too long ago (the thread was busy): the asker has read alone meanwhile.
     if (Date.now() > request.deadline) return;
-    if (holding() && Date.now() - stepped > STEP_AT_LEAST_MS) {
+    // Held one after another, with never a round in between, the index would fall behind for good.
+    if (Date.now() - stepped > STEP_AT_LEAST_MS) {
       port.postMessage({ read: request.read, declined: true } satisfies SearchThreadReport);
       return;
     }
@@ -155,6 +156,11 @@ port.on('message', (request: SearchThreadRequest) => {
   }
   if ('release' in request) {
     holds.delete(request.release);
+    // The round skipped while held, at once: a contact written meanwhile waits no longer than it must.
+    if (!holding()) {
+      clearTimeout(timer);
+      timer = setTimeout(round, 0);
+    }
     return;
   }
   clearTimeout(timer);

@@ -8,7 +8,12 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
-import { ALONE, pageByChunks, pageByChunksInTwo } from '../../src/contacts/contact-chunks.repository.js';
+import {
+  ALONE,
+  countByChunksInTwo,
+  pageByChunks,
+  pageByChunksInTwo,
+} from '../../src/contacts/contact-chunks.repository.js';
 import { organizationSize } from '../../src/contacts/contact-counts.repository.js';
 import { Finder, MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
@@ -361,14 +366,23 @@ describe('a page of an email substring from address chunks', () => {
     await write([contact(9102, 'tail.three@site.example', 7_000_002)]);
     expect(await pageByChunksInTwo(store.db, beside({ after: catchUp }), ORG, 'site', page)).toBe(ALONE);
     await expectExact(await pageByChunksInTwo(store.db, beside(), ORG, 'site', page));
+    // A count in two parts: the same, in two statements (this thread's counts the tail).
+    const total = () => countContacts(store.db, ORG, { email: 'site' });
+    await write([contact(9103, 'tail.four@site.example', 7_000_003)]);
+    expect(await countByChunksInTwo(store.db, beside(), ORG, 'site')).toBe(await total());
+    expect(await countByChunksInTwo(store.db, beside({ before: gone(35) }), ORG, 'site')).toBe(ALONE);
+    expect(await countByChunksInTwo(store.db, beside({ before: catchUp }), ORG, 'site')).toBe(ALONE);
+    expect(await countByChunksInTwo(store.db, beside(), ORG, 'site')).toBe(await total());
     // The thread gone or busy, or its read failed.
     const none: ReaderBeside = { readBeside: () => Promise.resolve(undefined) };
     expect(await pageByChunksInTwo(store.db, none, ORG, 'site', page)).toBe(ALONE);
+    expect(await countByChunksInTwo(store.db, none, ORG, 'site')).toBe(ALONE);
     const failing: ReaderBeside = {
       readBeside: () =>
         Promise.resolve({ rows: Promise.reject(new Error('stopped')), release: () => undefined }),
     };
     expect(await pageByChunksInTwo(store.db, failing, ORG, 'site', page)).toBe(ALONE);
+    expect(await countByChunksInTwo(store.db, failing, ORG, 'site')).toBe(ALONE);
   });
 
   it('walks only the newest contacts for a known total, then the index (few matches) or the chunks (many) for matches further back', async () => {

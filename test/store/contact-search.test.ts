@@ -25,7 +25,12 @@ import { migrateTo } from '../../src/store/migrations.js';
 import { SearchIndexer } from '../../src/store/search-index.js';
 import { SEARCH_FILE } from '../../src/store/search-file.js';
 import { readerBeside } from '../../src/store/search-indexer.js';
-import { pageByChunksInTwo } from '../../src/contacts/contact-chunks.repository.js';
+import {
+  TWO_PARTS_FROM,
+  countByChunksInTwo,
+  pageByChunks,
+  pageByChunksInTwo,
+} from '../../src/contacts/contact-chunks.repository.js';
 import { ftsPhrase } from '../../src/store/dialect.js';
 import type { NewContact, Database } from '../../src/store/schema.js';
 import { type Store, createStore } from '../../src/store/store.js';
@@ -684,9 +689,33 @@ describe('the store keeping its search index', () => {
         contacts: (await pageContacts(store.db, 'o', { email: 'beside' }, page)).contacts,
         total: 3,
       });
+      expect(await countByChunksInTwo(store.db, beside, 'o', 'beside')).toBe(3);
+      // Reads that overlap, each taken up while the one before it still holds the index: a contact written
+      // meanwhile is still indexed (a read is declined once the last step is 250 ms old, and a round steps).
       await seed(store, 'o', ['four@beside.example'], 3);
       const last = await top();
-      await until('the contact after it to be indexed', () => watermark() === last);
+      let taken = 0;
+      let declined = 0;
+      let holding = await beside.readBeside('select 1 as x', [], 1_000);
+      for (const until = Date.now() + 3_000; Date.now() < until && watermark() !== last;) {
+        const next = await beside.readBeside('select 1 as x', [], 10);
+        if (next) taken++;
+        else declined++;
+        holding?.release();
+        holding = next;
+        await new Promise((r) => setTimeout(r, 45));
+      }
+      holding?.release();
+      expect(watermark(), `${taken} reads taken, ${declined} declined`).toBe(last);
+      // Searching with the thread or without it (declined while it has a step to make): the same answers.
+      const held2 = await beside.readBeside('select 1 as x', [], 1_000);
+      for (const size of [TWO_PARTS_FROM, 0]) {
+        expect(await pageByChunks(store.db, 'o', 'beside', page, size)).toEqual({
+          contacts: (await pageContacts(store.db, 'o', { email: 'beside' }, page)).contacts,
+          total: 4,
+        });
+      }
+      held2?.release();
     } finally {
       await store.close();
       rmSync(readDir, { recursive: true, force: true });
