@@ -42,7 +42,7 @@ export interface ReaderBeside {
    * and the chunk functions) on its own connection. Resolves once the thread has taken it up and holds the
    * index file as it is: a read of the asker's begun now finds the index as that one does, unless another
    * process indexes the same files (compare search_state to be sure). Undefined when the thread does not
-   * take it up within `waitMs` (it is busy, restarting, or held too long already): read alone then.
+   * take it up within `waitMs` (it is busy or restarting, or has a step to make first): read alone then.
    */
   readBeside(sql: string, parameters: readonly unknown[], waitMs: number): Promise<ReadBeside | undefined>;
 }
