@@ -7,7 +7,7 @@
 // contacts_search_retired, and a search's join to contacts drops it meanwhile. Contacts above the
 // watermark are not in the index yet, and a search reads them from contacts (contact-search.repository.ts).
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite } from './sqlite-driver.js';
+import { openQueryOnly } from './sqlite-driver.js';
 import { AddressChunks, type IndexedContact } from './address-chunks.js';
 import { layOutAnew, openSearchFile } from './search-file.js';
 
@@ -88,9 +88,7 @@ export class SearchIndexer {
     this.indexBatch = options.indexBatch ?? INDEX_BATCH;
     this.retireBatch = options.retireBatch ?? RETIRE_BATCH;
     // Only reads here: the database's one writer is the store's.
-    this.source = new Sqlite(databaseFile, { fileMustExist: true });
-    this.source.pragma('query_only = ON');
-    this.source.pragma('busy_timeout = 10000');
+    this.source = openQueryOnly(databaseFile);
     this.index = openSearchFile(indexFile);
     this.chunks = new AddressChunks(this.index);
     this.writes = {

@@ -8,7 +8,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { SearchIndexer } from './search-index.js';
 import { attachSearchFile, isUnreadable } from './search-file.js';
 import { isDamagedChunk } from './address-chunks.js';
-import { Sqlite } from './sqlite-driver.js';
+import { openQueryOnly, withStatementCache } from './sqlite-driver.js';
 
 export interface SearchThreadData {
   databaseFile: string;
@@ -115,23 +115,13 @@ const round = (): void => {
 round();
 
 /** A reader of the database with the index file attached, as the store's own (store.ts); opened when asked. */
-let reader: { conn: BetterSqlite3.Database; statements: Map<string, BetterSqlite3.Statement> } | undefined;
+let reader: BetterSqlite3.Database | undefined;
 const readRows = (sql: string, parameters: unknown[]): unknown[] => {
   if (!reader) {
-    const conn = new Sqlite(databaseFile, { fileMustExist: true });
-    conn.pragma('query_only = ON');
-    conn.pragma('busy_timeout = 10000');
-    attachSearchFile(conn, indexFile);
-    reader = { conn, statements: new Map() };
+    reader = withStatementCache(openQueryOnly(databaseFile));
+    attachSearchFile(reader, indexFile);
   }
-  let statement = reader.statements.get(sql);
-  if (!statement) {
-    // Asked for by a few shapes of query only.
-    if (reader.statements.size >= 100) reader.statements.clear();
-    statement = reader.conn.prepare(sql);
-    reader.statements.set(sql, statement);
-  }
-  return statement.all(...parameters);
+  return reader.prepare(sql).all(...parameters);
 };
 
 port.on('message', (request: SearchThreadRequest) => {
@@ -164,7 +154,7 @@ port.on('message', (request: SearchThreadRequest) => {
     return;
   }
   clearTimeout(timer);
-  reader?.conn.close();
+  reader?.close();
   indexer.close();
   port.close();
 });

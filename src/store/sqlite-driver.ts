@@ -45,3 +45,31 @@ export function useWal(db: BetterSqlite3.Database): void {
     }
   }
 }
+
+/**
+ * kysely prepares every query anew, and the search thread is handed SQL text: the same text reuses its
+ * compiled statement instead.
+ */
+export function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Database {
+  const cache = new Map<string, BetterSqlite3.Statement>();
+  const prepare = conn.prepare.bind(conn);
+  conn.prepare = ((source: string) => {
+    let statement = cache.get(source);
+    if (!statement) {
+      statement = prepare(source);
+      // Query shapes are few; a flood of distinct texts (IN lists of every length) just starts over.
+      if (cache.size >= 1000) cache.clear();
+      cache.set(source, statement);
+    }
+    return statement;
+  }) as typeof conn.prepare;
+  return conn;
+}
+
+/** A connection that only reads `file`, which must exist, waiting up to 10 s for another's lock. */
+export function openQueryOnly(file: string): BetterSqlite3.Database {
+  const conn = new Sqlite(file, { fileMustExist: true });
+  conn.pragma('query_only = ON');
+  conn.pragma('busy_timeout = 10000');
+  return conn;
+}

@@ -4,7 +4,7 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite, useWal } from './sqlite-driver.js';
+import { Sqlite, useWal, withStatementCache } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
@@ -89,23 +89,6 @@ function openSqlite(file: string, synchronous: string, readonly: boolean): Bette
   conn.pragma('foreign_keys = ON');
   if (readonly) conn.pragma('query_only = ON');
   return withStatementCache(conn);
-}
-
-/** kysely prepares every query anew; the same SQL text reuses its compiled statement instead. */
-function withStatementCache(conn: BetterSqlite3.Database): BetterSqlite3.Database {
-  const cache = new Map<string, BetterSqlite3.Statement>();
-  const prepare = conn.prepare.bind(conn);
-  conn.prepare = ((source: string) => {
-    let statement = cache.get(source);
-    if (!statement) {
-      statement = prepare(source);
-      // Query shapes are few; a flood of distinct texts (IN lists of every length) just starts over.
-      if (cache.size >= 1000) cache.clear();
-      cache.set(source, statement);
-    }
-    return statement;
-  }) as typeof conn.prepare;
-  return conn;
 }
 
 /**

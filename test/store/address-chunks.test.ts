@@ -16,7 +16,7 @@ import {
 } from '../../src/contacts/contact-chunks.repository.js';
 import { organizationSize } from '../../src/contacts/contact-counts.repository.js';
 import { Finder, MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
-import { Sqlite } from '../../src/store/sqlite-driver.js';
+import { Sqlite, openQueryOnly } from '../../src/store/sqlite-driver.js';
 import { CHUNK_CHARS, END, isDamagedChunk } from '../../src/store/address-chunks.js';
 import { SearchIndexer } from '../../src/store/search-index.js';
 import { SEARCH_FILE, attachSearchFile } from '../../src/store/search-file.js';
@@ -297,8 +297,7 @@ describe('a page of an email substring from address chunks', () => {
     );
     await write(Array.from({ length: 200 }, (_, i) => contact(5000 + i, `late${i}@site.example`, -1000 - i)));
     catchUp();
-    besideConn = new Sqlite(path.join(dir, 'mailroom.sqlite'));
-    besideConn.pragma('query_only = ON');
+    besideConn = openQueryOnly(path.join(dir, 'mailroom.sqlite'));
     attachSearchFile(besideConn, path.join(dir, SEARCH_FILE));
   });
   afterAll(async () => {
