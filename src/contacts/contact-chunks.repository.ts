@@ -310,28 +310,3 @@ async function inTwoHalves<R extends HalfRow, T>(
     read.release();
   }
 }
-
-/**
- * The page found by walking at most `budget` (-1: all) of the organisation's newest contacts, testing each address
- * in its created_at index (migration 0010): every match among them, in page order. The caller knows how
- * many rows a complete page has; fewer means the page lies further back (or a contact just went).
- */
-export async function walkNewest(
-  db: Executor,
-  organizationId: string,
-  term: string,
-  page: Page,
-  budget: number,
-): Promise<string[]> {
-  const query = sql<{ json: string }>`select ${contactJson('sqlite', 'c')} as json from (
-      select w.r, w.created_at, w.id from (
-        select rowid as r, created_at, id, email_lower from contacts
-        where organization_id = ${organizationId}
-        order by created_at desc, id desc limit ${rowCount(budget)}) w
-      where instr(w.email_lower, ${term}) > 0
-      order by w.created_at desc, w.id desc
-      limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)}) p
-    cross join contacts c on c.rowid = p.r
-    order by p.created_at desc, p.id desc`;
-  return (await query.execute(db)).rows.map((r) => r.json);
-}

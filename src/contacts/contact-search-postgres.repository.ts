@@ -7,7 +7,8 @@
 // with the total for 111,000 of them on a slow day, 20–35 for 11,000), unless there is none to find. A
 // deep page of a term many contacts hold stays with the plain walk, which costs less than sorting every
 // match. undefined means "use the plain walk".
-import { type RawBuilder, sql } from 'kysely';
+import { type RawBuilder, type SqlBool, sql } from 'kysely';
+import { walkNewest } from './contact-walk.js';
 import type { Executor } from '../store/store.js';
 import { containsText, isStatementCanceled, isTrigramSearchable } from '../store/dialect.js';
 import type { Page } from '../paging.js';
@@ -26,30 +27,12 @@ const DEEP_WALK = 20_000;
 /** The deepest page (offset + limit) tried this way while the total is not known. */
 const DEEP_REACH = 2_000;
 
-function conditions(filter: ContactFilter, term: string): RawBuilder<unknown> {
+function conditions(filter: ContactFilter, term: string): RawBuilder<SqlBool> {
   const unsubscribed =
     filter.unsubscribed === undefined
       ? sql``
       : sql`and unsubscribed = ${sql.lit(filter.unsubscribed ? 1 : 0)}`;
-  return sql`${containsText('postgres', 'email_lower', term)} ${unsubscribed}`;
-}
-
-/** The page among the organisation's `budget` newest contacts (the walk stops as soon as it is full). */
-async function walkNewest(
-  db: Executor,
-  organizationId: string,
-  filter: ContactFilter,
-  term: string,
-  page: Page,
-  budget: number,
-): Promise<string[]> {
-  const query = sql<{ json: string }>`select ${contactJson('postgres', 'c')} as json from (
-      select * from contacts where organization_id = ${organizationId}
-      order by created_at desc, id desc limit ${rowCount(budget)}) c
-    where ${conditions(filter, term)}
-    order by c.created_at desc, c.id desc
-    limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)}`;
-  return (await query.execute(db)).rows.map((r) => r.json);
+  return sql<SqlBool>`${containsText('postgres', 'email_lower', term)} ${unsubscribed}`;
 }
 
 /**
@@ -129,7 +112,7 @@ export async function pageByEmailOnPostgres(
   }
   // A budget past the organisation's size is the plain walk (which also sees a contact that just came).
   if (budget >= size) return undefined;
-  const walked = await walkNewest(db, organizationId, filter, term, page, budget);
+  const walked = await walkNewest(db, 'postgres', organizationId, conditions(filter, term), page, budget);
   if (walked.length === page.limit) return { contacts: walked };
   if (knownTotal === undefined) {
     // The matches are old, few or none: their total first, then the page, in one snapshot. The trigram

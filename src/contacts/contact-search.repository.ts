@@ -10,7 +10,7 @@
 // address chunks instead (contact-chunks.repository.ts). undefined means "use the plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
-import { type DialectName, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
+import { type DialectName, containsText, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import { isChunkSearchable } from '../store/address-chunks.js';
 import {
   ALONE,
@@ -18,7 +18,6 @@ import {
   chunkCount,
   countByChunksInTwo,
   pageByChunks,
-  walkNewest,
 } from './contact-chunks.repository.js';
 import { readerBeside } from '../store/search-indexer.js';
 import type { Page } from '../paging.js';
@@ -26,6 +25,7 @@ import { addressChanges, organizationSize } from './contact-counts.repository.js
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from '../store/search-file.js';
+import { walkNewest } from './contact-walk.js';
 import type { ContactFilter } from './contacts.repository.js';
 
 /**
@@ -167,7 +167,8 @@ export async function pageByEmailIndex(
       const budget = Math.max(5_000, Math.ceil(2 * expected));
       // A budget past the organisation's size walks all of it (no limit: a contact may have come since).
       const whole = budget >= size;
-      const walked = await walkNewest(db, organizationId, term, page, whole ? -1 : budget);
+      const matches = containsText('sqlite', 'email_lower', term);
+      const walked = await walkNewest(db, 'sqlite', organizationId, matches, page, whole ? -1 : budget);
       // A full page is the page; a short one is, only when the walk went through every contact.
       if (walked.length === page.limit || whole) return { contacts: walked };
       // The matches are old. Few of them are read through the index for less than a pass over the chunks.

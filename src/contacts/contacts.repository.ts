@@ -10,6 +10,7 @@ import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.j
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf, organizationSize } from './contact-counts.repository.js';
+import { walkInOrder } from './contact-walk.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -286,26 +287,10 @@ export async function pageAfterContact(
   // A walk expected to pass more than the longest one allowed would mostly be wasted.
   if (expected > AFTER_WALK_MAX) return undefined;
   const budget = Math.min(AFTER_WALK_MAX, Math.max(5_000, Math.ceil(2 * expected)));
-  const older = sql`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after.id})`;
+  const older = sql<SqlBool>`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after.id})`;
   const window = sql`limit ${rowCount(page.limit)} offset ${rowCount(after.skip)}`;
   const matches = containsText(dialect, 'email_lower', term.toLowerCase());
-  // As the walks from the newest contact do (contact-chunks.repository.ts, contact-search-postgres.*):
-  // SQLite walks its covering index and reads only the page's rows; PostgreSQL renders only matches. Each
-  // row carries its order keys (k1, k2) for the statement below.
-  const pageQuery =
-    dialect === 'sqlite'
-      ? sql`select ${contactJson('sqlite', 'c')} as json, p.created_at as k1, p.id as k2 from (
-          select w.r, w.created_at, w.id from (
-            select rowid as r, created_at, id, email_lower from contacts where ${older}
-            order by created_at desc, id desc limit ${rowCount(budget)}) w
-          where ${matches}
-          order by w.created_at desc, w.id desc ${window}) p
-        cross join contacts c on c.rowid = p.r`
-      : sql`select ${contactJson('postgres', 'c')} as json, c.created_at as k1, c.id as k2 from (
-          select * from contacts where ${older}
-          order by created_at desc, id desc limit ${rowCount(budget)}) c
-        where ${matches}
-        order by c.created_at desc, c.id desc ${window}`;
+  const pageQuery = walkInOrder(dialect, older, matches, budget, window);
   const walk = await sql<{
     json: string;
   }>`select json from (${pageQuery}) p order by k1 desc, k2 desc`.execute(db);

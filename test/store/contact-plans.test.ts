@@ -11,7 +11,9 @@ import { type CompiledQuery, Kysely, PostgresDialect, SqliteDialect, sql } from 
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
-import { pageByChunks, walkNewest } from '../../src/contacts/contact-chunks.repository.js';
+import { pageByChunks } from '../../src/contacts/contact-chunks.repository.js';
+import { walkNewest } from '../../src/contacts/contact-walk.js';
+import { containsText } from '../../src/store/dialect.js';
 import { SEARCH_FILE, attachSearchFile } from '../../src/store/search-file.js';
 import type { Database } from '../../src/store/schema.js';
 import { createStore } from '../../src/store/store.js';
@@ -50,8 +52,16 @@ describe('contact page plans on sqlite', () => {
       ] as const) {
         ran.length = 0;
         const page = { page: 1, limit: 20 };
-        if ('walk' in filter) await walkNewest(db, 'org', filter.email, page, 5000);
-        else await pageContacts(db, 'org', filter, page, 'sqlite');
+        if ('walk' in filter) {
+          await walkNewest(
+            db,
+            'sqlite',
+            'org',
+            containsText('sqlite', 'email_lower', filter.email),
+            page,
+            5000,
+          );
+        } else await pageContacts(db, 'org', filter, page, 'sqlite');
         const query = ran.at(-1)!;
         const plan = (
           conn.prepare(`explain query plan ${query.sql}`).all(...query.parameters) as { detail: string }[]
