@@ -27,22 +27,21 @@ export interface BackgroundThreadOptions<Report> {
 
 export function startBackgroundThread<Report>(options: BackgroundThreadOptions<Report>): BackgroundThread {
   let closing = false;
+  /** The thread running now; undefined between a stop and its restart. */
   let thread: Worker | undefined;
-  let running = false;
   let exited: Promise<void> = Promise.resolve();
   let restart: NodeJS.Timeout | undefined;
   const start = (): void => {
     options.onStart?.();
     const current = startThread(import.meta.url, options.module, options.data);
     thread = current;
-    running = true;
     current.unref();
     let failure: unknown = new Error(`the thread ${options.module} stopped`);
     current.on('message', (report: Report) => options.onReport(report));
     current.on('error', (err) => (failure = err));
     exited = new Promise<void>((resolve) => {
       current.once('exit', () => {
-        running = false;
+        thread = undefined;
         resolve();
         if (closing) return;
         options.onStop(failure);
@@ -56,8 +55,8 @@ export function startBackgroundThread<Report>(options: BackgroundThreadOptions<R
   start();
   return {
     post(message) {
-      if (!running || closing) return false;
-      thread!.postMessage(message);
+      if (!thread || closing) return false;
+      thread.postMessage(message);
       return true;
     },
     async close() {
