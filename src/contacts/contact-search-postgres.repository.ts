@@ -2,11 +2,11 @@
 // newest first, testing each address: a page after a few rows when the matches are spread through time,
 // but every contact before them when they are all old (a domain imported long ago: 0.2–0.3 s at a million
 // contacts, on every page). So the walk here has a budget, about twice what spread matches need; when it
-// does not fill the page, the matches are counted (by the trigram index if it can within a few ms, else
-// in the address chunks) and the page is sorted out of the matches the trigram index finds (130–185 ms
-// with the total for 111,000 of them on a slow day, 20–35 for 11,000), unless there is none to find. A
-// deep page of a term many contacts hold stays with the plain walk, which costs less than sorting every
-// match. undefined means "use the plain walk".
+// does not fill the page, the page is sorted out of the matches the trigram index finds and they are
+// counted, in one statement if it can within a few ms, else counted in the address chunks and then sorted
+// (130–185 ms with the total for 111,000 of them on a slow day, 20–35 for 11,000), unless there is none to
+// find. A deep page of a term many contacts hold stays with the plain walk, which costs less than sorting
+// every match. undefined means "use the plain walk".
 import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import { walkNewest } from './contact-walk.js';
 import type { Executor } from '../store/store.js';
@@ -36,14 +36,10 @@ function conditions(filter: ContactFilter, term: string): RawBuilder<SqlBool> {
 }
 
 /**
- * The page sorted out of every match. The sort key is an expression no index holds, so the planner cannot
- * walk the created_at index for the order and finds the matches through the trigram index instead; it
- * sorts as the plain walk does (same collation), and keeps only the page's rows while sorting. The total
- * is counted beside it, not in it: a count over the sorted rows (a window) made PostgreSQL sort every
- * match, past work_mem on disk, where the page alone keeps its rows in a top-N heap (111,000 matches at a
- * million contacts: 165 ms against 60). Through the trigram index, in the page's snapshot, only where the
- * address chunks cannot count them (`unsubscribed` beside the term), and not at all when the caller knows
- * the total.
+ * The page sorted out of every match, when the caller knows their total. The sort key is an expression no
+ * index holds, so the planner cannot walk the created_at index for the order and finds the matches through
+ * the trigram index instead; it sorts as the plain walk does (same collation), and keeps only the page's
+ * rows while sorting.
  */
 async function sortMatches(
   db: Executor,
@@ -51,31 +47,43 @@ async function sortMatches(
   filter: ContactFilter,
   term: string,
   page: Page,
-  knownTotal: number | undefined,
-): Promise<{ contacts: string[]; total?: number }> {
-  const query = sql<{ json: string }>`select ${contactJson('postgres', 'c')} as json
+): Promise<string[]> {
+  const { rows } = await sql<{ json: string }>`select ${contactJson('postgres', 'c')} as json
     from contacts c
     where organization_id = ${organizationId} and ${conditions(filter, term)}
     order by created_at || '' desc, id desc
-    limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)}`;
-  const rowsOf = async (conn: Executor) => (await query.execute(conn)).rows.map((r) => r.json);
-  if (knownTotal !== undefined) return { contacts: await rowsOf(db) };
-  if (db.isTransaction) {
-    return { contacts: await rowsOf(db), total: await countMatches(db, organizationId, filter, term) };
-  }
-  // Page and total in one snapshot, each on a connection of its own when the pool has room.
-  const parts = await inOneSnapshot(db, 2, async (conn, i, n) => ({
-    contacts: i === 0 ? await rowsOf(conn) : [],
-    total: i === n - 1 ? await countMatches(conn, organizationId, filter, term) : 0,
-  }));
-  return { contacts: parts[0]!.contacts, total: parts.at(-1)!.total };
+    limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)}`.execute(db);
+  return rows.map((r) => r.json);
 }
 
-/** The matches counted through the trigram index, where the address chunks cannot count them. */
-async function countMatches(db: Executor, organizationId: string, filter: ContactFilter, term: string) {
-  const { rows } = await sql<{ n: string }>`select count(*) as n from contacts
-    where organization_id = ${organizationId} and ${conditions(filter, term)}`.execute(db);
-  return Number(rows[0]!.n);
+/**
+ * The page sorted out of every match, and their total, in one statement: each match's order keys are
+ * gathered once (materialized, through the trigram index), counted, and sorted for the page, whose rows
+ * alone are read again to be rendered. A count and a page in statements of their own read every match
+ * twice, and where pg_trgm cannot narrow a term that is every candidate's heap row twice (11,000 old
+ * matches among 122,000 candidates at a million contacts: 40 ms for the count, then 44 for the page,
+ * against 53 in one). A count over the sorted rows themselves (a window) made PostgreSQL sort every match,
+ * past work_mem on disk, where this sorts their keys for a top-N heap (111,000 matches: 165 ms against 60).
+ */
+async function sortAndCountMatches(
+  db: Executor,
+  organizationId: string,
+  filter: ContactFilter,
+  term: string,
+  page: Page,
+): Promise<{ contacts: string[]; total: number }> {
+  const { rows } = await sql<{ total: string; json: string | null }>`with m as materialized (
+      select created_at, id from contacts
+      where organization_id = ${organizationId} and ${conditions(filter, term)}),
+    p as (select created_at, id from m order by created_at desc, id desc
+      limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)})
+    select (select count(*) from m) as total, ${contactJson('postgres', 'c')} as json
+    from (select 1) one left join (p join contacts c on c.id = p.id) on true
+    order by p.created_at desc, p.id desc`.execute(db);
+  return {
+    contacts: rows.flatMap((r) => (r.json === null ? [] : [r.json])),
+    total: Number(rows[0]!.total),
+  };
 }
 
 /** What tests (and benches) may change in pageByEmailOnPostgres. */
@@ -114,17 +122,18 @@ export async function pageByEmailOnPostgres(
   if (budget >= size) return undefined;
   const walked = await walkNewest(db, 'postgres', organizationId, conditions(filter, term), page, budget);
   if (walked.length === page.limit) return { contacts: walked };
-  if (knownTotal === undefined) {
-    // The matches are old, few or none: their total first, then the page, in one snapshot. The trigram
-    // index counts a few matches fastest, but a term pg_trgm cannot narrow makes it read every contact
-    // (`e.t` is the words `e` and `t` to it, in every address of example.test: 300 ms at a million
-    // contacts, to find none), so it has a few ms before the address chunks count instead. None (or none
-    // this far) needs no search at all.
-    const ms = tuning.trigramMs ?? trigramCountMs(size);
-    const answer = await countThenSort(db, organizationId, filter, term, page, ms);
-    if (answer) return answer;
-  }
-  return sortMatches(db, organizationId, filter, term, page, knownTotal);
+  if (knownTotal !== undefined)
+    return { contacts: await sortMatches(db, organizationId, filter, term, page) };
+  // The matches are old, few or none. The trigram index finds a few fastest, page and total at once, but a
+  // term pg_trgm cannot narrow makes it read every contact (`e.t` is the words `e` and `t` to it, in every
+  // address of example.test: 300 ms at a million contacts, to find none), so it has a few ms before the
+  // address chunks count instead, and the page is sorted only if there is one this far.
+  const ms = tuning.trigramMs ?? trigramCountMs(size);
+  return (
+    (await countThenSort(db, organizationId, filter, term, page, ms)) ??
+    // The chunks cannot count the filter (`unsubscribed` beside the term): the trigram index does.
+    sortAndCountMatches(db, organizationId, filter, term, page)
+  );
 }
 
 /**
@@ -203,7 +212,8 @@ function chunkCounter(
 }
 
 /**
- * How long (ms) the trigram index may count a term's matches before the address chunks count them instead.
+ * How long (ms) the trigram index may sort and count a term's matches before the address chunks count them
+ * instead.
  * The chunks read every address, 40–100 ms at a million contacts for a short term whatever it matches; the
  * index reads only its matches, 3 ms for 10,000 that sit together, 22–25 the first time a connection
  * plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table, and 300
@@ -218,26 +228,19 @@ export function trigramCountMs(size: number): number {
 }
 
 /**
- * The matches counted through the trigram index, unless that takes longer than `ms`: undefined then. In a
- * savepoint, so a count stopped by its timeout leaves the transaction (and its snapshot) usable, and the
- * timeout goes with the savepoint.
+ * `read` on `conn`, unless it takes longer than `ms`: undefined then. In a savepoint, so a statement stopped
+ * by its timeout leaves the transaction (and its snapshot) usable, and the timeout goes with the savepoint.
  */
-async function countByTrigramWithin(
-  conn: Executor,
-  organizationId: string,
-  filter: ContactFilter,
-  term: string,
-  ms: number,
-): Promise<number | undefined> {
-  await sql`savepoint trigram_count`.execute(conn);
+async function withinMs<T>(conn: Executor, ms: number, read: () => Promise<T>): Promise<T | undefined> {
+  await sql`savepoint trigram_search`.execute(conn);
   try {
     await sql`set local statement_timeout = ${sql.lit(ms)}`.execute(conn);
-    return await countMatches(conn, organizationId, filter, term);
+    return await read();
   } catch (err) {
     if (isStatementCanceled(err)) return undefined;
     throw err;
   } finally {
-    await rollbackToTrigramCount(conn);
+    await rollbackToTrigramSearch(conn);
   }
 }
 
@@ -246,10 +249,10 @@ async function countByTrigramWithin(
  * (SET LOCAL ends only once it has run), so a stall of the server past it cancels the rollback too; it is
  * then tried again (allowed in a failed transaction; the savepoint stays until it succeeds).
  */
-async function rollbackToTrigramCount(conn: Executor): Promise<void> {
+async function rollbackToTrigramSearch(conn: Executor): Promise<void> {
   for (let tries = 1; ; tries++) {
     try {
-      await sql`rollback to savepoint trigram_count`.execute(conn);
+      await sql`rollback to savepoint trigram_search`.execute(conn);
       return;
     } catch (err) {
       if (!isStatementCanceled(err) || tries >= 3) throw err;
@@ -258,10 +261,11 @@ async function rollbackToTrigramCount(conn: Executor): Promise<void> {
 }
 
 /**
- * The matches counted, then, unless there are none this far, the page sorted out of them (sortMatches),
- * all in one snapshot. The trigram index counts first, within trigramCountMs; past it, the address chunks
- * count, in parts on connections of their own where the pool has room, and the page is sorted on the first
- * part's once every part has counted. Undefined when the chunks cannot count the filter.
+ * The page and the total of matches the walk did not reach. The trigram index sorts and counts them first,
+ * in one statement, within trigramCountMs; past it, the address chunks count, in parts on connections of
+ * their own where the pool has room, and the page is sorted (sortMatches) on the first part's, in their
+ * snapshot, once every part has counted, unless there is none this far. Undefined when the chunks cannot
+ * count the filter.
  */
 async function countThenSort(
   db: Executor,
@@ -276,13 +280,12 @@ async function countThenSort(
   const reach = page.page * page.limit;
   const finish = async (conn: Executor, total: number) => {
     if (reach - page.limit >= total) return { contacts: [], total };
-    return { ...(await sortMatches(conn, organizationId, filter, term, page, total)), total };
+    return { contacts: await sortMatches(conn, organizationId, filter, term, page), total };
   };
-  const byTrigrams = async (conn: Executor) => {
-    if (trigramMs <= 0) return undefined;
-    const total = await countByTrigramWithin(conn, organizationId, filter, term, trigramMs);
-    return total === undefined ? undefined : finish(conn, total);
-  };
+  const byTrigrams = async (conn: Executor) =>
+    trigramMs <= 0
+      ? undefined
+      : withinMs(conn, trigramMs, () => sortAndCountMatches(conn, organizationId, filter, term, page));
   if (db.isTransaction) return (await byTrigrams(db)) ?? finish(db, await count(db, 0, 1));
   const [counted] = trigramMs > 0 ? await inOneSnapshot(db, 1, byTrigrams) : [];
   return counted ?? countByChunksThenSort(db, count, finish);
