@@ -90,7 +90,7 @@ async function sortAndCountMatches(
 export interface SearchTuning {
   /** Newest contacts walked at least (WALK_BUDGET). */
   walkBudget?: number;
-  /** The trigram index's time for a first count (ms; trigramCountMs by default); 0 skips it. */
+  /** The trigram index's time for a first page and count (ms; trigramSearchMs by default); 0 skips it. */
   trigramMs?: number;
 }
 
@@ -128,7 +128,7 @@ export async function pageByEmailOnPostgres(
   // term pg_trgm cannot narrow makes it read every contact (`e.t` is the words `e` and `t` to it, in every
   // address of example.test: 300 ms at a million contacts, to find none), so it has a few ms before the
   // address chunks count instead, and the page is sorted only if there is one this far.
-  const ms = tuning.trigramMs ?? trigramCountMs(size);
+  const ms = tuning.trigramMs ?? trigramSearchMs(size);
   return (
     (await countThenSort(db, organizationId, filter, term, page, ms)) ??
     // The chunks cannot count the filter (`unsubscribed` beside the term): the trigram index does.
@@ -213,18 +213,20 @@ function chunkCounter(
 
 /**
  * How long (ms) the trigram index may sort and count a term's matches before the address chunks count them
- * instead.
- * The chunks read every address, 40–100 ms at a million contacts for a short term whatever it matches; the
- * index reads only its matches, 3 ms for 10,000 that sit together, 22–25 the first time a connection
- * plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table, and 300
- * ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told beforehand, so
- * the index is given about what the chunks cost on a fast machine, in proportion to the organisation's
- * size: 50 µs a thousand contacts, 5 to 50 ms. (At 20 and at 30 ms, page 1 of the 10,000 oldest contacts'
- * term, asked right after a bulk load, ran out of time in one bench run of three.) Under 100,000 contacts
- * the chunks count in a few ms, and the index is not asked (0).
+ * instead. The chunks read every address, 40–100 ms at a million contacts for a short term whatever it
+ * matches; the index reads only its matches, 3 ms for 10,000 that sit together, 22–25 the first time a
+ * connection plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table,
+ * and 300 ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told
+ * beforehand, so the index is given about what the chunks cost on a fast machine, in proportion to the
+ * organisation's size, and a fifth more for sorting the page beside the count: 60 µs a thousand contacts,
+ * 6 to 60 ms. (A count alone had 50: at 20 and at 30 ms, page 1 of the 10,000 oldest contacts' term, asked
+ * right after a bulk load, ran out of time in one bench run of three. A term whose 11,000 old matches are
+ * among 122,000 candidates took 40 ms to count and 47–53 to sort and count, warm.) Past it, the page is
+ * still sorted through the index once the chunks have counted, so the time is lost but where there is no
+ * page this far. Under 100,000 contacts the chunks count in a few ms, and the index is not asked (0).
  */
-export function trigramCountMs(size: number): number {
-  return size < 100_000 ? 0 : Math.min(50, Math.round((size * 5) / 100_000));
+function trigramSearchMs(size: number): number {
+  return size < 100_000 ? 0 : Math.min(60, Math.round((size * 6) / 100_000));
 }
 
 /**
@@ -262,7 +264,7 @@ async function rollbackToTrigramSearch(conn: Executor): Promise<void> {
 
 /**
  * The page and the total of matches the walk did not reach. The trigram index sorts and counts them first,
- * in one statement, within trigramCountMs; past it, the address chunks count, in parts on connections of
+ * in one statement, within trigramSearchMs; past it, the address chunks count, in parts on connections of
  * their own where the pool has room, and the page is sorted (sortMatches) on the first part's, in their
  * snapshot, once every part has counted, unless there is none this far. Undefined when the chunks cannot
  * count the filter.
