@@ -61,7 +61,7 @@ function countInChunks(
  * The organisation's contacts whose address holds `term`, counted in the chunks: NULL while they are too
  * far behind the contacts (unready).
  */
-export function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
+function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
   return sql<number | null>`(select case when ${unready} then null else
       ${countInChunks(organizationId, term, stale(organizationId), 0, 1)}
       + (select count(*) from (${tail(organizationId, term)}))
@@ -89,6 +89,29 @@ export async function countByChunksInTwo(
         + ${i === 0 ? sql`(select count(*) from (${tail(organizationId, term)}))` : sql`0`} end as n
     from s`;
   return inTwoHalves(db, beside, half, (mine, other) => Number(mine.n) + Number(other.n));
+}
+
+/**
+ * chunkCount of an organisation of `size` contacts: from TWO_PARTS_FROM contacts in two halves at once
+ * (countByChunksInTwo), else, or when the halves cannot answer together (ALONE), in one statement.
+ * Undefined when the chunks are too far behind the contacts (unready).
+ */
+export async function countByChunks(
+  db: Executor,
+  organizationId: string,
+  term: string,
+  size: number,
+): Promise<number | undefined> {
+  const beside = size >= TWO_PARTS_FROM ? readerBeside(db) : undefined;
+  if (beside) {
+    const halves = await countByChunksInTwo(db, beside, organizationId, term);
+    if (halves !== ALONE) return halves;
+  }
+  const { rows } = await sql<{ n: number | null }>`select ${chunkCount(organizationId, term)} as n`.execute(
+    db,
+  );
+  const n = rows[0]?.n;
+  return n === null || n === undefined ? undefined : Number(n);
 }
 
 /** Names one page search to the chunk functions, which share it between two calls (chunk-functions.ts). */

@@ -12,14 +12,7 @@ import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { type DialectName, containsText, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import { isChunkSearchable } from '../store/address-chunks.js';
-import {
-  ALONE,
-  TWO_PARTS_FROM,
-  chunkCount,
-  countByChunksInTwo,
-  pageByChunks,
-} from './contact-chunks.repository.js';
-import { readerBeside } from '../store/search-indexer.js';
+import { countByChunks, pageByChunks } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
 import { addressChanges, organizationSize } from './contact-counts.repository.js';
 import { contactJson } from './contact-fields.js';
@@ -195,33 +188,22 @@ export async function countByEmailIndex(
   const size = await organizationSize(db, organizationId);
   // The chunks know addresses only: a subscription filter beside the term takes the FTS5 count or a scan.
   const chunks = filter.unsubscribed === undefined && isChunkSearchable(term);
-  // From TWO_PARTS_FROM contacts, the chunks are counted in two halves at once (countByChunksInTwo).
-  const beside = chunks && size >= TWO_PARTS_FROM ? readerBeside(db) : undefined;
-  let query: RawBuilder<{ n: number | null }> | undefined;
-  if (!isTrigramSearchable(term)) {
-    if (!chunks) return undefined;
-    if (!beside) query = sql`select ${chunkCount(organizationId, term)} as n`;
-  } else {
-    // Few matches are counted through the FTS5 index and a join: up to 1 % of the organisation, where
-    // that is clearly cheaper than reading every chunk. One statement: the index is searched once, and
-    // only one branch runs (CASE evaluates lazily); NULL for many when they are counted in two halves.
-    const cap = Math.floor(size / 100);
-    const many = chunks && !beside ? chunkCount(organizationId, term) : sql`null`;
-    query = sql`with m as materialized (${matchingKeys(term, cap + 1)})
-      select case when (select count(*) from m) > ${cap} then ${many} else (
-        select count(*) from m cross join contacts c on c.search_key = m.k
-        where ${contactConditions(organizationId, filter)}) end as n`;
-  }
-  const count = async (q: RawBuilder<{ n: number | null }>) => {
-    const rows = await unlessDamaged(() => q.execute(db).then((r) => r.rows));
-    const n = rows?.[0]?.n;
-    return n === null || n === undefined ? undefined : Number(n);
-  };
-  const n = query ? await count(query) : undefined;
-  if (n !== undefined || !beside) return n;
-  const halves = await unlessDamaged(() => countByChunksInTwo(db, beside, organizationId, term));
-  if (halves !== ALONE) return halves;
-  return count(sql`select ${chunkCount(organizationId, term)} as n`);
+  // Read around as a page is (pageByEmailIndex): once a read finds the file damaged, the caller scans.
+  return unlessDamaged(async () => {
+    if (isTrigramSearchable(term)) {
+      // Few matches are counted through the FTS5 index and a join: up to 1 % of the organisation, where
+      // that is clearly cheaper than reading every chunk. One statement, so the index is searched once;
+      // NULL for more.
+      const cap = Math.floor(size / 100);
+      const { rows } = await sql<{ n: number | null }>`with m as materialized (${matchingKeys(term, cap + 1)})
+        select case when (select count(*) from m) > ${cap} then null else (
+          select count(*) from m cross join contacts c on c.search_key = m.k
+          where ${contactConditions(organizationId, filter)}) end as n`.execute(db);
+      const few = rows[0]?.n;
+      if (few !== null && few !== undefined) return Number(few);
+    }
+    return chunks ? countByChunks(db, organizationId, term, size) : undefined;
+  });
 }
 
 /**
