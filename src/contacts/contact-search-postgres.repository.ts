@@ -219,14 +219,16 @@ function chunkCounter(
  * and 300 ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told
  * beforehand, so the index is given about what the chunks cost on a fast machine, in proportion to the
  * organisation's size, and a fifth more for sorting the page beside the count: 60 µs a thousand contacts,
- * 6 to 60 ms. (A count alone had 50: at 20 and at 30 ms, page 1 of the 10,000 oldest contacts' term, asked
+ * 10 to 60 ms. (A count alone had 50: at 20 and at 30 ms, page 1 of the 10,000 oldest contacts' term, asked
  * right after a bulk load, ran out of time in one bench run of three. A term whose 11,000 old matches are
- * among 122,000 candidates took 40 ms to count and 47–53 to sort and count, warm.) Past it, the page is
- * still sorted through the index once the chunks have counted, so the time is lost but where there is no
- * page this far. Under 100,000 contacts the chunks count in a few ms, and the index is not asked (0).
+ * among 122,000 candidates took 40 ms to count and 47–53 to sort and count, warm. At 100,000 contacts its
+ * 11,000 matches took 8–10 to sort and count: 6 ms ran out, and the chunks' count and the sort after it
+ * made the page 20–26 ms, against 12–14.) Past it, the page is still sorted through the index once the
+ * chunks have counted, so the time is lost but where there is no page this far. Under 100,000 contacts
+ * the chunks count in a few ms, and the index is not asked (0).
  */
 function trigramSearchMs(size: number): number {
-  return size < 100_000 ? 0 : Math.min(60, Math.round((size * 6) / 100_000));
+  return size < 100_000 ? 0 : Math.min(60, Math.max(10, Math.round((size * 6) / 100_000)));
 }
 
 /**
