@@ -26,6 +26,12 @@ const WALK_BUDGET = 5_000;
 const DEEP_WALK = 20_000;
 /** The deepest page (offset + limit) tried this way while the total is not known. */
 const DEEP_REACH = 2_000;
+/**
+ * A match sorted through the trigram index costs about as much as this many contacts walked: its heap row
+ * read and rechecked, about 0.4–4 µs at a million contacts (more where pg_trgm hands over candidates that
+ * do not match), against about 0.4 µs a contact walked.
+ */
+const MATCH_COST = 10;
 
 function conditions(filter: ContactFilter, term: string): RawBuilder<SqlBool> {
   const unsubscribed =
@@ -113,6 +119,11 @@ export async function pageByEmailOnPostgres(
     if (reach - page.limit >= knownTotal) return { contacts: [] };
     // A walk reads about reach × size / total contacts to fill the page when the matches are spread.
     const expected = (reach * size) / Math.max(knownTotal, 1);
+    // Few matches are sorted for less than that: page 5 of a term 1,111 old contacts of a million hold
+    // walked 90,000 contacts (77 ms) or more, where sorting them takes a few.
+    if (knownTotal * MATCH_COST < expected) {
+      return { contacts: await sortMatches(db, organizationId, filter, term, page) };
+    }
     if (expected > DEEP_WALK) return undefined;
     budget = Math.max(budget, Math.ceil(2 * expected));
   } else if (reach > DEEP_REACH) {
