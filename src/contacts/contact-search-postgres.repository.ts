@@ -42,8 +42,8 @@ function conditions(filter: ContactFilter, term: string): RawBuilder<SqlBool> {
 }
 
 /**
- * The page sorted out of every match, when the caller knows their total. The sort key is an expression no
- * index holds, so the planner cannot walk the created_at index for the order and finds the matches through
+ * The page sorted out of every match, when their total is known (kept, or counted in the address chunks).
+ * The sort key is an expression no index holds, so the planner cannot walk the created_at index for the order and finds the matches through
  * the trigram index instead; it sorts as the plain walk does (same collation), and keeps only the page's
  * rows while sorting.
  */
@@ -115,14 +115,20 @@ export async function pageByEmailOnPostgres(
   if (!isTrigramSearchable(term)) return undefined;
   const reach = page.page * page.limit;
   const size = await organizationSize(db, organizationId);
+  // The trigram index's time for a search that does not know beforehand what the index will read.
+  const ms = tuning.trigramMs ?? trigramSearchMs(size);
   if (knownTotal !== undefined) {
     if (reach - page.limit >= knownTotal) return { contacts: [] };
     // A walk reads about reach × size / total contacts to fill the page when the matches are spread.
     const expected = (reach * size) / Math.max(knownTotal, 1);
     // Few matches are sorted for less than that: page 5 of a term 1,111 old contacts of a million hold
-    // walked 90,000 contacts (77 ms) or more, where sorting them takes a few.
-    if (knownTotal * MATCH_COST < expected) {
-      return { contacts: await sortMatches(db, organizationId, filter, term, page) };
+    // walked 90,000 contacts (77 ms) or more, where sorting them takes a few. Within the index's time: a
+    // term pg_trgm cannot narrow would have it read every contact, where a walk may find spread matches.
+    if (ms > 0 && knownTotal * MATCH_COST < expected) {
+      const sorted = await trigramWithin(db, ms, (conn) =>
+        sortMatches(conn, organizationId, filter, term, page),
+      );
+      if (sorted) return { contacts: sorted };
     }
     if (expected > DEEP_WALK) return undefined;
     budget = Math.max(budget, Math.ceil(2 * expected));
@@ -133,16 +139,17 @@ export async function pageByEmailOnPostgres(
   if (budget >= size) return undefined;
   const walked = await walkNewest(db, 'postgres', organizationId, conditions(filter, term), page, budget);
   if (walked.length === page.limit) return { contacts: walked };
-  if (knownTotal !== undefined)
+  if (knownTotal !== undefined) {
     return { contacts: await sortMatches(db, organizationId, filter, term, page) };
+  }
   // The matches are old, few or none. The trigram index finds a few fastest, page and total at once, but a
   // term pg_trgm cannot narrow makes it read every contact (`e.t` is the words `e` and `t` to it, in every
   // address of example.test: 300 ms at a million contacts, to find none), so it has a few ms before the
   // address chunks count instead, and the page is sorted only if there is one this far.
-  const ms = tuning.trigramMs ?? trigramSearchMs(size);
   return (
     (await countThenSort(db, organizationId, filter, term, page, ms)) ??
-    // The chunks cannot count the filter (`unsubscribed` beside the term): the trigram index does.
+    // The chunks cannot count the filter (`unsubscribed` beside the term, or a term holding END): the
+    // trigram index does, however long it takes.
     sortAndCountMatches(db, organizationId, filter, term, page)
   );
 }
@@ -236,10 +243,25 @@ function chunkCounter(
  * 11,000 matches took 8–10 to sort and count: 6 ms ran out, and the chunks' count and the sort after it
  * made the page 20–26 ms, against 12–14.) Past it, the page is still sorted through the index once the
  * chunks have counted, so the time is lost but where there is no page this far. Under 100,000 contacts
- * the chunks count in a few ms, and the index is not asked (0).
+ * the chunks count in a few ms, and the index is not asked first (0); where the chunks cannot count the
+ * filter, it is asked with no time limit (pageByEmailOnPostgres).
  */
 function trigramSearchMs(size: number): number {
   return size < 100_000 ? 0 : Math.min(60, Math.max(10, Math.round((size * 6) / 100_000)));
+}
+
+/**
+ * `read` on a connection of `db`, unless it takes longer than `ms`: undefined then. In the caller's
+ * transaction, or in one of its own (a savepoint needs one).
+ */
+async function trigramWithin<T>(
+  db: Executor,
+  ms: number,
+  read: (conn: Executor) => Promise<T>,
+): Promise<T | undefined> {
+  if (db.isTransaction) return withinMs(db, ms, () => read(db));
+  const [answer] = await inOneSnapshot(db, 1, (conn) => withinMs(conn, ms, () => read(conn)));
+  return answer;
 }
 
 /**
@@ -297,13 +319,15 @@ async function countThenSort(
     if (reach - page.limit >= total) return { contacts: [], total };
     return { contacts: await sortMatches(conn, organizationId, filter, term, page), total };
   };
-  const byTrigrams = async (conn: Executor) =>
-    trigramMs <= 0
-      ? undefined
-      : withinMs(conn, trigramMs, () => sortAndCountMatches(conn, organizationId, filter, term, page));
-  if (db.isTransaction) return (await byTrigrams(db)) ?? finish(db, await count(db, 0, 1));
-  const [counted] = trigramMs > 0 ? await inOneSnapshot(db, 1, byTrigrams) : [];
-  return counted ?? countByChunksThenSort(db, count, finish);
+  const byTrigrams =
+    trigramMs > 0
+      ? await trigramWithin(db, trigramMs, (conn) =>
+          sortAndCountMatches(conn, organizationId, filter, term, page),
+        )
+      : undefined;
+  if (byTrigrams) return byTrigrams;
+  if (db.isTransaction) return finish(db, await count(db, 0, 1));
+  return countByChunksThenSort(db, count, finish);
 }
 
 /** countThenSort's count in the address chunks, in parts at once, then the page on the first part's. */
