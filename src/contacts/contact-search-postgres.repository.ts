@@ -43,9 +43,9 @@ function conditions(filter: ContactFilter, term: string): RawBuilder<SqlBool> {
 
 /**
  * The page sorted out of every match, when their total is known (kept, or counted in the address chunks).
- * The sort key is an expression no index holds, so the planner cannot walk the created_at index for the order and finds the matches through
- * the trigram index instead; it sorts as the plain walk does (same collation), and keeps only the page's
- * rows while sorting.
+ * The sort key is an expression no index holds, so the planner cannot walk the created_at index for the
+ * order and finds the matches through the trigram index instead; it sorts as the plain walk does (same
+ * collation), and keeps only the page's rows while sorting.
  */
 async function sortMatches(
   db: Executor,
@@ -121,16 +121,19 @@ export async function pageByEmailOnPostgres(
     if (reach - page.limit >= knownTotal) return { contacts: [] };
     // A walk reads about reach × size / total contacts to fill the page when the matches are spread.
     const expected = (reach * size) / Math.max(knownTotal, 1);
-    // Few matches are sorted for less than that: page 5 of a term 1,111 old contacts of a million hold
-    // walked 90,000 contacts (77 ms) or more, where sorting them takes a few. Within the index's time: a
-    // term pg_trgm cannot narrow would have it read every contact, where a walk may find spread matches.
-    if (ms > 0 && knownTotal * MATCH_COST < expected) {
-      const sorted = await trigramWithin(db, ms, (conn) =>
-        sortMatches(conn, organizationId, filter, term, page),
-      );
-      if (sorted) return { contacts: sorted };
+    if (expected > DEEP_WALK) {
+      // Few matches are sorted for less than that long a walk: page 5 of a term 1,111 old contacts of a
+      // million hold walked 90,000 contacts (77 ms) or more, where sorting them takes a few. Within the
+      // index's time: a term pg_trgm cannot narrow would have it read every contact, where the plain walk
+      // may find spread matches.
+      if (ms > 0 && knownTotal * MATCH_COST < expected) {
+        const sorted = await trigramWithin(db, ms, (conn) =>
+          sortMatches(conn, organizationId, filter, term, page),
+        );
+        if (sorted) return { contacts: sorted };
+      }
+      return undefined;
     }
-    if (expected > DEEP_WALK) return undefined;
     budget = Math.max(budget, Math.ceil(2 * expected));
   } else if (reach > DEEP_REACH) {
     return undefined;
