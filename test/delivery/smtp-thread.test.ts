@@ -1,10 +1,13 @@
 // SMTP runs on a thread of its own (src/delivery/smtp-mailer.ts). A thread that dies is a fault no real relay
 // can cause on demand, so the test ends it by hand: its unanswered send must come back as a temporary
-// failure (retried, never lost), and the next send must go out through a new thread.
+// failure (retried, never lost), and the next send must go out through a new thread. The thread hands
+// nodemailer's message to the socket in few pieces.
 import type { Worker } from 'node:worker_threads';
+import { simpleParser } from 'mailparser';
 import { describe, expect, it } from 'vitest';
 import { DeliveryError, NotStartedError, type OutgoingMessage } from '../../src/delivery/mailer.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
+import { MESSAGE_PIECE_BYTES } from '../../src/delivery/smtp-relay.js';
 import { eventually, startSmtpSink } from '../helpers/smtp.js';
 
 function message(to: string): OutgoingMessage {
@@ -93,6 +96,25 @@ describe('the SMTP thread', () => {
       expect((await first).accepted).toEqual(['first@example.org']);
       expect((await next).accepted).toEqual(['next@example.org']);
       expect(sink.messages.map((m) => m.envelope.to)).toEqual([['first@example.org'], ['next@example.org']]);
+    } finally {
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
+  it('delivers a message of many pieces (smtp-relay.ts coalesced) whole', async () => {
+    const sink = await startSmtpSink();
+    const mailer = new SmtpMailer({ url: sink.url });
+    try {
+      const html = `<p>${Array.from({ length: 30_000 }, (_, i) => `word${i}`).join(' ')}</p>`;
+      const text = 'ünïcödé '.repeat(20_000);
+      const result = await mailer.send({ ...message('big@example.org'), html, text });
+      expect(result.accepted).toEqual(['big@example.org']);
+      const { raw } = sink.deliveredTo('big@example.org')[0]!;
+      expect(raw.length).toBeGreaterThan(4 * MESSAGE_PIECE_BYTES);
+      const parsed = await simpleParser(raw);
+      expect(parsed.html).toBe(html);
+      expect(parsed.text?.trim()).toBe(text.trim());
     } finally {
       await mailer.close();
       await sink.close();
