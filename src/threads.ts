@@ -1,6 +1,8 @@
 // Worker threads started from a module of ours: the compiled one under dist/, or, when running from the
 // TypeScript sources (tests, `npm run dev`), the source through tsx, which a thread does not inherit.
-import { existsSync } from 'node:fs';
+import { existsSync, readlinkSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 
@@ -13,4 +15,23 @@ export function startThread(base: string, module: string, workerData: unknown): 
     eval: true,
     workerData,
   });
+}
+
+/**
+ * Lowers the calling thread's CPU priority `steps` nice levels below what it has (at most to 19): when the
+ * cores are all busy, the kernel then runs the process's other threads first, and this one in the time
+ * they leave. Only on Linux, where a nice value belongs to a thread (setpriority(2)) and /proc/thread-self
+ * names it; elsewhere the same call would lower the whole process, so nothing is done. Returns the thread's
+ * nice value, or undefined when it was left as it was.
+ */
+export function lowerThreadPriority(steps: number): number | undefined {
+  if (process.platform !== 'linux') return undefined;
+  try {
+    const tid = Number(path.basename(readlinkSync('/proc/thread-self')));
+    const nice = Math.min(19, getPriority(tid) + steps);
+    setPriority(tid, nice);
+    return nice;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,7 +1,9 @@
 // SMTP runs on a thread of its own (src/delivery/smtp-mailer.ts). A thread that dies is a fault no real relay
 // can cause on demand, so the test ends it by hand: its unanswered send must come back as a temporary
-// failure (retried, never lost), and the next send must go out through a new thread. The thread hands
-// nodemailer's message to the socket in few pieces.
+// failure (retried, never lost), and the next send must go out through a new thread. The thread also runs
+// below the event loop's CPU priority, and hands nodemailer's message to the socket in few pieces.
+import { readdirSync, readFileSync } from 'node:fs';
+import { getPriority } from 'node:os';
 import type { Worker } from 'node:worker_threads';
 import { simpleParser } from 'mailparser';
 import { describe, expect, it } from 'vitest';
@@ -26,6 +28,23 @@ function message(to: string): OutgoingMessage {
     headers: {},
     recipients: [to],
   };
+}
+
+/** A task's nice value: field 19 of its stat line, counted after the command name (which may hold spaces). */
+function niceOf(statFile: string): number {
+  const stat = readFileSync(statFile, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+}
+
+/** How many of this process's threads run at that nice value. */
+function threadsAt(nice: number): number {
+  return readdirSync('/proc/self/task').filter((tid) => {
+    try {
+      return niceOf(`/proc/self/task/${tid}/stat`) === nice;
+    } catch {
+      return false; // the thread ended meanwhile
+    }
+  }).length;
 }
 
 /** The thread behind a mailer, reached past its privacy: only to end it, as a crash would. */
@@ -120,6 +139,29 @@ describe('the SMTP thread', () => {
       await sink.close();
     }
   });
+
+  // Linux only: elsewhere a nice value is the process's, and the thread leaves it alone (threads.ts).
+  it.runIf(process.platform === 'linux')(
+    'runs 10 nice levels below the event loop, which keeps its own priority',
+    async () => {
+      const sink = await startSmtpSink();
+      const loop = getPriority();
+      const lowered = Math.min(19, loop + 10);
+      const before = threadsAt(lowered);
+      const mailer = new SmtpMailer({ url: sink.url });
+      try {
+        // Answered, so the thread has started and lowered itself.
+        expect((await mailer.send(message('nice@example.org'))).accepted).toEqual(['nice@example.org']);
+        expect(threadsAt(lowered)).toBe(before + 1);
+        expect(getPriority()).toBe(loop);
+        expect(niceOf('/proc/self/stat')).toBe(loop);
+      } finally {
+        await mailer.close();
+        await sink.close();
+      }
+      expect(threadsAt(lowered)).toBe(before);
+    },
+  );
 
   it('refuses sends after close, without starting a thread', async () => {
     const sink = await startSmtpSink();
