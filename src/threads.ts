@@ -1,5 +1,6 @@
 // Worker threads started from a module of ours: the compiled one under dist/, or, when running from the
-// TypeScript sources (tests, `npm run dev`), the source through tsx, which a thread does not inherit.
+// TypeScript sources (tests, `npm run dev`), the source through tsx, which a thread does not inherit. And
+// a thread's own CPU priority.
 import { existsSync, readlinkSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
 import path from 'node:path';
@@ -21,17 +22,15 @@ export function startThread(base: string, module: string, workerData: unknown): 
  * Lowers the calling thread's CPU priority `steps` nice levels below what it has (at most to 19): when the
  * cores are all busy, the kernel then runs the process's other threads first, and this one in the time
  * they leave. Only on Linux, where a nice value belongs to a thread (setpriority(2)) and /proc/thread-self
- * names it; elsewhere the same call would lower the whole process, so nothing is done. Returns the thread's
- * nice value, or undefined when it was left as it was.
+ * names it; elsewhere the same call would lower the whole process, so nothing is done. Where /proc is not
+ * mounted or the call is refused, the thread keeps its priority.
  */
-export function lowerThreadPriority(steps: number): number | undefined {
-  if (process.platform !== 'linux') return undefined;
+export function lowerThreadPriority(steps: number): void {
+  if (process.platform !== 'linux') return;
   try {
     const tid = Number(path.basename(readlinkSync('/proc/thread-self')));
-    const nice = Math.min(19, getPriority(tid) + steps);
-    setPriority(tid, nice);
-    return nice;
+    setPriority(tid, Math.min(19, getPriority(tid) + steps));
   } catch {
-    return undefined;
+    // as documented: left as it was
   }
 }

@@ -158,9 +158,10 @@ export const MESSAGE_PIECE_BYTES = 64 * 1024;
  * The message in pieces of MESSAGE_PIECE_BYTES or more (its last may be shorter), as nodemailer writes
  * each part's headers, boundary and body as chunks of their own, and each chunk becomes a write to the
  * relay's socket: 8 for an email with text and HTML. Joined, a short message goes out in one write, plus
- * the end of DATA. Measured on 2 cores into a local smtp-server: raw nodemailer sent 20,000 messages 8 %
- * faster with this, on 6 % less CPU (a tenth of the socket writes' system time); the relay is spared the
- * same reads.
+ * the end of DATA, and the relay reads it at once. Measured on 2 cores into a local smtp-server, 20,000
+ * messages: a worker alone delivered 2,630-2,810 a second on 390-424 µs of CPU each, against 2,170-2,420
+ * on 436-493; raw nodemailer with the same plugin ran 8 % faster on 6 % less CPU (a third less of it in
+ * the kernel).
  */
 export function coalesced(): Transform {
   let pieces: Buffer[] = [];
