@@ -26,7 +26,7 @@ describe('coalesced', () => {
   });
 
   it('hands a long one on in pieces of at least MESSAGE_PIECE_BYTES and the rest, in order', async () => {
-    // 1,000 chunks of 1,000 different bytes each: about 15 pieces.
+    // 1,000 chunks of 1,000 bytes, each chunk its own byte value: 16 pieces.
     const chunks = Array.from({ length: 1000 }, (_, i) => Buffer.alloc(1000, i % 251));
     const pieces = await piecesOf(chunks);
     expect(Buffer.concat(pieces).equals(Buffer.concat(chunks))).toBe(true);
