@@ -2,7 +2,8 @@
 // it stays exact under inserts, address changes, deletes (one by one and by an organisation's cascade),
 // VACUUM, two indexers on one DATA_DIR, an index file of another database or of a later state of this one
 // (a restore), a broken or missing file, and upgrades of databases written before it; its answers equal
-// the plain LIKE path's, whether the contacts asked about are in the index yet (below its watermark) or not.
+// the plain LIKE path's, whether the contacts asked about are in the index yet (below its watermark) or not,
+// and whether the thread that keeps it takes a search's read up, is busy, or has stopped.
 import {
   closeSync,
   copyFileSync,
@@ -17,7 +18,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Worker } from 'node:worker_threads';
+import type * as Threads from '../../src/threads.js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eventually } from '../helpers/smtp.js';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
@@ -40,6 +43,23 @@ import { type TestApp, createTestApp } from '../helpers/app.js';
 import { createTestStore } from '../helpers/stores.js';
 import { readChunks } from '../helpers/chunks.js';
 import { contactRow } from '../helpers/rows.js';
+
+/**
+ * Every thread the store starts, as started: only so that a test can end the search thread, as a crash
+ * would (nothing else reaches it). The threads themselves are the real ones.
+ */
+const threadsStarted = vi.hoisted(() => [] as { module: string; worker: Worker }[]);
+vi.mock('../../src/threads.js', async (importOriginal) => {
+  const real = await importOriginal<typeof Threads>();
+  return {
+    ...real,
+    startThread: (base: string, module: string, data: unknown) => {
+      const worker = real.startThread(base, module, data);
+      threadsStarted.push({ module, worker });
+      return worker;
+    },
+  };
+});
 
 const BASE = Date.parse('2031-01-01T00:00:00.000Z');
 
@@ -746,6 +766,57 @@ describe('the store keeping its search index', () => {
     } finally {
       await store.close();
       rmSync(readDir, { recursive: true, force: true });
+    }
+  });
+
+  it('fails a read the thread was running when it stopped, and searches alone until a new one starts', async () => {
+    const stopDir = mkdtempSync(path.join(tmpdir(), 'mailroom-stop-'));
+    const told: string[] = [];
+    const store = createStore({
+      dataDir: stopDir,
+      onBackgroundError: (_err, what) => told.push(what),
+    });
+    try {
+      await store.migrate();
+      await addOrganization(store, 'o');
+      await seed(store, 'o', ['one@stop.example', 'two@stop.example', 'three@elsewhere.example']);
+      const top = async () =>
+        (await sql<{ k: number }>`select max(search_key) as k from contacts`.execute(store.db)).rows[0]!.k;
+      await until(
+        'the index to reach the newest contact',
+        async () => viewIndex(stopDir).watermark === (await top()),
+      );
+      const beside = readerBeside(store.db)!;
+      // A read that runs until the thread is stopped: a chunk function per row is JavaScript, where a
+      // thread's termination takes effect (inside SQLite alone it would wait for the statement to end).
+      const endless = `with recursive c(x) as (select 1 union all select x + 1 from c where x < 1000000000)
+        select sum(mailroom_chunk_holds(x, 'abc', 0, 'b')) as n from c`;
+      let read = await beside.readBeside(endless, [], 5_000);
+      for (let tries = 0; read === undefined && tries < 100; tries++) {
+        await new Promise((r) => setTimeout(r, 20));
+        read = await beside.readBeside(endless, [], 5_000);
+      }
+      expect(read).toBeDefined();
+      // The thread is busy with it: another read is given up on when its wait is over.
+      expect(await beside.readBeside('select 1 as x', [], 10)).toBeUndefined();
+      const thread = threadsStarted.filter((t) => t.module === 'search-thread').at(-1)!.worker;
+      await thread.terminate();
+      await expect(read!.rows).rejects.toThrow(/the search thread stopped/);
+      expect(told).toContain('keeping the search index');
+      // Until a new thread starts (10 s later), a read is not waited for, and a search reads alone: exact.
+      const asked = Date.now();
+      expect(await beside.readBeside('select 1 as x', [], 5_000)).toBeUndefined();
+      expect(Date.now() - asked).toBeLessThan(1_000);
+      const page = { page: 1, limit: 2 };
+      expect(await pageByChunksInTwo(store.db, beside, 'o', 'stop', page)).toBe(ALONE);
+      expect(await pageByChunks(store.db, 'o', 'stop', page, TWO_PARTS_FROM)).toEqual({
+        contacts: (await pageContacts(store.db, 'o', { email: 'stop' }, page)).contacts,
+        total: 2,
+      });
+      expect(await countByChunks(store.db, 'o', 'stop', TWO_PARTS_FROM)).toBe(2);
+    } finally {
+      await store.close();
+      rmSync(stopDir, { recursive: true, force: true });
     }
   });
 
