@@ -158,12 +158,16 @@ async function main(): Promise<void> {
     });
     const list = await services.lists.create(org.id, { name: 'Scale' });
     let seeded = 0;
+    // Every seeded contact has its place in one timeline, a millisecond apart, oldest first, ending before
+    // the bench began: each label is older than the next however long the runs between sizes take (with
+    // each batch ending at its own start, a later batch reached back over the earlier ones).
+    const origin = Date.now() - Math.max(...SIZES);
     for (const size of SIZES) {
       console.log(`seeding to ${size.toLocaleString()} contacts…`);
       // Labelled by the size each contact was seeded towards, whichever sizes are run: the oldest 10,000
       // `s0-…`, the next 90,000 `s10000-…`, the rest `s100000-…`.
       for (const end of [...LABEL_ENDS.filter((n) => n > seeded && n < size), size]) {
-        await seedContacts(store, org.id, end - seeded, `s${seeded}-`);
+        await seedContacts(store, org.id, end - seeded, `s${seeded}-`, origin + seeded);
         seeded = end;
       }
       // The server's fold (every 5 s) writes the chunks of a bulk load anew, by domain: done here, so that

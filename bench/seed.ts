@@ -12,14 +12,19 @@ import { createServices } from '../src/app.js';
 
 const BATCH = 400;
 
+/**
+ * `firstAt`: the first contact's created_at (epoch ms); the others follow it one millisecond apart. By
+ * default the last one is now.
+ */
 export async function seedContacts(
   store: Store,
   organizationId: string,
   count: number,
   label = 'seed',
+  firstAt = Date.now() - count,
 ): Promise<void> {
   const start = Date.now();
-  const base = Date.now() - count; // one millisecond apart, oldest first
+  const base = firstAt;
   for (let done = 0; done < count; done += BATCH) {
     const rows = Array.from({ length: Math.min(BATCH, count - done) }, (_, j) => {
       const i = done + j;
