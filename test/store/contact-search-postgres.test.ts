@@ -275,6 +275,42 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     }
   });
 
+  it('sorts old matches after a walk with a budget falls short, and leaves a few spread ones to the plain walk', async () => {
+    // 60,000 contacts: the oldest 3,000 hold `relic`; 38 of the others, spread, hold `qz`.
+    const org = 'org-pg-relics';
+    await ts.store.write((trx) =>
+      trx
+        .insertInto('organizations')
+        .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
+        .execute(),
+    );
+    const address = (i: number) =>
+      i < 3_000 ? `relic${i}@old.test` : i % 1_500 === 0 ? `qz${i}@new.test` : `n${i}@new.test`;
+    const id = (i: number) => `${org}-${String(i).padStart(5, '0')}`;
+    const made = Array.from({ length: 60_000 }, (_, i) => ({
+      row: { ...contactRow(org, id(i), address(i), new Date(BASE + i).toISOString()), json: null },
+      tags: [],
+    }));
+    for (let i = 0; i < made.length; i += 5_000) {
+      await ts.store.write((trx) => insertContacts(trx, made.slice(i, i + 5_000)));
+    }
+    const ids = async (filter: ContactFilter, p: number, limit: number, total: number) => {
+      const got = await pageByEmailOnPostgres(ts.store.db, org, filter, { page: p, limit }, total);
+      return got?.contacts.map((j) => (JSON.parse(j) as { id: string }).id);
+    };
+    // Page 63 of 20 of the 3,000: a walk of spread matches would reach it after 25,200 contacts, and they
+    // are too many to sort before walking (MATCH_COST). Twice that walk, from the newest, finds none; they
+    // are sorted (the plain walk would pass all 57,000 newer contacts). Newest first: relic1759 to relic1740.
+    expect(await ids({ email: 'relic' }, 63, 20, 3_000)).toEqual(
+      Array.from({ length: 20 }, (_, k) => id(1_759 - k)),
+    );
+    // 38 spread matches of `qz`, page 1 of 100: expected after about 158,000 contacts, past LONG_WALK, and
+    // too few to be worth that walk; sorted first only within the trigram index's time (none under 100,000
+    // contacts), so the plain walk's. (Here a budget would cover the whole organisation, which is the plain
+    // walk too: the SQLite test, where that walks every contact itself, tells LONG_WALK apart.)
+    expect(await ids({ email: 'qz' }, 1, 100, 38)).toBeUndefined();
+  });
+
   it('counts in the address chunks when the trigram index takes longer than its time, in a transaction too', async () => {
     // 20,000 old matches: more than the trigram index counts in 1 ms. 40 newer contacts hold none.
     const org = 'org-pg-slow-trigram';
