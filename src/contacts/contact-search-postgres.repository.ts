@@ -28,8 +28,8 @@ const DEEP_WALK = 20_000;
  * A walk expected to pass more contacts than this is the plain walk's: a deep page of an even term, where
  * sorting every match costs more. Up to it, a walk with a budget of twice that goes first, and the matches
  * are sorted when it falls short: matches all older than the rest (an import) make a plain walk pass every
- * newer contact. Page 12 of 11,111 matches older than 890,000 other contacts took 205–217 ms that way, 54
- * with the budget (a walk expected at 21,600; 2026-11-29, one run at a million).
+ * newer contact. Page 12 of 11,111 matches older than 890,000 other contacts took 205–217 ms that way, 54–58
+ * with the budget (a walk expected at 21,600; 2026-11-29, two runs at a million).
  */
 const LONG_WALK = 100_000;
 /** The deepest page (offset + limit) tried this way while the total is not known. */
