@@ -74,6 +74,33 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     return (await answer(filter, p, limit, total, { walkBudget: budget }))?.contacts;
   }
 
+  /**
+   * An organisation of its own with `count` contacts, the i-th at `address(i)`, made i ms after BASE and
+   * named `${org}-` and i in five digits: its rows, oldest first.
+   */
+  async function seedOrganization(org: string, count: number, address: (i: number) => string) {
+    await ts.store.write((trx) =>
+      trx
+        .insertInto('organizations')
+        .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
+        .execute(),
+    );
+    const made = Array.from({ length: count }, (_, i) => {
+      const at = new Date(BASE + i).toISOString();
+      return { ...contactRow(org, `${org}-${String(i).padStart(5, '0')}`, address(i), at), json: null };
+    });
+    for (let i = 0; i < made.length; i += 5_000) {
+      const batch = made.slice(i, i + 5_000);
+      await ts.store.write((trx) =>
+        insertContacts(
+          trx,
+          batch.map((row) => ({ row, tags: [] })),
+        ),
+      );
+    }
+    return made;
+  }
+
   it('walks the newest contacts, and sorts the matches when the walk does not fill the page', async () => {
     const filters: ContactFilter[] = [
       { email: 'LEGACY' }, // all old: the walk never reaches them
@@ -278,22 +305,9 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
   it('sorts old matches after a walk with a budget falls short, and leaves a few spread ones to the plain walk', async () => {
     // 60,000 contacts: the oldest 3,000 hold `relic`; 38 of the others, spread, hold `qz`.
     const org = 'org-pg-relics';
-    await ts.store.write((trx) =>
-      trx
-        .insertInto('organizations')
-        .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
-        .execute(),
+    const made = await seedOrganization(org, 60_000, (i) =>
+      i < 3_000 ? `relic${i}@old.test` : i % 1_500 === 0 ? `qz${i}@new.test` : `n${i}@new.test`,
     );
-    const address = (i: number) =>
-      i < 3_000 ? `relic${i}@old.test` : i % 1_500 === 0 ? `qz${i}@new.test` : `n${i}@new.test`;
-    const id = (i: number) => `${org}-${String(i).padStart(5, '0')}`;
-    const made = Array.from({ length: 60_000 }, (_, i) => ({
-      row: { ...contactRow(org, id(i), address(i), new Date(BASE + i).toISOString()), json: null },
-      tags: [],
-    }));
-    for (let i = 0; i < made.length; i += 5_000) {
-      await ts.store.write((trx) => insertContacts(trx, made.slice(i, i + 5_000)));
-    }
     const ids = async (filter: ContactFilter, p: number, limit: number, total: number) => {
       const got = await pageByEmailOnPostgres(ts.store.db, org, filter, { page: p, limit }, total);
       return got?.contacts.map((j) => (JSON.parse(j) as { id: string }).id);
@@ -302,7 +316,7 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
     // are too many to sort before walking (MATCH_COST). Twice that walk, from the newest, finds none; they
     // are sorted (the plain walk would pass all 57,000 newer contacts). Newest first: relic1759 to relic1740.
     expect(await ids({ email: 'relic' }, 63, 20, 3_000)).toEqual(
-      Array.from({ length: 20 }, (_, k) => id(1_759 - k)),
+      Array.from({ length: 20 }, (_, k) => made[1_759 - k]!.id),
     );
     // 38 spread matches of `qz`, page 1 of 100: expected after about 158,000 contacts, past LONG_WALK, and
     // too few to be worth that walk; sorted first only within the trigram index's time (none under 100,000
@@ -314,26 +328,9 @@ describe.skipIf(noPostgres())('email substring pages on postgres', () => {
   it('counts in the address chunks when the trigram index takes longer than its time, in a transaction too', async () => {
     // 20,000 old matches: more than the trigram index counts in 1 ms. 40 newer contacts hold none.
     const org = 'org-pg-slow-trigram';
-    await ts.store.write((trx) =>
-      trx
-        .insertInto('organizations')
-        .values({ id: org, name: org, created_at: new Date(BASE).toISOString() })
-        .execute(),
+    const made = await seedOrganization(org, 20_040, (i) =>
+      i < 20_000 ? `slow${i}@old${i % 5}.test` : `new${i}@d.test`,
     );
-    const made = Array.from({ length: 20_040 }, (_, i) => {
-      const email = i < 20_000 ? `slow${i}@old${i % 5}.test` : `new${i}@d.test`;
-      const at = new Date(BASE + i).toISOString();
-      return { ...contactRow(org, `${org}-${String(i).padStart(5, '0')}`, email, at), json: null };
-    });
-    for (let i = 0; i < made.length; i += 2_000) {
-      const batch = made.slice(i, i + 2_000);
-      await ts.store.write((trx) =>
-        insertContacts(
-          trx,
-          batch.map((row) => ({ row, tags: [] })),
-        ),
-      );
-    }
     const want = made
       .filter((r) => r.email.startsWith('slow1'))
       .map((r) => r.id)
