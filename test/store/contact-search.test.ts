@@ -624,6 +624,19 @@ describe('contacts not yet in the index (above its watermark)', () => {
   });
 });
 
+/**
+ * A read is declined while the search thread has a step to make (its rounds come late on a busy machine):
+ * asked again until `taken` (or the thread's answer is not ALONE), for a while; the last answer.
+ */
+async function takenUp<T>(ask: () => Promise<T>, taken: (answer: T) => boolean): Promise<T> {
+  let answer = await ask();
+  for (let tries = 0; !taken(answer) && tries < 100; tries++) {
+    await new Promise((r) => setTimeout(r, 20));
+    answer = await ask();
+  }
+  return answer;
+}
+
 /** Waits, polling, until `done` holds (the search thread works on its own time); fails after 10 s, naming it. */
 async function until(what: string, done: () => Promise<boolean> | boolean): Promise<void> {
   await eventually(done, 10_000, what);
@@ -679,16 +692,6 @@ describe('the store keeping its search index', () => {
       await until('the index to reach the newest contact', async () => watermark() === (await top()));
       const beside = readerBeside(store.db)!;
       expect(beside).toBeDefined();
-      // A read is declined while the thread has a step to make (its rounds come late on a busy machine):
-      // asked again until taken, or the thread's answer is ALONE, for a while.
-      const takenUp = async <T>(ask: () => Promise<T>, taken: (answer: T) => boolean) => {
-        let answer = await ask();
-        for (let tries = 0; !taken(answer) && tries < 100; tries++) {
-          await new Promise((r) => setTimeout(r, 20));
-          answer = await ask();
-        }
-        return answer;
-      };
       const readTakenUp = (text: string, parameters: unknown[] = []) =>
         takenUp(
           () => beside.readBeside(text, parameters, 5_000),
@@ -791,11 +794,10 @@ describe('the store keeping its search index', () => {
       // thread's termination takes effect (inside SQLite alone it would wait for the statement to end).
       const endless = `with recursive c(x) as (select 1 union all select x + 1 from c where x < 1000000000)
         select sum(mailroom_chunk_holds(x, 'abc', 0, 'b')) as n from c`;
-      let read = await beside.readBeside(endless, [], 5_000);
-      for (let tries = 0; read === undefined && tries < 100; tries++) {
-        await new Promise((r) => setTimeout(r, 20));
-        read = await beside.readBeside(endless, [], 5_000);
-      }
+      const read = await takenUp(
+        () => beside.readBeside(endless, [], 5_000),
+        (answer) => answer !== undefined,
+      );
       expect(read).toBeDefined();
       // The thread is busy with it: another read is given up on when its wait is over.
       expect(await beside.readBeside('select 1 as x', [], 10)).toBeUndefined();
