@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
-import { MAIN, baseEnv, startProcess } from '../helpers/process.js';
+import { MAIN, baseEnv, scratchDir, startProcess } from '../helpers/process.js';
 import { eventually, freePort } from '../helpers/smtp.js';
 import { createTestDatabase, storeKinds } from '../helpers/stores.js';
 
@@ -339,7 +339,7 @@ describe('mailroom serve where it cannot listen', () => {
         ['198.51.100.7', '4555', 'HOST 198.51.100.7 is not an address of this machine'],
         ['127.0.0.1', String(port), `PORT ${port} is already in use on 127.0.0.1`],
       ] as const) {
-        const dataDir = path.join(mkdtempSync(path.join(tmpdir(), 'mailroom-listen-')), 'data');
+        const dataDir = path.join(scratchDir('listen'), 'data');
         const done = await run(process.execPath, [...MAIN, 'serve', '--json'], {
           cwd: ROOT,
           env: baseEnv({ DATA_DIR: dataDir, HOST: host, PORT: listenOn }),
@@ -360,7 +360,7 @@ describe('mailroom serve where it cannot listen', () => {
 
 describe('mailroom serve: where it listens', () => {
   const serveEnv = (extra: Record<string, string>) =>
-    baseEnv({ DATA_DIR: mkdtempSync(path.join(tmpdir(), 'mailroom-where-')), LOG_LEVEL: 'silent', ...extra });
+    baseEnv({ DATA_DIR: scratchDir('where'), LOG_LEVEL: 'silent', ...extra });
 
   it('HOST=localhost is one address, wired as any: Fastify would add a server of its own for the other', async () => {
     // localhost resolving to both loopbacks (as in Docker); the second would have missed half-open

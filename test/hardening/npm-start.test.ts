@@ -3,11 +3,10 @@
 // node in the shell's place. And a SIGTERM while the server is still starting ended it with 143 and not a
 // word; it is now held until the server has started, then acted on.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { expect, it } from 'vitest';
-import { MAIN, baseEnv } from '../helpers/process.js';
+import { MAIN, baseEnv, scratchDir } from '../helpers/process.js';
 import { eventually } from '../helpers/smtp.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -17,7 +16,7 @@ const serverEnv = (dataDir: string, extra: Record<string, string> = {}) =>
   baseEnv({ DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', ...extra });
 
 it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
-  const env = serverEnv(mkdtempSync(path.join(os.tmpdir(), 'mailroom-npm-start-')));
+  const env = serverEnv(scratchDir('npm-start'));
   const npm = spawn('npm', ['start', '--silent', '--', '--json'], { cwd: ROOT, env, stdio: 'pipe' });
   let out = '';
   let err = '';
@@ -47,7 +46,7 @@ it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
 }, 90_000);
 
 it('serve: a SIGTERM while it starts stops it once started, with exit 0', async () => {
-  const env = serverEnv(mkdtempSync(path.join(os.tmpdir(), 'mailroom-early-term-')));
+  const env = serverEnv(scratchDir('early-term'));
   const server = spawn(process.execPath, [...MAIN, 'serve'], { cwd: ROOT, env, stdio: 'pipe' });
   let out = '';
   let err = '';
@@ -77,7 +76,7 @@ it('serve and worker: a SIGTERM while their modules still load is held too, and 
   // The modules load for seconds here (test/helpers/slow-cli-load.mjs), as on a busy machine; the signal
   // comes once bin/mailroom.js is loading the CLI. dist/ is what bin runs: npm ci built it (prepare).
   const start = (command: string, tag: string) => {
-    const dataDir = mkdtempSync(path.join(os.tmpdir(), `mailroom-load-${tag}-`));
+    const dataDir = scratchDir(`load-${tag}`);
     const mark = path.join(dataDir, 'loading');
     const env = serverEnv(dataDir, { SLOW_LOAD_MARK: mark, SLOW_LOAD_MS: '1500' });
     const child = spawn(

@@ -1,8 +1,11 @@
 // Real Mailroom processes (server, worker, CLI), for multi-process and crash tests. They run the CLI as
 // compiled from this checkout's source at the start of the test run (test/global-build.ts).
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { onTestFinished } from 'vitest';
 import { TEST_DIST } from '../global-build.js';
 import { freePort } from './smtp.js';
 
@@ -49,6 +52,16 @@ const SETTINGS = new Set([
 export function baseEnv(env: Record<string, string>): NodeJS.ProcessEnv {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !SETTINGS.has(name)));
   return { ...inherited, LOG_LEVEL: 'warn', HOST: '127.0.0.1', ...env };
+}
+
+/**
+ * A directory of its own for the test that calls this (a child's DATA_DIR), removed when the test ends,
+ * passed or failed. Its child has been killed by then, but may still be closing its files: rm retries.
+ */
+export function scratchDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(tmpdir(), `mailroom-${prefix}-`));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5 }));
+  return dir;
 }
 
 /** Runs the CLI once and returns the JSON object of its last stdout line. */
