@@ -1,13 +1,14 @@
 // The checkpoint thread: copies what the SQLite writer committed to the WAL into the database file, on a
 // connection of its own, so that the server's event loop never does it (see checkpointer.ts).
 import { parentPort, workerData } from 'node:worker_threads';
-import { Sqlite } from './sqlite-driver.js';
+import { Sqlite, withSmallCache } from './sqlite-driver.js';
 import type { CheckpointThreadData, CheckpointThreadReport } from './checkpointer.js';
 
 const { file, synchronous, everyMs } = workerData as CheckpointThreadData;
 const port = parentPort!;
 // No create: the store made the file and set WAL mode, and a checkpoint needs nothing more.
 const db = new Sqlite(file, { fileMustExist: true });
+withSmallCache(db);
 db.pragma(`synchronous = ${synchronous}`);
 // PASSIVE takes no lock that writers or readers wait for, and waits for none: it copies the frames
 // committed when it started that no reader still needs.

@@ -6,7 +6,7 @@
 // from the contacts, and searches stay exact meanwhile.
 import { closeSync, openSync, rmSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite, useWal } from './sqlite-driver.js';
+import { Sqlite, useWal, withSmallCache } from './sqlite-driver.js';
 import { CHUNK_SCHEMA } from './address-chunks.js';
 import { registerChunkFunctions } from './chunk-functions.js';
 
@@ -43,6 +43,8 @@ function openIndexFile(file: string): BetterSqlite3.Database {
   closeSync(openSync(file, 'a', 0o600));
   const db = new Sqlite(file);
   try {
+    // Written by the search thread alone, off the event loop: as fast with the smaller cache.
+    withSmallCache(db);
     db.pragma('busy_timeout = 10000');
     useWal(db);
     // FULL, as the database: the store deletes retired keys from the database once a commit here says
@@ -103,6 +105,7 @@ export function removeSearchFile(file: string): void {
  */
 export function attachSearchFile(conn: BetterSqlite3.Database, file: string): void {
   conn.prepare('attach database ? as search').run(file);
+  withSmallCache(conn, 'search');
   registerChunkFunctions(conn);
 }
 

@@ -4,7 +4,7 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite, useWal, withStatementCache } from './sqlite-driver.js';
+import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
@@ -87,7 +87,10 @@ function openSqlite(file: string, synchronous: string, readonly: boolean): Bette
   conn.pragma(`synchronous = ${synchronous}`);
   conn.pragma('busy_timeout = 10000');
   conn.pragma('foreign_keys = ON');
-  if (readonly) conn.pragma('query_only = ON');
+  if (readonly) {
+    conn.pragma('query_only = ON');
+    withSmallCache(conn);
+  }
   return withStatementCache(conn);
 }
 
