@@ -112,14 +112,16 @@ async function pageByTrigrams(
 }
 
 /**
- * A walk expected to test more contacts than this (about 2 ms) is left to the caller's plain walk, which
- * costs a third less per contact than a walk with a budget: a deep page of an even term. For matches all
- * older than the rest (an import) the plain walk passes every newer contact: page 12 of 11,111 matches
- * older than 890,000 others took 101 ms. With 100,000 here (a walk with a budget, then the index or the
- * chunks) it took 38–40 ms, 27–31 with the chunks alone, but the server held 205–216 MiB after the bench
- * at a million contacts, against 188–189 (2026-11-29, three runs against two): not kept, RSS being a target.
+ * A walk expected to test more contacts than this (about 20 ms) is left to the caller's plain walk, which
+ * costs a third less per contact than a walk with a budget: a deep page of an even term. Up to it, a walk
+ * with a budget of twice that goes first, and the matches are looked up when it falls short: matches all
+ * older than the rest (an import) make a plain walk pass every newer contact. At a million contacts, 8
+ * terms each held by 11,111 contacts older than 890,000 others: page 12 (a walk expected at 21,600, past
+ * the 20,000 this was until 2026-11-29) 39-43 ms against 100-115 that way, pages 24-48 46-60 against
+ * 100-107; page 12 of the oldest 10,000, which the index narrows, 27 against 168 (2026-11-29). Stop 39 took
+ * this back for the server's RSS after the bench, over 200 MiB; that was the page caches (withSmallCache).
  */
-const DEEP_WALK = 20_000;
+const LONG_WALK = 100_000;
 
 /** The deepest page (offset + limit) read from the chunks without a known total. */
 const DEEP_REACH = 2_000;
@@ -158,7 +160,7 @@ export async function pageByEmailIndex(
       if (offset >= knownTotal) return { contacts: [], total: knownTotal };
       // Matches spread through time fill a page after walking about this many of the newest contacts.
       const expected = (reach * size) / Math.max(knownTotal, 1);
-      if (expected > DEEP_WALK) return undefined;
+      if (expected > LONG_WALK) return undefined;
       // Matches that are all old (a domain imported long ago) would make the walk long: past twice what
       // it should take (at least a few thousand contacts, under 1 ms), the chunks find them instead.
       const budget = Math.max(5_000, Math.ceil(2 * expected));

@@ -488,16 +488,67 @@ describe('a page of an email substring from address chunks', () => {
     expect(isDamagedChunk(failure)).toBe(true);
   });
 
-  it('leaves a deep page of a known total to the plain walk, which finds it', async () => {
+  it('walks every contact for a deep page of a known total when twice the walk it expects covers them', async () => {
     // About 24,000 contacts by now: page 3 of 100 of the old domain's 300 (a term too short for the
-    // trigram index) is expected after a walk of all of them, too long for a walk with a budget.
+    // trigram index) is expected after a walk of all of them, past 20,000 (which left it to the caller's
+    // plain walk until 2026-11-29) and within LONG_WALK.
     const page = { page: 3, limit: 100 };
     const total = await countContacts(store.db, ORG, { email: 'ol' });
     const plain = (await pageContacts(store.db, ORG, { email: 'ol' }, page)).contacts;
     expect(plain.length).toBeGreaterThan(0);
-    expect(await pageByEmailIndex(store.db, 'sqlite', ORG, { email: 'ol' }, page, total)).toBeUndefined();
+    expect(await pageByEmailIndex(store.db, 'sqlite', ORG, { email: 'ol' }, page, total)).toEqual({
+      contacts: plain,
+    });
     const found = await pageContacts(store.db, ORG, { email: 'ol' }, page, 'sqlite', total);
     expect(found.contacts).toEqual(plain);
+  });
+
+  it('finds old matches in the chunks after a walk with a budget falls short; past LONG_WALK, leaves it', async () => {
+    // 60,000 contacts of an organisation of their own, in a store of their own: the oldest 3,000 hold
+    // `relic`; 38 of the others, spread, hold `qz`.
+    const ownDir = mkdtempSync(path.join(tmpdir(), 'mailroom-relics-'));
+    const own = createStore({ dataDir: ownDir, backgroundSearchIndex: false });
+    try {
+      await own.migrate();
+      const org = 'org-relics';
+      await own.write((trx) =>
+        trx.insertInto('organizations').values({ id: org, name: org, created_at: AT }).execute(),
+      );
+      const address = (i: number) =>
+        i < 3_000 ? `relic${i}@old.test` : i % 1_500 === 0 ? `qz${i}@new.test` : `n${i}@new.test`;
+      const rows = Array.from({ length: 60_000 }, (_, i) => ({
+        row: contactRow(org, `${org}-${String(i).padStart(5, '0')}`, address(i), at(i)),
+        tags: [],
+      }));
+      for (let i = 0; i < rows.length; i += 500) {
+        await own.write((trx) => insertContacts(trx, rows.slice(i, i + 500)));
+      }
+      const ix = new SearchIndexer(path.join(ownDir, 'mailroom.sqlite'), path.join(ownDir, SEARCH_FILE));
+      try {
+        ix.catchUp();
+      } finally {
+        ix.close();
+      }
+      // Page 63 of 20: a walk of spread matches would reach it after 25,200 contacts, and the matches are
+      // too many to look up through the trigram index first. Twice that walk, from the newest, finds none;
+      // the chunks find the page (the plain walk would pass all 57,000 newer contacts).
+      const relic = { email: 'relic' };
+      const total = await countContacts(own.db, org, relic);
+      expect(total).toBe(3_000);
+      const deep = { page: 63, limit: 20 };
+      const plain = (await pageContacts(own.db, org, relic, deep)).contacts;
+      expect(plain).toHaveLength(20);
+      expect((await pageByEmailIndex(own.db, 'sqlite', org, relic, deep, total))?.contacts).toEqual(plain);
+      // 38 spread matches of a term too short for the trigram index: page 1 of 100 is expected after about
+      // 158,000 contacts, past LONG_WALK: the caller's plain walk.
+      const qz = { email: 'qz' };
+      const few = await countContacts(own.db, org, qz);
+      expect(few).toBe(38);
+      expect(await pageByEmailIndex(own.db, 'sqlite', org, qz, { page: 1, limit: 100 }, few)).toBeUndefined();
+    } finally {
+      await own.close();
+      rmSync(ownDir, { recursive: true, force: true });
+    }
   });
 });
 
