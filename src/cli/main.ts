@@ -3,6 +3,7 @@
 // First: it holds a stop signal that arrives while the modules below are evaluated (start-signals.ts);
 // bin/mailroom.js loads it before they are even read.
 import { takeStartSignal } from './start-signals.js';
+import './heap-flags.js';
 import { parseArgs } from 'node:util';
 import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
