@@ -29,8 +29,8 @@ export const Sqlite = load();
  * SQLite's own default. better-sqlite3 builds SQLite with 16 MiB a connection, and a store has up to seven
  * such caches beside the writer's (its reader and the search thread's, each with the index file attached,
  * the indexer's two, the checkpointer's). The files' pages stay in the OS's cache, a read away: at a
- * million contacts (bench:scale, 2026-11-29) the server held 152-153 MiB after the bench against 173-188
- * with 16 MiB caches, every row as fast; building the search index from zero took the same 7.7 s. The
+ * million contacts (bench:scale, 2026-11-29) the server held 143-153 MiB after the bench against 173-188
+ * with 16 MiB caches, every row as fast; building the search index from zero took 7.7 s either way. The
  * writer keeps the larger cache: the pages its inserts touch (writes were not measured with less).
  */
 const SMALL_CACHE_KIB = 2_000;

@@ -1,6 +1,6 @@
 // The page caches of a SQLite store's connections (sqlite-driver.ts, withSmallCache): SQLite's own 2,000
 // KiB on every connection but the writer's, and on the index file attached to a reader, where better-sqlite3
-// would give each 16 MiB; the server held 20-35 MiB more at a million contacts that way. The checkpoint
+// would give each 16 MiB; the server held 20-45 MiB more at a million contacts that way. The checkpoint
 // thread's connection is not reached from here.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -39,8 +39,11 @@ it("gives every connection but the writer's SQLite's 2,000 KiB page cache, attac
       async () => {
         const read = await beside.readBeside(`${CACHE('main')} union all ${CACHE('search')}`, [], 1_000);
         if (!read) return false;
-        rows = await read.rows;
-        read.release();
+        try {
+          rows = await read.rows;
+        } finally {
+          read.release();
+        }
         return true;
       },
       10_000,
@@ -51,10 +54,11 @@ it("gives every connection but the writer's SQLite's 2,000 KiB page cache, attac
     await store.close();
   }
   // The indexer's two connections are opened as these are (search-index.ts).
-  for (const conn of [
-    openQueryOnly(path.join(dir, 'mailroom.sqlite')),
-    openSearchFile(path.join(dir, SEARCH_FILE)),
+  for (const open of [
+    () => openQueryOnly(path.join(dir, 'mailroom.sqlite')),
+    () => openSearchFile(path.join(dir, SEARCH_FILE)),
   ]) {
+    const conn = open();
     try {
       expect(conn.prepare(CACHE('main')).all()).toEqual([{ kib: -2000 }]);
     } finally {
@@ -63,6 +67,9 @@ it("gives every connection but the writer's SQLite's 2,000 KiB page cache, attac
   }
   // better-sqlite3's own, which the above would keep without withSmallCache.
   const plain = new Sqlite(':memory:');
-  expect(plain.prepare(CACHE('main')).all()).toEqual([{ kib: -16000 }]);
-  plain.close();
+  try {
+    expect(plain.prepare(CACHE('main')).all()).toEqual([{ kib: -16000 }]);
+  } finally {
+    plain.close();
+  }
 });
