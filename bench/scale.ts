@@ -256,18 +256,23 @@ async function main(): Promise<void> {
       // `s10000-2` is held by 11,111 of the 90,000 contacts seeded after the oldest 10,000; every piece of it
       // that an index of trigrams can look up (`s10`, `000`, `0-2`…) is also in the 900,000 newer
       // `s100000-2…` addresses, so such an index hands over ten times the matches, or every contact.
-      // Page 2 walks on from where the kept page 1 stopped, page 5 from page 2 past pages 3 and 4; page
-      // 12, with no page kept within the 5 before it, is found as page 1 was.
-      for (const [name, page] of [
+      // Page 2 walks on from where the kept page 1 stopped, page 5 from page 2 past pages 3 and 4, page 12
+      // from page 5. Pages are kept for one limit: page 10 of 25 a page has none kept before it, and is found
+      // anew (its total is known).
+      for (const [name, page, limit] of [
         [
           'email substring, old matches a trigram index cannot narrow (s10000-2…9), page 1, first request of a term',
           1,
+          20,
         ],
-        ['the same, page 2 right after page 1', 2],
-        ['the same, page 5 right after page 2', 5],
-        ['the same, page 12 with no page within 5 before it asked', 12],
+        ['the same, page 2 right after page 1', 2, 20],
+        ['the same, page 5 right after page 2', 5, 20],
+        ['the same, page 12 right after page 5', 12, 20],
+        ['the same, page 10 of 25 a page, found anew', 10, 25],
       ] as const) {
-        const pages = eight.map((i) => `limit=20&email=s10000-${i + 2}${page > 1 ? `&page=${page}` : ''}`);
+        const pages = eight.map(
+          (i) => `limit=${limit}&email=s10000-${i + 2}${page > 1 ? `&page=${page}` : ''}`,
+        );
         rows.push(await oneAtATime(`${name} (8 terms: p50 / worst)`, base, headers, pages));
       }
       rows.push(await get('tag, page 1', 'limit=20&tag=vip'));

@@ -50,7 +50,17 @@ export async function walkNewest(
   budget: number,
 ): Promise<string[]> {
   const window = sql`limit ${rowCount(page.limit)} offset ${rowCount((page.page - 1) * page.limit)}`;
-  const walk = walkInOrder(dialect, sql`organization_id = ${organizationId}`, matches, budget, window);
+  return walkPage(
+    db,
+    walkInOrder(dialect, sql`organization_id = ${organizationId}`, matches, budget, window),
+  );
+}
+
+/** The contacts a walk (walkInOrder) selects, as their API JSON text, in page order. */
+export async function walkPage(
+  db: Executor,
+  walk: RawBuilder<{ json: string; k1: string; k2: string }>,
+): Promise<string[]> {
   const { rows } = await sql<{
     json: string;
   }>`select json from (${walk}) p order by k1 desc, k2 desc`.execute(db);

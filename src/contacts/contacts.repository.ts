@@ -10,7 +10,7 @@ import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.j
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf, organizationSize } from './contact-counts.repository.js';
-import { walkInOrder } from './contact-walk.js';
+import { walkInOrder, walkPage } from './contact-walk.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -261,9 +261,9 @@ const AFTER_WALK_MAX = 20_000;
  * A page of an email search that starts `after.skip` matches after the contact `after.id`, the last of a
  * page kept at the same version of the addresses (so the same contacts match, in the same order): the
  * contacts older than it in page order, walked in the organisation's created_at index, at most twice what
- * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or a few pages ahead,
- * then costs a walk from where a kept page stopped, not a sort or a pass over every match, whatever the
- * term. Undefined unless the walk fills the page, or reaches the oldest contact.
+ * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or jumping up to 50 pages
+ * ahead (PAGES_BACK, contacts.service.ts), then costs a walk from where a kept page stopped, not a sort or a
+ * pass over every match, whatever the term. Undefined unless the walk fills the page, or reaches the oldest contact.
  */
 export async function pageAfterContact(
   db: Executor,
@@ -291,10 +291,8 @@ export async function pageAfterContact(
   const window = sql`limit ${rowCount(page.limit)} offset ${rowCount(after.skip)}`;
   const matches = containsText(dialect, 'email_lower', term.toLowerCase());
   const pageQuery = walkInOrder(dialect, older, matches, budget, window);
-  const walk = await sql<{
-    json: string;
-  }>`select json from (${pageQuery}) p order by k1 desc, k2 desc`.execute(db);
-  if (walk.rows.length === page.limit) return walk.rows.map((r) => r.json);
+  const walked = await walkPage(db, pageQuery);
+  if (walked.length === page.limit) return walked;
   // A short page ends the search only if the walk reached the oldest contact, not its budget: the page is
   // read again with the contacts the walk passes counted, in one statement (one snapshot), which only a
   // last page costs. (The kept total cannot say so: it may have been counted after the kept page was read.)

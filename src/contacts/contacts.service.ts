@@ -75,9 +75,10 @@ const idOf = (json: string) => (JSON.parse(json) as { id: string }).id;
 
 /**
  * How many pages back a search's page looks for a kept page to walk on from: the walk skips the matches of
- * the pages between (a paginator's "1 2 3 … 5" jumps a few pages at a time).
+ * the pages between, a paginator's jump ("1 2 3 … 12"). repo.pageAfterContact refuses a walk expected to be
+ * long (a deep page of a rare term) and the page is then found anew; this only bounds the lookups.
  */
-const PAGES_AHEAD = 5;
+const PAGES_BACK = 50;
 
 export class ContactsService {
   /** Email searches' totals and pages, kept while the organisation's addresses stay as they were. */
@@ -163,11 +164,11 @@ export class ContactsService {
 
   /**
    * Where the page starts, counted from the last contact of the nearest page before it (at most
-   * PAGES_AHEAD back) that is kept at this version and full (repo.pageAfterContact). A page still being
+   * PAGES_BACK back) that is kept at this version and full (repo.pageAfterContact). A page still being
    * worked out is waited for.
    */
   private async keptPageBefore(orgId: string, term: string, page: number, limit: number, version: string) {
-    for (let before = page - 1; before >= Math.max(1, page - PAGES_AHEAD); before--) {
+    for (let before = page - 1; before >= Math.max(1, page - PAGES_BACK); before--) {
       const kept = await this.kept.page(orgId, term, before, limit, version)?.catch(() => undefined);
       if (kept === undefined) continue;
       if (kept.ids.length < limit) return undefined;

@@ -367,24 +367,39 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
 
   // PostgreSQL only: SQLite's triggers cannot be turned off for one connection.
   if (kind === 'postgres') {
+    /** Written with the triggers off, as if past the version of the addresses a request read. */
+    const unseen = async (write: (trx: Kysely<Database>) => Promise<unknown>) => {
+      const other = t.ts.reopen();
+      try {
+        await other.write(async (trx) => {
+          await sql`set local session_replication_role = replica`.execute(trx);
+          await write(trx);
+        });
+      } finally {
+        await other.close();
+      }
+    };
+    /** A match newer than every seeded contact that the version does not see: a page found anew shows it. */
+    const lateUnseen = (organizationId: string, id: string, email: string) =>
+      unseen((trx) =>
+        insertContacts(trx, [
+          {
+            row: {
+              ...contactRow(organizationId, id, email, new Date(BASE + 10_000_000).toISOString()),
+              json: null,
+            },
+            tags: [],
+          },
+        ]),
+      );
+
     it('answers the page after a kept one by walking on from its last contact', async () => {
       // A newer match written with the triggers off, so the version stays: a page found anew would start
       // one contact later, the walk from where page 1 stopped does not.
       const want = expected('dom5.').map((r) => r.id);
       const page = async (n: number) => (await search({ email: 'dom5.', limit: '6', page: String(n) })).ids;
       expect(await page(1)).toEqual(want.slice(0, 6));
-      const other = t.ts.reopen();
-      try {
-        await other.write(async (trx) => {
-          await sql`set local session_replication_role = replica`.execute(trx);
-          const at = new Date(BASE + 10_000_000).toISOString();
-          await insertContacts(trx, [
-            { row: { ...contactRow(org, `${org}-late5`, 'late@dom5.test', at), json: null }, tags: [] },
-          ]);
-        });
-      } finally {
-        await other.close();
-      }
+      await lateUnseen(org, `${org}-late5`, 'late@dom5.test');
       expect(await page(2)).toEqual(want.slice(6, 12));
       // Page 4 walks on from page 2, past page 3's matches.
       expect(await page(4)).toEqual(want.slice(18, 24));
@@ -392,6 +407,32 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       // With another limit no page before it is kept: found anew, with the late contact before the rest.
       const anew = await search({ email: 'dom5.', limit: '5', page: '2' });
       expect(anew.ids).toEqual([`${org}-late5`, ...want].slice(5, 10));
+    });
+
+    it('walks on from a kept page up to 50 pages before the one asked, and finds a page further on anew', async () => {
+      // An organisation of its own, one contact a page: pages 40 and 60 are far past page 1.
+      const key = await t.newKey(['readContacts', 'writeContacts']);
+      const want = (await seed(key.organizationId, 70, 'far'))
+        .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id))
+        .map((r) => r.id);
+      const page = async (n: number) => {
+        const res = await t.call({
+          method: 'GET',
+          url: '/api/v1/contacts',
+          auth: key.auth,
+          query: { email: 'FAR', limit: '1', page: String(n) },
+        });
+        expect(res.statusCode, res.body).toBe(200);
+        return (res.json() as { contacts: { id: string }[] }).contacts.map((c) => c.id);
+      };
+      expect(await page(1)).toEqual(want.slice(0, 1));
+      // A newer match the version does not see (triggers off): a page found anew starts one contact later.
+      const late = `${key.organizationId}-late`;
+      await lateUnseen(key.organizationId, late, 'farlate@x.test');
+      // 59 pages past page 1, with none kept between: anew, the late contact first.
+      expect(await page(60)).toEqual([late, ...want].slice(59, 60));
+      // 39 past page 1 (and 20 before page 60, which is after it): walked on from page 1.
+      expect(await page(40)).toEqual(want.slice(39, 40));
     });
 
     it('answers a kept page from what it kept, and reads it afresh once a contact on it is gone', async () => {
@@ -407,18 +448,6 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
         const body = res.json() as { contacts: { id: string }[]; pagination: { total: number } };
         return { ids: body.contacts.map((c) => c.id), total: body.pagination.total };
       };
-      /** Written with the triggers off, as if past the version this request read. */
-      const unseen = async (write: (trx: Kysely<Database>) => Promise<unknown>) => {
-        const other = t.ts.reopen();
-        try {
-          await other.write(async (trx) => {
-            await sql`set local session_replication_role = replica`.execute(trx);
-            await write(trx);
-          });
-        } finally {
-          await other.close();
-        }
-      };
       for (let i = 0; i < 3; i++) {
         await t.call({
           method: 'POST',
@@ -429,17 +458,7 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       }
       const before = (await search('5')).ids;
       expect(before).toHaveLength(3);
-      await unseen((trx) =>
-        insertContacts(trx, [
-          {
-            row: {
-              ...contactRow(org, `${org}-ghost`, 'ghost-herd9@x.test', new Date().toISOString()),
-              json: null,
-            },
-            tags: [],
-          },
-        ]),
-      );
+      await lateUnseen(org, `${org}-ghost`, 'ghost-herd9@x.test');
       expect(await search('5')).toEqual({ ids: before, total: 3 });
       expect((await search('6')).ids).toEqual([`${org}-ghost`, ...before]);
       // A contact on the kept page gone (as if deleted after this request read the version): the page and
