@@ -262,8 +262,9 @@ const AFTER_WALK_MAX = 20_000;
  * page kept at the same version of the addresses (so the same contacts match, in the same order): the
  * contacts older than it in page order, walked in the organisation's created_at index, at most twice what
  * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or jumping up to 50 pages
- * ahead (PAGES_BACK, contacts.service.ts), then costs a walk from where a kept page stopped, not a sort or a
- * pass over every match, whatever the term. Undefined unless the walk fills the page, or reaches the oldest contact.
+ * ahead (PAGES_BACK, contacts.service.ts), then costs a walk from where a kept page stopped, not a sort or
+ * a pass over every match, whatever the term. Undefined unless the walk fills the page, or reaches the
+ * oldest contact.
  */
 export async function pageAfterContact(
   db: Executor,
