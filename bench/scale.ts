@@ -15,7 +15,7 @@ import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/runtime.js';
 import { SearchIndexer } from '../src/store/search-index.js';
-import { foldAddressChunks, rebuildAddressChunks } from '../src/store/address-chunks-postgres.js';
+import { foldAddressChunks, rebuildAddressChunksAlone } from '../src/store/address-chunks-postgres.js';
 import type { Store } from '../src/store/store.js';
 import { SEARCH_FILE, removeSearchFile } from '../src/store/search-file.js';
 import {
@@ -107,12 +107,13 @@ function buildSearchIndex(dataDir: string): number {
 
 /**
  * Folds the address chunks until there is nothing left to fold, as the server would, then writes the
- * organisation's anew once: the seconds that rebuild took (what a fold costs when it writes them anew).
+ * organisation's anew once, under the folds' lock (the store's own fold may be at it): the seconds that
+ * rebuild took (what a fold costs when it writes them anew).
  */
 async function foldAndRebuild(store: Store, organizationId: string): Promise<number> {
   while ((await foldAddressChunks(store.db)).length > 0);
   const started = performance.now();
-  await rebuildAddressChunks(store.db, organizationId);
+  await rebuildAddressChunksAlone(store.db, organizationId);
   return Math.round((performance.now() - started) / 10) / 100;
 }
 

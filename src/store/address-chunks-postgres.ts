@@ -94,6 +94,22 @@ export async function rebuildAddressChunks(
     group by organization_id, domain, part`.execute(db);
 }
 
+/** The advisory lock (two keys) a fold of the organisation's chunks holds. */
+const foldLock = (organizationId: string) =>
+  sql`hashtext('mailroom: fold address chunks'), hashtext(${organizationId})`;
+
+/**
+ * rebuildAddressChunks for one organisation, under the lock its folds take, once no fold holds it: a
+ * rebuild beside another one (a fold's, in any process) deletes only the rows its snapshot saw, so the two
+ * wrote every address twice (a bench's rebuild beside its server's fold, 2026-11-29).
+ */
+export async function rebuildAddressChunksAlone(db: Executor, organizationId: string): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    await sql`select pg_advisory_xact_lock(${foldLock(organizationId)})`.execute(trx);
+    await rebuildAddressChunks(trx, organizationId);
+  });
+}
+
 export interface FoldOptions {
   /** An organisation's loose rows are merged once it has this many. */
   looseRows?: number;
@@ -158,8 +174,9 @@ export async function foldAddressChunks(
   const folded: string[] = [];
   for (const { organization_id: org, loose: merge } of rows) {
     const done = await db.transaction().execute(async (trx) => {
-      const locked = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(
-          hashtext('mailroom: fold address chunks'), hashtext(${org})) as ok`.execute(trx);
+      const locked = await sql<{
+        ok: boolean;
+      }>`select pg_try_advisory_xact_lock(${foldLock(org)}) as ok`.execute(trx);
       if (!locked.rows[0]?.ok) return false;
       // Stopped by the server when the pool stops waiting for it (query_timeout), rather than left running
       // with the lock held: a rebuild takes about 2 s a million contacts.

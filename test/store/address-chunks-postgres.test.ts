@@ -16,6 +16,7 @@ import {
   PG_CHUNK_CHARS,
   foldAddressChunks,
   rebuildAddressChunks,
+  rebuildAddressChunksAlone,
 } from '../../src/store/address-chunks-postgres.js';
 import { inOneSnapshot } from '../../src/store/snapshot.js';
 import { migrateTo } from '../../src/store/migrations.js';
@@ -320,6 +321,31 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
     for (const term of ['@', 'nodomain', 'x1', '1@', 'n1', 'example']) {
       expect(await chunkCount(db, org, term), term).toBe(await truth(db, org, term));
     }
+  });
+
+  it('are written anew once, not twice, by a rebuild asked for beside a fold that is rebuilding', async () => {
+    const db = ts.store.db;
+    const org = 'chunk-alone';
+    await newOrg(db, org);
+    await addContacts(
+      db,
+      org,
+      Array.from({ length: 300 }, (_, i) => [`al${i}`, `alone${i}@d${i % 3}.test`] as const),
+    );
+    // A fold's rebuild, under the folds' lock, has written its rows when the other is asked for, and
+    // commits a moment after.
+    let alone: Promise<void> | undefined;
+    await db.transaction().execute(async (trx) => {
+      await sql`select pg_advisory_xact_lock(hashtext('mailroom: fold address chunks'), hashtext(${org}))`.execute(
+        trx,
+      );
+      await rebuildAddressChunks(trx, org);
+      alone = rebuildAddressChunksAlone(db, org);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    });
+    await alone;
+    expect(await heldAddresses(db, org)).toEqual(await contactAddresses(db, org));
+    expect(await chunkCount(db, org, 'alone1')).toBe(await truth(db, org, 'alone1'));
   });
 
   it('are written by domain, by the fold, for the contacts a store held before 0015', async () => {
