@@ -5,7 +5,11 @@ import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
-import { countByChunksOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
+import {
+  countByChunksOnPostgres,
+  countInAddresses,
+  pageByEmailOnPostgres,
+} from './contact-search-postgres.repository.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
@@ -81,16 +85,25 @@ export function findContactByEmail(
   return (lock ? forUpdate(lock, q) : q).executeTakeFirst();
 }
 
-/** Conditions on the contact row itself; the tag filter decides which table the query walks. */
-function rowConditions(filter: ContactFilter, dialect: DialectName): RawBuilder<SqlBool>[] {
+/**
+ * Conditions on the contact row itself, in `table` (contacts, or on PostgreSQL the narrow table of
+ * addresses); the tag filter decides which table the query walks.
+ */
+function rowConditions(
+  filter: ContactFilter,
+  dialect: DialectName,
+  table: 'contacts' | 'contact_addresses' = 'contacts',
+): RawBuilder<SqlBool>[] {
   const conditions: RawBuilder<SqlBool>[] = [];
   if (filter.unsubscribed !== undefined) {
     // A literal: SQLite matches it to migration 0007's index of unsubscribed contacts without re-planning
     // the statement on every run (it would for a bound value), and PostgreSQL's generic plans can use it.
-    conditions.push(sql<SqlBool>`contacts.unsubscribed = ${sql.lit(filter.unsubscribed ? 1 : 0)}`);
+    conditions.push(
+      sql<SqlBool>`${sql.ref(`${table}.unsubscribed`)} = ${sql.lit(filter.unsubscribed ? 1 : 0)}`,
+    );
   }
   if (filter.email !== undefined) {
-    conditions.push(containsText(dialect, 'contacts.email_lower', filter.email.toLowerCase()));
+    conditions.push(containsText(dialect, `${table}.email_lower`, filter.email.toLowerCase()));
   }
   return conditions;
 }
@@ -98,13 +111,27 @@ function rowConditions(filter: ContactFilter, dialect: DialectName): RawBuilder<
 const hasRowConditions = (filter: ContactFilter) =>
   filter.unsubscribed !== undefined || filter.email !== undefined;
 
-function byTag(db: Executor, organizationId: string, tag: string, filter: ContactFilter) {
+/**
+ * The organisation's contacts with the tag that meet the filter. With an email term, PostgreSQL tests the
+ * conditions in the narrow table of addresses (migration 0016), whose trigram index it may then use: a
+ * rare term among a tag's 100,000 contacts took 110 ms walking the tag and reading each contact, and
+ * 2–20 ms through that index (a million contacts, 2026-11-29). The contacts are then joined for the
+ * page's rows (`rows`), not for a count.
+ */
+function byTag(db: Executor, organizationId: string, tag: string, filter: ContactFilter, rows: boolean) {
+  const dialect = dialectOf(db);
+  const narrow = dialect === 'postgres' && filter.email !== undefined;
   return db
     .selectFrom('contact_tags')
-    .innerJoin('contacts', 'contacts.id', 'contact_tags.contact_id')
+    .$if(rows || !narrow, (q) => q.innerJoin('contacts', 'contacts.id', 'contact_tags.contact_id'))
+    .$if(narrow, (q) =>
+      q
+        .innerJoin('contact_addresses', 'contact_addresses.id', 'contact_tags.contact_id')
+        .where('contact_addresses.organization_id', '=', organizationId),
+    )
     .where('contact_tags.organization_id', '=', organizationId)
     .where('contact_tags.tag', '=', tag)
-    .where((eb) => eb.and(rowConditions(filter, dialectOf(db))));
+    .where((eb) => eb.and(rowConditions(filter, dialect, narrow ? 'contact_addresses' : 'contacts')));
 }
 
 function byOrganization(db: Executor, organizationId: string, filter: ContactFilter) {
@@ -151,14 +178,14 @@ export async function pageContacts(
     dialect === 'postgres'
       ? await pageByEmailOnPostgres(db, organizationId, filter, page, knownTotal)
       : await pageByEmailIndex(db, dialect, organizationId, filter, page, knownTotal);
-  if (indexed) return indexed;
+  if (indexed?.contacts) return { contacts: indexed.contacts, total: indexed.total };
   const bucket = bucketOf(filter);
   if (filter.tag !== undefined && bucket !== undefined) {
     return carried(await tagPage.all(db, page.limit, offset, organizationId, filter.tag, bucket));
   }
   if (filter.tag !== undefined) {
     // Walk the tag index in page order: it carries each contact's created_at, so nothing is sorted.
-    const rows = await byTag(db, organizationId, filter.tag, filter)
+    const rows = await byTag(db, organizationId, filter.tag, filter, true)
       .select(asJson(db))
       .orderBy('contact_tags.contact_created_at', 'desc')
       .orderBy('contact_tags.contact_id', 'desc')
@@ -177,7 +204,7 @@ export async function pageContacts(
   // contacts (no index says which are subscribed), with the count when the filter has one.
   const window = { limit: rowCount(page.limit), offset: rowCount(offset) };
   const rows = organizationPage(db, organizationId, filter, window).select(asJson(db));
-  if (bucket === undefined) return { contacts: jsonOf(await rows.execute()) };
+  if (bucket === undefined) return { contacts: jsonOf(await rows.execute()), total: indexed?.total };
   return carried(await rows.select(withTotal(db, organizationId, bucket)).execute());
 }
 
@@ -331,14 +358,15 @@ export async function countContacts(
 ): Promise<number> {
   const indexed =
     dialect === 'postgres'
-      ? await countByChunksOnPostgres(db, organizationId, filter)
+      ? ((await countByChunksOnPostgres(db, organizationId, filter)) ??
+        (await countInAddresses(db, organizationId, filter)))
       : await countByEmailIndex(db, dialect, organizationId, filter);
   if (indexed !== undefined) return indexed;
-  const q =
+  const n = sql<number | string>`count(*)`.as('n');
+  const row =
     filter.tag !== undefined
-      ? byTag(db, organizationId, filter.tag, filter)
-      : byOrganization(db, organizationId, filter);
-  const row = await q.select((eb) => eb.fn.countAll<number | string>().as('n')).executeTakeFirstOrThrow();
+      ? await byTag(db, organizationId, filter.tag, filter, false).select(n).executeTakeFirstOrThrow()
+      : await byOrganization(db, organizationId, filter).select(n).executeTakeFirstOrThrow();
   return Number(row.n);
 }
 

@@ -18,6 +18,7 @@ import { addressChunksOnPostgres } from './migrations-0012.js';
 import { markedDefaultOrganization } from './migrations-0013.js';
 import { listCountsPerStatement } from './migrations-0014.js';
 import { addressChunksByDomain } from './migrations-0015.js';
+import { contactAddressesOnPostgres } from './migrations-0016.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -252,6 +253,7 @@ class StaticProvider implements MigrationProvider {
       '0013_marked_default_organization': markedDefaultOrganization(this.dialect),
       '0014_list_counts_per_statement': listCountsPerStatement(this.dialect),
       '0015_address_chunks_by_domain': addressChunksByDomain(this.dialect),
+      '0016_contact_addresses': contactAddressesOnPostgres(this.dialect),
     };
   }
 }

@@ -48,6 +48,18 @@ export interface ContactsTable {
   json: string | null;
 }
 
+/**
+ * PostgreSQL only (migration 0016): each contact's organisation, created_at, address and subscription,
+ * kept by triggers on contacts; the trigram index on `email_lower` is here.
+ */
+export interface ContactAddressesTable {
+  id: string;
+  organization_id: string;
+  created_at: string;
+  email_lower: string;
+  unsubscribed: number;
+}
+
 export interface ContactTagsTable {
   contact_id: string;
   organization_id: string;
@@ -125,6 +137,7 @@ export interface Database {
   lists: ListsTable;
   contacts: ContactsTable;
   contact_tags: ContactTagsTable;
+  contact_addresses: ContactAddressesTable;
   list_members: ListMembersTable;
   emails: EmailsTable;
   email_recipients: EmailRecipientsTable;

@@ -281,8 +281,9 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
     async migrate() {
       const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
-      // The trigram index makes substring search on email fast; it needs the pg_trgm extension, which
-      // a restricted role may not be allowed to create. Search still works without it, only slower.
+      // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
+      // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
+      // works without it, only slower.
       // One Mailroom process at a time: two running `if not exists` together can both decide to create,
       // and the loser's unique violation looked exactly like a role that may not create the extension.
       // Another client creating it meanwhile is the same race: so a failure is tried once more.
@@ -290,9 +291,11 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
         db.transaction().execute(async (trx) => {
           await sql`select pg_advisory_xact_lock(${TRGM_LOCK})`.execute(trx);
           await sql`create extension if not exists pg_trgm`.execute(trx);
-          await sql`create index if not exists contacts_email_trgm on contacts using gin (email_lower gin_trgm_ops)`.execute(
+          await sql`create index if not exists contact_addresses_trgm on contact_addresses using gin (email_lower gin_trgm_ops)`.execute(
             trx,
           );
+          // Before 0016 the index was on contacts, whose rows the search now leaves alone.
+          await sql`drop index if exists contacts_email_trgm`.execute(trx);
         });
       try {
         await trigramIndex().catch(trigramIndex);

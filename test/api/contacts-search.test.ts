@@ -125,6 +125,30 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       await expectPages(term, 20, true);
       await expectPages(term, 20, false);
     }
+    // Contacts unsubscribed, readdressed and deleted through the API: in the total they should be (pages
+    // of 1, so that the total is counted, not read off a short page).
+    const made: string[] = [];
+    for (const email of ['Sea.Otter1@Kelp.test', 'Sea.Otter2@Kelp.test']) {
+      const post = await t.call({ method: 'POST', url: '/api/v1/contacts', auth, payload: { email } });
+      made.push(post.json().contact.id as string);
+    }
+    const totals = async (term: string) =>
+      Promise.all(
+        [false, true].map(async (unsubscribed) => {
+          const got = await search({ email: term, unsubscribed: String(unsubscribed), limit: '1' });
+          return got.pagination.total;
+        }),
+      );
+    const put = (payload: Record<string, unknown>) =>
+      t.call({ method: 'PUT', url: '/api/v1/contacts', auth, payload: { id: made[0], ...payload } });
+    expect(await totals('otter')).toEqual([2, 0]);
+    await put({ unsubscribed: true });
+    expect(await totals('otter')).toEqual([1, 1]);
+    await put({ email: 'river.otter@kelp.test' });
+    expect(await totals('sea.otter')).toEqual([1, 0]);
+    expect(await totals('river.otter')).toEqual([0, 1]);
+    for (const id of made) await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { id } });
+    expect(await totals('otter')).toEqual([0, 0]);
   });
 
   it('finds a contact created, renamed or deleted through the API as it is now', async () => {

@@ -373,7 +373,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       ]);
       await old.destroy();
       store = createStore({ databaseUrl: created.url, dataDir: tmpdir() });
-      expect(await store.migrate()).toEqual(['0015_address_chunks_by_domain']);
+      expect(await store.migrate()).toEqual(['0015_address_chunks_by_domain', '0016_contact_addresses']);
       // The rows of before stay as they were, of any domain, and count the same.
       expect(await rowDomains(store.db, org)).toEqual([]);
       for (const term of terms) {

@@ -1164,6 +1164,7 @@ describe('migration 0009 on a database indexed in itself (0003 and 0006)', () =>
         '0013_marked_default_organization',
         '0014_list_counts_per_statement',
         '0015_address_chunks_by_domain',
+        '0016_contact_addresses',
       ]);
       const inside = await sql<{ n: number }>`select count(*) as n from sqlite_master
         where name like 'contacts_search%' and name not in ('contacts_search_state', 'contacts_search_retired',
@@ -1209,6 +1210,7 @@ describe('migration 0003 on a database written before it', () => {
         '0013_marked_default_organization',
         '0014_list_counts_per_statement',
         '0015_address_chunks_by_domain',
+        '0016_contact_addresses',
       ]);
       expectIndexExact(dir);
       expect(await search(store.db, 'org-old', 'legacy17@')).toEqual(['org-old-17']);

@@ -158,6 +158,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
         '0013_marked_default_organization',
         '0014_list_counts_per_statement',
         '0015_address_chunks_by_domain',
+        '0016_contact_addresses',
       ]);
       expect(await expectExact(store.db, 'up1')).toMatchObject({
         all: 38,

@@ -52,6 +52,7 @@ describe.each(storeKinds())('migration 0013 on %s', (kind) => {
             '0013_marked_default_organization',
             '0014_list_counts_per_statement',
             '0015_address_chunks_by_domain',
+            '0016_contact_addresses',
           ]);
           const chosen = await orgs(upgraded).getOrCreateDefault();
           if (kept) expect(chosen.id).toBe('org-0');

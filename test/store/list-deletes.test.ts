@@ -153,6 +153,7 @@ describe.skipIf(noPostgres())('migration 0014 on PostgreSQL', () => {
         expect(await store.migrate()).toEqual([
           '0014_list_counts_per_statement',
           '0015_address_chunks_by_domain',
+          '0016_contact_addresses',
         ]);
         const db = store.db;
         const rowTriggers = await sql<{ name: string }>`select tgname as name from pg_trigger

@@ -91,7 +91,9 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       );
       await other.query('commit');
       expect(await migrating).not.toContain('(pg_trgm unavailable: email substring search scans)');
-      const { rows } = await other.query("select 1 from pg_indexes where indexname = 'contacts_email_trgm'");
+      const { rows } = await other.query(
+        "select 1 from pg_indexes where indexname = 'contact_addresses_trgm'",
+      );
       expect(rows).toHaveLength(1);
     } finally {
       await store.close();
