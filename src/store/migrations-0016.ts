@@ -26,7 +26,7 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
   await sql
     .raw(
       `CREATE TABLE contact_addresses (
-        id text NOT NULL,
+        id text PRIMARY KEY,
         organization_id text NOT NULL,
         created_at text NOT NULL,
         email_lower text NOT NULL,
@@ -61,7 +61,8 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
         IS DISTINCT FROM (n.organization_id, n.created_at, n.email_lower, n.unsubscribed);`,
   );
   // In statements of a bounded size, each well inside the pool's query_timeout however many contacts
-  // there are (0015's header), and the id index built once, after them.
+  // there are (0015's header); the id index too is written a statement at a time (built after them, it
+  // would be one statement as long as the table).
   let after: string | null | undefined = '';
   do {
     const { rows } = await sql<{ last: string | null }>`with b as (
@@ -71,7 +72,6 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
       select max(id) as last from b`.execute(db);
     after = rows[0]?.last;
   } while (after);
-  await sql.raw(`ALTER TABLE ${t} ADD PRIMARY KEY (id)`).execute(db);
 }
 
 export function contactAddressesOnPostgres(dialect: DialectName): Migration {
