@@ -174,9 +174,8 @@ export async function foldAddressChunks(
   const folded: string[] = [];
   for (const { organization_id: org, loose: merge } of rows) {
     const done = await db.transaction().execute(async (trx) => {
-      const locked = await sql<{
-        ok: boolean;
-      }>`select pg_try_advisory_xact_lock(${foldLock(org)}) as ok`.execute(trx);
+      const lock = sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(${foldLock(org)}) as ok`;
+      const locked = await lock.execute(trx);
       if (!locked.rows[0]?.ok) return false;
       // Stopped by the server when the pool stops waiting for it (query_timeout), rather than left running
       // with the lock held: a rebuild takes about 2 s a million contacts.

@@ -5,9 +5,10 @@
 // matches: 122,000 candidates at a million contacts, over 7,200 blocks of the contacts heap (460 bytes a
 // row), 47–53 ms warm and 120–220 while they came from the OS's cache; here (about 160 bytes a row) over
 // 2,500 blocks, 34 ms warm (2026-11-29). Bulk inserts cost PostgreSQL about a quarter more for the second
-// row and its id index (200,000 contacts in 400-row statements: 3.1 s → 3.9). The rows of the contacts already there are written here, in the migration's transaction,
-// behind a lock that holds writes to contacts until it commits: at a million contacts 3.6 s, and 2.9 more
-// to build the trigram index on them at migrate time (2026-11-29).
+// row and its id index (200,000 contacts in 400-row statements: 3.1 s → 3.9). The rows of the contacts
+// already there are written here, in the migration's transaction, behind a lock that holds writes to
+// contacts until it commits: at a million contacts 3.6 s, and 2.9 more to build the trigram index on them
+// at migrate time.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statementTrigger } from './migrations-0005.js';
