@@ -151,6 +151,62 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
     expect(await totals('otter')).toEqual([0, 0]);
   });
 
+  it('combines with a tag, in pages and totals, as contacts are unsubscribed and readdressed', async () => {
+    // An organisation of its own: two in three contacts tagged `herd`, a quarter unsubscribed.
+    const key = await t.newKey(['readContacts', 'writeContacts']);
+    const made = Array.from({ length: 90 }, (_, i) => {
+      const at = new Date(BASE + ((i * 37) % 90) * 1000).toISOString();
+      const row = contactRow(key.organizationId, `${key.organizationId}-t${i}`, address(i), at, i % 4 === 0);
+      return { row: { ...row, json: null }, tags: i % 3 === 0 ? [] : ['herd'] };
+    });
+    await t.ts.store.write((trx) => insertContacts(trx, made));
+    const want = (term: string, unsubscribed?: boolean) =>
+      made
+        .filter((m) => m.tags.length > 0 && m.row.email_lower.includes(term.toLowerCase()))
+        .filter((m) => unsubscribed === undefined || m.row.unsubscribed === (unsubscribed ? 1 : 0))
+        .map((m) => m.row)
+        .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id))
+        .map((r) => r.id);
+    const check = async (term: string, unsubscribed?: boolean) => {
+      const ids = want(term, unsubscribed);
+      const extra: Record<string, string> =
+        unsubscribed === undefined ? {} : { unsubscribed: String(unsubscribed) };
+      for (const page of [1, 2]) {
+        const got = await search(
+          { tag: 'herd', email: term, limit: '4', page: String(page), ...extra },
+          key.auth,
+        );
+        expect(got.ids, `${term} ${unsubscribed} page ${page}`).toEqual(ids.slice((page - 1) * 4, page * 4));
+        expect(got.pagination.total, `${term} ${unsubscribed} total`).toBe(ids.length);
+      }
+    };
+    const terms = ['user1', 'DOM3', 'user', 'lit', 'zz', 'r2'];
+    for (const term of terms)
+      for (const unsubscribed of [undefined, true, false]) await check(term, unsubscribed);
+    expect(want('user1').length).toBeGreaterThan(4);
+    // Unsubscribed and readdressed through the API: the pages and totals follow.
+    const put = (i: number, payload: Record<string, unknown>) =>
+      t.call({
+        method: 'PUT',
+        url: '/api/v1/contacts',
+        auth: key.auth,
+        payload: { id: made[i]!.row.id, ...payload },
+      });
+    for (const [i, payload] of [
+      [1, { unsubscribed: true }],
+      [10, { email: 'moved10@elsewhere.test' }],
+      [4, { unsubscribed: false }],
+    ] as const) {
+      expect((await put(i, payload)).statusCode).toBe(200);
+      if ('unsubscribed' in payload) made[i]!.row.unsubscribed = payload.unsubscribed ? 1 : 0;
+      if ('email' in payload) made[i]!.row.email_lower = payload.email;
+    }
+    for (const term of ['user1', 'moved', 'user']) {
+      for (const unsubscribed of [undefined, true, false]) await check(term, unsubscribed);
+    }
+    expect(want('moved')).toEqual([made[10]!.row.id]);
+  });
+
   it('finds a contact created, renamed or deleted through the API as it is now', async () => {
     const post = await t.call({
       method: 'POST',
