@@ -1,11 +1,16 @@
 // A PostgreSQL backend terminated while Mailroom holds its connection (mid-transaction) must fail that
 // one write as "store unavailable" and leave the process and the pool working. Another client creating
-// pg_trgm while Mailroom migrates must not be taken for an extension Mailroom may not create.
+// pg_trgm while Mailroom migrates must not be taken for an extension Mailroom may not create; a role that
+// may not create it migrates all the same, and email search then works without the trigram index.
+import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';
-import { createStore } from '../../src/store/store.js';
+import { type Store, createStore } from '../../src/store/store.js';
+import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import { pageByEmailOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
+import { contactRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
 import {
   TEST_DATABASE_URL,
@@ -14,6 +19,8 @@ import {
   useStore,
   noPostgres,
 } from '../helpers/stores.js';
+
+const AT = '2031-07-01T00:00:00.000Z';
 
 describe.skipIf(noPostgres())('PostgreSQL faults', () => {
   let ts: TestStore;
@@ -99,6 +106,61 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       await store.close();
       await Promise.all([other.end(), watcher.end()]);
       await db.drop();
+    }
+  });
+
+  it('migrate for a role that may not create pg_trgm, and then search without the index', async () => {
+    const db = await createTestDatabase();
+    const role = `mailroom_restricted_${randomBytes(4).toString('hex')}`;
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    let store: Store | undefined;
+    try {
+      // May create tables in the schema, not extensions in the database (pg_trgm is trusted: that takes
+      // CREATE on the database).
+      await admin.query(`create role ${role} login`);
+      await admin.query(`grant create on schema public to ${role}`);
+      const url = new URL(db.url);
+      url.username = role;
+      store = createStore({ databaseUrl: url.toString(), dataDir: '' });
+      expect(await store.migrate()).toContain('(pg_trgm unavailable: email substring search scans)');
+      const { rows: indexes } = await admin.query("select 1 from pg_indexes where indexname like '%trgm%'");
+      expect(indexes).toEqual([]);
+      // The old matches are sorted and counted out of the narrow table, scanned.
+      const org = 'restricted';
+      await store.db.insertInto('organizations').values({ id: org, name: org, created_at: AT }).execute();
+      const made = Array.from({ length: 60 }, (_, i) => {
+        const at = new Date(Date.parse(AT) + i * 1000).toISOString();
+        const email = i < 10 ? `old${i}@legacy.test` : `new${i}@d.test`;
+        return { row: { ...contactRow(org, `r${i}`, email, at), json: null }, tags: [] };
+      });
+      await insertContacts(store.db, made);
+      const got = await pageByEmailOnPostgres(
+        store.db,
+        org,
+        { email: 'LEGACY' },
+        { page: 1, limit: 4 },
+        undefined,
+        {
+          walkBudget: 5,
+          trigramMs: 10_000,
+        },
+      );
+      expect(got?.total).toBe(10);
+      expect(got?.contacts?.map((j) => (JSON.parse(j) as { id: string }).id)).toEqual([
+        'r9',
+        'r8',
+        'r7',
+        'r6',
+      ]);
+    } finally {
+      await store?.close();
+      await admin.end();
+      await db.drop();
+      const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
+      await c.connect();
+      await c.query(`drop role if exists ${role}`);
+      await c.end();
     }
   });
 });
