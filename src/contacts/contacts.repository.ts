@@ -5,11 +5,7 @@ import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../paging.js';
 import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
-import {
-  countByChunksOnPostgres,
-  countInAddresses,
-  pageByEmailOnPostgres,
-} from './contact-search-postgres.repository.js';
+import { countByEmailOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
@@ -358,8 +354,7 @@ export async function countContacts(
 ): Promise<number> {
   const indexed =
     dialect === 'postgres'
-      ? ((await countByChunksOnPostgres(db, organizationId, filter)) ??
-        (await countInAddresses(db, organizationId, filter)))
+      ? await countByEmailOnPostgres(db, organizationId, filter)
       : await countByEmailIndex(db, dialect, organizationId, filter);
   if (indexed !== undefined) return indexed;
   const n = sql<number | string>`count(*)`.as('n');
