@@ -13,6 +13,7 @@ import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statementTrigger } from './migrations-0005.js';
 
+const TABLE = 'contact_addresses';
 const COLUMNS = 'id, organization_id, created_at, email_lower, unsubscribed';
 
 /** Contacts copied by one statement of the migration. */
@@ -26,7 +27,7 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
   // their contacts through the triggers, an organisation's too (its contacts' delete cascades).
   await sql
     .raw(
-      `CREATE TABLE contact_addresses (
+      `CREATE TABLE ${TABLE} (
         id text PRIMARY KEY,
         organization_id text NOT NULL,
         created_at text NOT NULL,
@@ -34,20 +35,19 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
         unsubscribed integer NOT NULL)`,
     )
     .execute(db);
-  const t = 'contact_addresses';
   await statementTrigger(
     db,
     'contacts_addresses_ins',
     'INSERT',
     'contacts',
-    `INSERT INTO ${t} (${COLUMNS}) SELECT ${COLUMNS} FROM new_rows;`,
+    `INSERT INTO ${TABLE} (${COLUMNS}) SELECT ${COLUMNS} FROM new_rows;`,
   );
   await statementTrigger(
     db,
     'contacts_addresses_del',
     'DELETE',
     'contacts',
-    `DELETE FROM ${t} a USING old_rows o WHERE a.id = o.id;`,
+    `DELETE FROM ${TABLE} a USING old_rows o WHERE a.id = o.id;`,
   );
   // Only rows whose address or subscription changed are written (a PATCH of a name changes neither).
   await statementTrigger(
@@ -55,7 +55,7 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
     'contacts_addresses_upd',
     'UPDATE',
     'contacts',
-    `UPDATE ${t} a SET organization_id = n.organization_id, created_at = n.created_at,
+    `UPDATE ${TABLE} a SET organization_id = n.organization_id, created_at = n.created_at,
         email_lower = n.email_lower, unsubscribed = n.unsubscribed
       FROM new_rows n JOIN old_rows o ON o.id = n.id
       WHERE a.id = n.id AND (o.organization_id, o.created_at, o.email_lower, o.unsubscribed)
@@ -67,7 +67,7 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
   let after: string | null | undefined = '';
   do {
     const { rows } = await sql<{ last: string | null }>`with b as (
-        insert into contact_addresses (${sql.raw(COLUMNS)})
+        insert into ${sql.raw(TABLE)} (${sql.raw(COLUMNS)})
         select ${sql.raw(COLUMNS)} from contacts where id > ${after} order by id limit ${sql.lit(BACKFILL_ROWS)}
         returning id)
       select max(id) as last from b`.execute(db);
