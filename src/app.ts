@@ -24,6 +24,7 @@ import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
+import { drainUnreadBody, holdContinue, sendContinue } from './http/unread-bodies.js';
 import { parseQueryString } from './http/query-string.js';
 import { type ServiceDeps, type Services, createServices } from './services.js';
 
@@ -89,6 +90,7 @@ export async function buildApp(
   const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
     // Only a connection's last request in progress says so: Node ends the connection after an answer with
     // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
+    drainUnreadBody(req, reply);
     if (closing && app.connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
     absoluteReset(reply);
     reply.header('x-content-type-options', 'nosniff');
@@ -163,6 +165,8 @@ export async function buildApp(
   // server do, and the request answered as any other: Node's own answer would be a bare 417, outside the
   // contract's bodies and the rate limits.
   app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res));
+  // 100-continue is answered once the request's checks have passed (the preParsing hook), not by Node at once.
+  holdContinue(app.server);
   // Connections and their requests in progress, for shutdown (server.ts) and the answers given meanwhile.
   app.decorate('connections', trackConnections(app.server));
 
@@ -270,7 +274,9 @@ export async function buildApp(
 
   app.addHook('preParsing', (req, reply, _payload, done) => {
     absoluteReset(reply);
-    done(permissionFault(req));
+    const fault = permissionFault(req);
+    if (!fault) sendContinue(req, reply, config.bodyLimitBytes);
+    done(fault);
   });
 
   app.addHook('onSend', (req, reply, payload, done) => {

@@ -1,0 +1,166 @@
+// A body the server refuses without reading it (over BODY_LIMIT_BYTES, not JSON) still leaves its client the
+// answer, and the connection then serves the next request; a client that asks before sending its body
+// (Expect: 100-continue) is told the refusal instead of being asked for the body.
+import net from 'node:net';
+import { describe, expect, it } from 'vitest';
+import type { TestApp } from '../helpers/app.js';
+import { useApp } from '../helpers/api.js';
+import { storeKinds } from '../helpers/stores.js';
+
+const LIMIT = 2048;
+/** Far past the limit: the client is still sending when the answer comes. */
+const BIG = 4 * 1024 * 1024;
+
+interface Client {
+  write(data: string | Buffer): Promise<void>;
+  /** Resolves once what the server wrote matches `pattern`. */
+  until(pattern: RegExp): Promise<string>;
+  answer(): string;
+  /** Resolves when the connection closes, with the error that closed it, if any. */
+  closed: Promise<string | undefined>;
+  destroy(): void;
+}
+
+function connect(port: number): Client {
+  const socket = net.connect(port, '127.0.0.1');
+  let answer = '';
+  let error: string | undefined;
+  const waiters = new Set<() => void>();
+  socket.on('data', (c: Buffer) => {
+    answer += c.toString('latin1');
+    for (const w of waiters) w();
+  });
+  socket.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
+  const closed = new Promise<string | undefined>((resolve) =>
+    socket.on('close', () => {
+      for (const w of waiters) w();
+      resolve(error);
+    }),
+  );
+  return {
+    write: (data) =>
+      new Promise((resolve) => {
+        if (socket.destroyed || socket.write(data)) return resolve();
+        // A connection the server cut ends the sending too, not only a drained buffer.
+        const done = () => {
+          socket.off('drain', done).off('close', done);
+          resolve();
+        };
+        socket.on('drain', done).on('close', done);
+      }),
+    until: (pattern) =>
+      new Promise((resolve, reject) => {
+        const check = () => {
+          if (pattern.test(answer)) {
+            waiters.delete(check);
+            resolve(answer);
+          } else if (socket.destroyed) {
+            waiters.delete(check);
+            reject(
+              new Error(`closed (${error ?? 'no error'}) before ${pattern}; got ${answer.slice(0, 200)}`),
+            );
+          }
+        };
+        waiters.add(check);
+        check();
+      }),
+    answer: () => answer,
+    closed,
+    destroy: () => socket.destroy(),
+  };
+}
+
+const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+
+describe.each(storeKinds())('bodies refused unread on %s', (kind) => {
+  let t: TestApp, auth: string;
+  let port = 0;
+  useApp(kind, (app, key) => ([t, auth] = [app, key]), { BODY_LIMIT_BYTES: String(LIMIT) });
+  const listen = async () => {
+    port ||= Number(new URL(await t.app.listen({ port: 0, host: '127.0.0.1' })).port);
+    return port;
+  };
+  const head = (lines: string[]) =>
+    `POST /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\n${lines.join('\r\n')}\r\n\r\n`;
+  /** The whole body as fast as the socket takes it, then a request that closes the connection. */
+  const sendAll = async (c: Client, body: (write: (b: Buffer) => Promise<void>) => Promise<void>) => {
+    await body((b) => c.write(b));
+    await c.write(
+      `GET /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\nConnection: close\r\n\r\n`,
+    );
+    const error = await c.closed;
+    return { answer: c.answer(), error };
+  };
+  const chunk = Buffer.alloc(64 * 1024, 'a');
+
+  it('a body over the limit, sent whole at once, gets its 413 every time, and the connection serves on', async () => {
+    await listen();
+    for (let i = 0; i < 10; i++) {
+      const c = connect(port);
+      await c.write(head(['Content-Type: application/json', `Content-Length: ${BIG}`]));
+      const { answer, error } = await sendAll(c, async (write) => {
+        for (let sent = 0; sent < BIG; sent += chunk.length) await write(chunk);
+      });
+      expect([i, statuses(answer), error]).toEqual([i, [413, 200], undefined]);
+      expect(answer).toContain('{"success":false,"error":"Request body is larger than the server accepts"}');
+    }
+  });
+
+  it('so does a chunked body once it passes the limit', async () => {
+    const c = connect(await listen());
+    await c.write(head(['Content-Type: application/json', 'Transfer-Encoding: chunked']));
+    const { answer, error } = await sendAll(c, async (write) => {
+      for (let sent = 0; sent < BIG; sent += chunk.length) {
+        await write(
+          Buffer.concat([Buffer.from(`${chunk.length.toString(16)}\r\n`), chunk, Buffer.from('\r\n')]),
+        );
+      }
+      await write(Buffer.from('0\r\n\r\n'));
+    });
+    expect([statuses(answer), error]).toEqual([[413, 200], undefined]);
+  });
+
+  it('and a large body that is not JSON, its 415', async () => {
+    const c = connect(await listen());
+    await c.write(head(['Content-Type: text/plain', `Content-Length: ${BIG}`]));
+    const { answer, error } = await sendAll(c, async (write) => {
+      for (let sent = 0; sent < BIG; sent += chunk.length) await write(chunk);
+    });
+    expect([statuses(answer), error]).toEqual([[415, 200], undefined]);
+  });
+
+  it('a client that expects 100-continue is refused before it sends a body the server would not read', async () => {
+    await listen();
+    const expectContinue = 'Expect: 100-continue';
+    // Over the limit: the 413 at once, no 100, and the connection closed (the body never came).
+    const big = connect(port);
+    await big.write(head(['Content-Type: application/json', `Content-Length: ${BIG}`, expectContinue]));
+    expect(await big.closed).toBeUndefined();
+    expect(statuses(big.answer())).toEqual([413]);
+    // A key refused: its 401, no 100.
+    const refused = connect(port);
+    await refused.write(
+      head(['Content-Type: application/json', 'Content-Length: 12', expectContinue]).replace(
+        auth,
+        'Bearer mr_nope',
+      ),
+    );
+    expect(await refused.closed).toBeUndefined();
+    expect(statuses(refused.answer())).toEqual([401]);
+    // Accepted: asked for the body, then created.
+    const body = JSON.stringify({ name: 'asked first' });
+    const ok = connect(port);
+    await ok.write(
+      head([
+        'Content-Type: application/json',
+        `Content-Length: ${body.length}`,
+        expectContinue,
+        'Connection: close',
+      ]),
+    );
+    await ok.until(/^HTTP\/1\.1 100 Continue\r\n\r\n$/);
+    await ok.write(body);
+    await ok.closed;
+    expect(statuses(ok.answer())).toEqual([100, 201]);
+  });
+});
