@@ -85,3 +85,11 @@ export function permissionFault(req: FastifyRequest): Error | null {
   }
   return null;
 }
+
+/**
+ * The WWW-Authenticate of a 401, which HTTP requires (RFC 9110 11.6.1): the Bearer scheme, and whether the
+ * key sent, if any, was refused (RFC 6750 3.1: no error code when the request had none).
+ */
+export function bearerChallenge(req: FastifyRequest): string {
+  return req.headers.authorization === undefined ? 'Bearer' : 'Bearer error="invalid_token"';
+}

@@ -90,7 +90,11 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             response.description = RESPONSES[status] ?? response.description;
             // Every answer says where its key (or address) stands (api-v1.md 8); /health too, which is
             // not itself counted.
-            response.headers = { ...RATE_LIMIT_HEADERS, ...(status === '429' ? RETRY_AFTER : {}) };
+            response.headers = {
+              ...RATE_LIMIT_HEADERS,
+              ...(status === '429' ? RETRY_AFTER : {}),
+              ...(status === '401' ? WWW_AUTHENTICATE : {}),
+            };
             for (const content of Object.values(response.content ?? {})) {
               content.schema = nameTitled(content.schema, named);
             }
@@ -131,6 +135,13 @@ const RATE_LIMIT_HEADERS = {
   'X-RateLimit-Reset': integerHeader('Unix time (seconds) at which the window resets'),
 };
 const RETRY_AFTER = { 'Retry-After': integerHeader('Seconds to wait before retrying') };
+const WWW_AUTHENTICATE = {
+  'WWW-Authenticate': {
+    description: '`Bearer`, with `error="invalid_token"` when a key was sent but not accepted (RFC 6750)',
+    required: true,
+    schema: { type: 'string' },
+  },
+};
 
 /**
  * The schema with every titled schema in it (Contact, List, Email, Pagination, Error, …) put in `named` and

@@ -63,11 +63,17 @@ describe.each(storeKinds())('auth on %s', (kind) => {
       const res = await t.call({ ...route, headers: h === undefined ? {} : { authorization: h } });
       expectError(res, 401, fam);
       expectRateHeaders(res);
+      // RFC 9110 11.6.1 and RFC 6750 3.1: the scheme, and no error code when no credentials were sent.
+      expect([h, res.headers['www-authenticate']]).toEqual([
+        h,
+        h === undefined ? 'Bearer' : 'Bearer error="invalid_token"',
+      ]);
     }
     const lacking = (await t.newKey(PERMISSIONS.filter((p) => p !== permission))).auth;
     const res = await t.call({ ...route, auth: lacking });
     expectError(res, 403, fam);
     expectRateHeaders(res);
+    expect(res.headers['www-authenticate']).toBeUndefined();
     const holding = (await t.newKey([permission])).auth;
     const ok = await t.call({ ...route, auth: holding });
     expect(ok.statusCode).toBe(answer);

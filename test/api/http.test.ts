@@ -389,9 +389,15 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
         const headers = Object.keys(response.headers ?? {});
         expect([path, status, headers]).toEqual([path, status, expect.arrayContaining(RATE_HEADERS)]);
         if (status === '429') expect(headers).toContain('Retry-After');
+        expect([path, status, headers.includes('WWW-Authenticate')]).toEqual([
+          path,
+          status,
+          status === '401',
+        ]);
         // Every such answer carries them: a generated client should not type them as optional.
-        for (const header of Object.values(response.headers ?? {})) {
-          expect(header).toMatchObject({ required: true, schema: { type: 'integer' } });
+        for (const [name, header] of Object.entries(response.headers ?? {})) {
+          const type = name === 'WWW-Authenticate' ? 'string' : 'integer';
+          expect(header).toMatchObject({ required: true, schema: { type } });
         }
       }
     }
