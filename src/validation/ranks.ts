@@ -10,25 +10,31 @@ export interface Ranked extends ErrorDetail {
 // then the rules beside the schema; "not an allowed field" last (a bad header name is better said by a rule).
 export const RANK = { type: 0, chars: 1, schema: 2, rule: 3, unknownField: 4 } as const;
 
-/** One detail per field, the most telling; nothing under a field whose type is already wrong. */
+/**
+ * One detail per field, the most telling; nothing under a field whose type is already wrong, nor under one
+ * that is not allowed at all (what it holds does not matter: `{"extra": <nested 40 deep>}` is told about
+ * `extra`, not also about `extra.a.a…` being too deep).
+ */
 export function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
   const best = new Map<string, Ranked>();
   for (const d of details) {
     const held = best.get(d.field);
     if (!held || d.rank < held.rank) best.set(d.field, d);
   }
-  const wrongType = new Set([...best.values()].filter((d) => d.rank === RANK.type).map((d) => d.field));
+  const refused = new Set(
+    details.filter((d) => d.rank === RANK.type || d.rank === RANK.unknownField).map((d) => d.field),
+  );
   // The part itself (a body that is not an object) has no field of its own to be under. Each field's
-  // ancestors are looked up, not each wrong-typed field compared with each detail (quadratic).
-  const underWrongType = (field: string): boolean => {
-    if (wrongType.has(part) && field !== part) return true;
+  // ancestors are looked up, not each refused field compared with each detail (quadratic).
+  const underRefused = (field: string): boolean => {
+    if (refused.has(part) && field !== part) return true;
     for (let end = ancestorEnd(field, field.length); end > 0; end = ancestorEnd(field, end)) {
-      if (wrongType.has(field.slice(0, end))) return true;
+      if (refused.has(field.slice(0, end))) return true;
     }
     return false;
   };
   return [...best.values()]
-    .filter((d) => !underWrongType(d.field))
+    .filter((d) => !underRefused(d.field))
     .map(({ field, message }) => ({ field, message }));
 }
 

@@ -205,6 +205,21 @@ describe.each(storeKinds())('edges on %s', (kind) => {
       expect400(res, fam, [field]);
       expectRateHeaders(res);
     }
+    // A field that is not allowed is told so, once: not also that what it holds is nested too deep.
+    for (const [url, body, fam] of [
+      ['/api/v1/lists', '{"name":"n","extra":%}', 'contacts'],
+      ['/api/v1/emails', '{"to":"a@example.com","subject":"s","text":"t","extra":{"a":%}}', 'emails'],
+    ] as const) {
+      const res = await t.call({
+        method: 'POST',
+        url,
+        auth,
+        payload: body.replace('%', deep(40)),
+        headers: { 'content-type': 'application/json' },
+      });
+      expect400(res, fam, ['extra']);
+      expect(res.json().details).toEqual([{ field: 'extra', message: 'is not an allowed field' }]);
+    }
     // A million levels (2 MB) too: nothing on the way walks it recursively or serialises it.
     const fields = `{"email":"deep@example.com","customFields":{"a":${deep(1_000_000)}}}`;
     const res = await t.call({
