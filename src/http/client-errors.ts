@@ -43,9 +43,31 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   const { status, body } = renderError(appErrorOf(err), pathOf(err), '');
   afterAnswers(socket, () => {
     writeLastAnswer(socket, status, body);
-    // Closed once written: the answer may wait behind the end of the one before it.
-    socket.end(() => socket.destroy());
+    // Closed once written: the answer may wait behind the end of the one before it. After a parse error
+    // Node's parser takes nothing more into a request, so the connection may linger for the client to read
+    // its answer; a request that timed out is still parsed, and bytes arriving meanwhile could complete it
+    // and have it run, so that connection is cut.
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') socket.end(() => socket.destroy());
+    else closeAfterAnswer(socket);
   });
+}
+
+/** How long a connection refused mid-request still has its bytes read, after its answer (closeAfterAnswer). */
+const LINGER_MS = 2_000;
+
+/**
+ * Ends the connection after the answer written to it, reading and dropping what the client still sends for
+ * up to LINGER_MS (a lingering close, as web servers do). A socket destroyed as soon as its answer was out
+ * meets the bytes the client is still writing with a reset, which throws away the answer the client has not
+ * read yet: 23 of 30 clients sending a megabyte of headers got no 431 at all. Node's failed parser keeps
+ * reading the socket meanwhile and reports each later packet as an error, which clientErrorHandler ignores;
+ * the connection closes once the client ends its side too, or at LINGER_MS.
+ */
+function closeAfterAnswer(socket: Socket): void {
+  socket.end();
+  const cut = setTimeout(() => socket.destroy(), LINGER_MS);
+  cut.unref();
+  socket.once('close', () => clearTimeout(cut));
 }
 
 type AnsweringSocket = Socket & { _httpMessage?: (ServerResponse & { req?: { complete: boolean } }) | null };

@@ -37,11 +37,17 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
  * with a reset, which throws away the answer it has not read yet: of 50 bodies of 11 MB sent at once to a
  * 10 MB limit, 38 got no answer at all (curl: "broken pipe"). Instead, the connection stays open and Node
  * reads the rest of the body and drops it, so the answer arrives and the connection can serve the next
- * request. A body that never ends is cut at REQUEST_TIMEOUT_MS, like any other (app.ts).
+ * request. A client that asked for the connection to close (Connection: close, or HTTP/1.0) has it closed
+ * once its body is in. A body that never ends is cut at REQUEST_TIMEOUT_MS, like any other (app.ts).
  */
 export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply): void {
-  if (req.raw.complete || reply.getHeader('connection') !== 'close') return;
+  const raw = req.raw;
+  if (raw.complete || reply.getHeader('connection') !== 'close') return;
   reply.removeHeader('connection');
   // Fastify's parser may have stopped reading mid-body (a chunked body past the limit); nothing else reads it.
-  req.raw.resume();
+  raw.resume();
+  if (!reply.raw.shouldKeepAlive) {
+    reply.raw.shouldKeepAlive = true;
+    raw.once('end', () => raw.socket.end());
+  }
 }

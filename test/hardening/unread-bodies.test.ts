@@ -1,11 +1,14 @@
 // A body the server refuses without reading it (over BODY_LIMIT_BYTES, not JSON) still leaves its client the
 // answer, and the connection then serves the next request; a client that asks before sending its body
-// (Expect: 100-continue) is told the refusal instead of being asked for the body.
+// (Expect: 100-continue) is told the refusal instead of being asked for the body. So does a header section
+// too large, whose client is still sending when the 431 is written.
 import net from 'node:net';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
 import { useApp } from '../helpers/api.js';
+import { type MailroomProcess, startProcess } from '../helpers/process.js';
 import { storeKinds } from '../helpers/stores.js';
+import { type Deployment, deployment } from './deployment.js';
 
 const LIMIT = 2048;
 /** Far past the limit: the client is still sending when the answer comes. */
@@ -162,5 +165,51 @@ describe.each(storeKinds())('bodies refused unread on %s', (kind) => {
     await ok.write(body);
     await ok.closed;
     expect(statuses(ok.answer())).toEqual([100, 201]);
+  });
+});
+
+// The server in a process of its own, as clients meet it: in one process with the client, the event loop
+// takes turns with it and the race that loses an answer hardly ever happens. Only the HTTP layer is
+// concerned, which is the same on either store.
+describe('answers to a client still sending, from the server process', () => {
+  let d: Deployment;
+  let server: MailroomProcess;
+  let key: string;
+  let port: number;
+  beforeAll(async () => {
+    d = await deployment('sqlite', { BODY_LIMIT_BYTES: String(LIMIT) });
+    key = await d.newKey();
+    server = await startProcess(['serve', '--no-worker'], d.env);
+    port = Number(new URL(server.url).port);
+  });
+  afterAll(async () => {
+    await server?.kill();
+    await d?.destroy();
+  });
+
+  it('a megabyte of headers gets its 431, every time', async () => {
+    const line = Buffer.from(`X-Huge: ${'a'.repeat(8000)}\r\n`);
+    for (let i = 0; i < 10; i++) {
+      const c = connect(port);
+      await c.write('GET /api/v1/lists HTTP/1.1\r\nHost: x\r\n');
+      for (let sent = 0; sent < 1024 * 1024; sent += line.length) await c.write(line);
+      await c.write('\r\n');
+      const error = await c.closed;
+      expect([i, statuses(c.answer()), error]).toEqual([i, [431], undefined]);
+    }
+  });
+
+  it('a body over the limit gets its 413, every time', async () => {
+    const chunk = Buffer.alloc(64 * 1024, 'a');
+    for (let i = 0; i < 10; i++) {
+      const c = connect(port);
+      await c.write(
+        `POST /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${BIG}\r\nConnection: close\r\n\r\n`,
+      );
+      for (let sent = 0; sent < BIG; sent += chunk.length) await c.write(chunk);
+      const error = await c.closed;
+      expect([i, statuses(c.answer()), error]).toEqual([i, [413], undefined]);
+    }
   });
 });
