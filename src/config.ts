@@ -170,6 +170,16 @@ function readPem(name: string, value: string): string {
 
 export function loadConfig(env: Env = process.env): Readonly<Config> {
   const smtpUrl = url(env, 'SMTP_URL', ['smtp:', 'smtps:'], true);
+  // nodemailer's own URLs take options in the query (`?pool=true`); this one is read for its user, password,
+  // host and port alone, so anything more would be silently ignored.
+  if (smtpUrl) {
+    const { pathname, search, hash } = new URL(smtpUrl);
+    if ((pathname !== '' && pathname !== '/') || search !== '' || hash !== '') {
+      throw new ConfigError(
+        `SMTP_URL takes a user, a password, a host and a port only, got "${pathname}${search}${hash}" after them`,
+      );
+    }
+  }
   const mailFrom = env.MAIL_FROM?.trim() || undefined;
   if (smtpUrl && !mailFrom) throw new ConfigError('MAIL_FROM is required when SMTP_URL is set');
   if (mailFrom && !parseConfiguredMailbox(mailFrom)) {

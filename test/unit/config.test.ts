@@ -66,6 +66,7 @@ describe('configuration from the environment', () => {
   it('takes credentials with %-escapes, and a Redis database number or none', () => {
     const smtp = 'smtps://me%40acme.test:p%25ss%3A@relay:465';
     expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
+    expect(loadConfig({ SMTP_URL: `${smtp}/`, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(`${smtp}/`);
     for (const redis of ['redis://cache', 'redis://cache:6379/', 'rediss://:s%20t@cache:6380/12']) {
       expect(loadConfig({ REDIS_URL: redis }).redisUrl).toBe(redis);
     }
@@ -101,6 +102,13 @@ describe('configuration from the environment', () => {
     [{ DATABASE_URL: 'postgres://u%g@db/x' }, 'DATABASE_URL has a user name or password with a broken'],
     [{ SMTP_URL: 'smtp://relay:25' }, 'MAIL_FROM is required when SMTP_URL is set'],
     [{ SMTP_URL: 'smtp://', MAIL_FROM: 'a@b.test' }, 'SMTP_URL must name a host'],
+    // Options in a nodemailer-style query were ignored, unsaid.
+    [
+      { SMTP_URL: 'smtps://relay/?tls.rejectUnauthorized=false', MAIL_FROM: 'a@b.test' },
+      'SMTP_URL takes a user, a password, a host and a port only, got "/?tls.rejectUnauthorized=false"',
+    ],
+    [{ SMTP_URL: 'smtp://u:p@relay:2525/path', MAIL_FROM: 'a@b.test' }, 'got "/path" after them'],
+    [{ SMTP_URL: 'smtp://relay#x', MAIL_FROM: 'a@b.test' }, 'got "#x" after them'],
     [{ MAIL_FROM: 'nobody' }, 'MAIL_FROM must be an address'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL must be one of'],
     [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
