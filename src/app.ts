@@ -90,8 +90,8 @@ export async function buildApp(
   const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
     // Only a connection's last request in progress says so: Node ends the connection after an answer with
     // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
-    drainUnreadBody(req, reply);
     if (closing && app.connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
+    else drainUnreadBody(req, reply);
     absoluteReset(reply);
     reply.header('x-content-type-options', 'nosniff');
     if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');

@@ -199,17 +199,22 @@ describe('answers to a client still sending, from the server process', () => {
     }
   });
 
-  it('a body over the limit gets its 413, every time', async () => {
+  it('a body over the limit gets its 413, and one with a bad key its 401, every time', async () => {
     const chunk = Buffer.alloc(64 * 1024, 'a');
-    for (let i = 0; i < 10; i++) {
-      const c = connect(port);
-      await c.write(
-        `POST /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
-          `Content-Type: application/json\r\nContent-Length: ${BIG}\r\nConnection: close\r\n\r\n`,
-      );
-      for (let sent = 0; sent < BIG; sent += chunk.length) await c.write(chunk);
-      const error = await c.closed;
-      expect([i, statuses(c.answer()), error]).toEqual([i, [413], undefined]);
+    for (const [bearer, status] of [
+      [key, 413],
+      ['mr_nope', 401],
+    ] as const) {
+      for (let i = 0; i < 10; i++) {
+        const c = connect(port);
+        await c.write(
+          `POST /api/v1/lists HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${bearer}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${BIG}\r\nConnection: close\r\n\r\n`,
+        );
+        for (let sent = 0; sent < BIG; sent += chunk.length) await c.write(chunk);
+        const error = await c.closed;
+        expect([i, statuses(c.answer()), error]).toEqual([i, [status], undefined]);
+      }
     }
   });
 });
