@@ -91,7 +91,7 @@ export async function buildApp(
     // Only a connection's last request in progress says so: Node ends the connection after an answer with
     // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
     if (closing && app.connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
-    else drainUnreadBody(req, reply);
+    else drainUnreadBody(req, reply, config.requestTimeoutMs);
     absoluteReset(reply);
     reply.header('x-content-type-options', 'nosniff');
     if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');

@@ -42,7 +42,9 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   refused.add(socket);
   const { status, body } = renderError(appErrorOf(err), pathOf(err), '');
   afterAnswers(socket, () => {
-    writeLastAnswer(socket, status, body);
+    // Bytes after a request that said Connection: close: the client expects no answer to them, and has
+    // had its last one.
+    if (err.code !== 'HPE_CLOSED_CONNECTION') writeLastAnswer(socket, status, body);
     // Closed once written: the answer may wait behind the end of the one before it. After a parse error
     // Node's parser takes nothing more into a request, so the connection may linger for the client to read
     // its answer; a request that timed out is still parsed, and bytes arriving meanwhile could complete it
@@ -52,18 +54,18 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   });
 }
 
-/** How long a connection refused mid-request still has its bytes read, after its answer (closeAfterAnswer). */
+/** How long a connection still has its bytes read after its last answer (closeAfterAnswer). */
 const LINGER_MS = 2_000;
 
 /**
- * Ends the connection after the answer written to it, reading and dropping what the client still sends for
- * up to LINGER_MS (a lingering close, as web servers do). A socket destroyed as soon as its answer was out
+ * Ends the connection after the answers written to it, reading and dropping what the client still sends
+ * for up to LINGER_MS (a lingering close, RFC 9112 9.6). A socket destroyed as soon as its answer was out
  * meets the bytes the client is still writing with a reset, which throws away the answer the client has not
- * read yet: 23 of 30 clients sending a megabyte of headers got no 431 at all. Node's failed parser keeps
- * reading the socket meanwhile and reports each later packet as an error, which clientErrorHandler ignores;
- * the connection closes once the client ends its side too, or at LINGER_MS.
+ * read yet: 23 of 30 clients sending a megabyte of headers got no 431 at all. After a parse error, Node's
+ * parser keeps reading the socket meanwhile and reports each later packet as an error, which
+ * clientErrorHandler ignores; the connection closes once the client ends its side too, or at LINGER_MS.
  */
-function closeAfterAnswer(socket: Socket): void {
+export function closeAfterAnswer(socket: Socket): void {
   socket.end();
   const cut = setTimeout(() => socket.destroy(), LINGER_MS);
   cut.unref();

@@ -3,6 +3,7 @@
 // get that answer, and should not have to send the body at all when it asked first (Expect: 100-continue).
 import type { IncomingMessage, Server } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { closeAfterAnswer } from './client-errors.js';
 
 /** Requests whose client waits for 100 Continue before it sends the body. */
 const waiting = new WeakSet<IncomingMessage>();
@@ -22,12 +23,14 @@ export function holdContinue(server: Server): void {
 }
 
 /**
- * Tells a waiting client to send its body, unless it announced more than `bodyLimit` bytes: the 413 then
- * follows without it. Called once the key, the permission and the rate limit have passed.
+ * Tells a waiting client to send its body, unless it announced more than `bodyLimit` bytes or a media type
+ * other than JSON: the 413 or 415 then follows without it. Called once the key, the permission and the rate
+ * limit have passed.
  */
 export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit: number): void {
   if (!waiting.delete(req.raw)) return;
   if (Number(req.headers['content-length']) > bodyLimit) return;
+  if (!/^application\/json\s*(;|$)/i.test(req.headers['content-type'] ?? '')) return;
   reply.raw.writeContinue();
 }
 
@@ -40,9 +43,9 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
  * at all (curl: "broken pipe"), and 26 of 30 clients sending Connection: close and a bad key got no 401.
  * Instead, the connection stays open and Node reads the rest of the body and drops it, so the answer
  * arrives; it then serves the next request, or closes if the client asked it to (Connection: close, or
- * HTTP/1.0). A body that never ends is cut at REQUEST_TIMEOUT_MS, like any other (app.ts).
+ * HTTP/1.0). A body still arriving REQUEST_TIMEOUT_MS after the answer is cut off.
  */
-export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply): void {
+export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, deadlineMs: number): void {
   const raw = req.raw;
   if (raw.complete) return;
   const res = reply.raw;
@@ -51,8 +54,21 @@ export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply): void 
   res.removeHeader('connection');
   // Fastify's parser may have stopped reading mid-body (a chunked body past the limit); nothing else reads it.
   raw.resume();
+  // Its own deadline: app.ts's runs from an onRequest hook, which an error raised before routing (a path
+  // with broken %-encoding) never reaches.
+  const cut = setTimeout(() => raw.socket.destroy(), deadlineMs);
+  cut.unref();
+  raw.once('end', () => clearTimeout(cut));
+  raw.once('close', () => clearTimeout(cut));
   if (!res.shouldKeepAlive) {
     res.shouldKeepAlive = true;
-    raw.once('end', () => raw.socket.end());
+    // Closed once the body is in and this answer is written: the client's last, after those of any
+    // requests it pipelined before this one, which a close any earlier would have cut off.
+    let outstanding = 2;
+    const closeWhenDone = () => {
+      if (--outstanding === 0) closeAfterAnswer(raw.socket);
+    };
+    raw.once('end', closeWhenDone);
+    res.once('finish', closeWhenDone);
   }
 }
