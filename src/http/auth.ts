@@ -87,9 +87,13 @@ export function permissionFault(req: FastifyRequest): Error | null {
 }
 
 /**
- * The WWW-Authenticate of a 401, which HTTP requires (RFC 9110 11.6.1): the Bearer scheme, and whether the
- * key sent, if any, was refused (RFC 6750 3.1: no error code when the request had none).
+ * The WWW-Authenticate of a 401, which HTTP requires (RFC 9110 11.6.1), as RFC 6750 3.1 words it: the Bearer
+ * scheme alone when the request had no Bearer credentials (no header, or another scheme), `invalid_request`
+ * for a malformed one or one sent twice, `invalid_token` for a key that is unknown or revoked.
  */
 export function bearerChallenge(req: FastifyRequest): string {
-  return req.headers.authorization === undefined ? 'Bearer' : 'Bearer error="invalid_token"';
+  const header = req.headers.authorization ?? '';
+  if (!/^bearer(\s|$)/i.test(header)) return 'Bearer';
+  if (timesSent(req, 'authorization') > 1 || !BEARER.test(header)) return 'Bearer error="invalid_request"';
+  return 'Bearer error="invalid_token"';
 }

@@ -48,26 +48,28 @@ describe.each(storeKinds())('auth on %s', (kind) => {
 
   it.each(ROUTES)('%o needs a valid key (401) holding %s (403)', async (route, permission, answer) => {
     const fam = family(route.url);
-    const headers = [
-      undefined,
-      '',
-      'Bearer',
-      'Bearer ',
-      'Basic dXNlcjpwYXNz',
-      'bearer mr_x',
-      `Bearer mr_${'A'.repeat(43)}`,
-      `${auth} extra`,
-      auth.replace('Bearer ', 'Token '),
+    // With the WWW-Authenticate each 401 carries (RFC 9110 11.6.1), as RFC 6750 3.1 words it: the scheme
+    // alone without Bearer credentials, invalid_request for malformed ones, invalid_token for a key that is
+    // not one.
+    const none = 'Bearer';
+    const malformed = 'Bearer error="invalid_request"';
+    const refused = 'Bearer error="invalid_token"';
+    const headers: [string | undefined, string][] = [
+      [undefined, none],
+      ['', none],
+      ['Bearer', malformed],
+      ['Bearer ', malformed],
+      ['Basic dXNlcjpwYXNz', none],
+      ['bearer mr_x', refused],
+      [`Bearer mr_${'A'.repeat(43)}`, refused],
+      [`${auth} extra`, malformed],
+      [auth.replace('Bearer ', 'Token '), none],
     ];
-    for (const h of headers) {
+    for (const [h, challenge] of headers) {
       const res = await t.call({ ...route, headers: h === undefined ? {} : { authorization: h } });
       expectError(res, 401, fam);
       expectRateHeaders(res);
-      // RFC 9110 11.6.1 and RFC 6750 3.1: the scheme, and no error code when no credentials were sent.
-      expect([h, res.headers['www-authenticate']]).toEqual([
-        h,
-        h === undefined ? 'Bearer' : 'Bearer error="invalid_token"',
-      ]);
+      expect([h, res.headers['www-authenticate']]).toEqual([h, challenge]);
     }
     const lacking = (await t.newKey(PERMISSIONS.filter((p) => p !== permission))).auth;
     const res = await t.call({ ...route, auth: lacking });
@@ -107,6 +109,7 @@ describe.each(storeKinds())('auth on %s', (kind) => {
       });
       expectError(res, 401, 'contacts');
       expect(res.json().error).toMatch(/Authorization header sent more than once/);
+      expect(res.headers['www-authenticate']).toBe('Bearer error="invalid_request"');
     }
   });
 
