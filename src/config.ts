@@ -173,10 +173,11 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
   // nodemailer's own URLs take options in the query (`?pool=true`); this one is read for its user, password,
   // host and port alone, so anything more would be silently ignored.
   if (smtpUrl) {
-    const { pathname, search, hash } = new URL(smtpUrl);
-    if ((pathname !== '' && pathname !== '/') || search !== '' || hash !== '') {
+    // What follows the host and port, as written (`?` and `#` count even with nothing after them).
+    const rest = /^[a-z]+:\/\/(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^/?#:]*)(?::\d*)?(.*)$/is.exec(smtpUrl)?.[1] ?? '';
+    if (rest !== '' && rest !== '/') {
       throw new ConfigError(
-        `SMTP_URL takes a user, a password, a host and a port only, got "${pathname}${search}${hash}" after them`,
+        `SMTP_URL takes a user, a password, a host and a port only, got "${rest}" after them`,
       );
     }
   }

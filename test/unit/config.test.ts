@@ -109,6 +109,8 @@ describe('configuration from the environment', () => {
     ],
     [{ SMTP_URL: 'smtp://u:p@relay:2525/path', MAIL_FROM: 'a@b.test' }, 'got "/path" after them'],
     [{ SMTP_URL: 'smtp://relay#x', MAIL_FROM: 'a@b.test' }, 'got "#x" after them'],
+    [{ SMTP_URL: 'smtp://relay:25?', MAIL_FROM: 'a@b.test' }, 'got "?" after them'],
+    [{ SMTP_URL: 'smtp://u:p@[::1]:25/?x', MAIL_FROM: 'a@b.test' }, 'got "/?x" after them'],
     [{ MAIL_FROM: 'nobody' }, 'MAIL_FROM must be an address'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL must be one of'],
     [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
