@@ -2,6 +2,7 @@
 // type other than JSON (415), a key, permission or rate refused first (401, 403, 429). The client must still
 // get that answer, and should not have to send the body at all when it asked first (Expect: 100-continue).
 import type { IncomingMessage, Server } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { closeAfterAnswer } from './client-errors.js';
 
@@ -47,7 +48,8 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
  */
 export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, deadlineMs: number): void {
   const raw = req.raw;
-  if (raw.complete) return;
+  // inject() has no real socket, no client still sending, and no `complete` to go by.
+  if (raw.complete || typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function') return;
   const res = reply.raw;
   // Without a Connection header, Node keeps or closes the connection as shouldKeepAlive says.
   reply.removeHeader('connection');
