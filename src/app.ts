@@ -24,7 +24,7 @@ import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
-import { drainUnreadBody, holdContinue, sendContinue } from './http/unread-bodies.js';
+import { drainUnreadBody, holdContinue, injected, sendContinue } from './http/unread-bodies.js';
 import { parseQueryString } from './http/query-string.js';
 import { type ServiceDeps, type Services, createServices } from './services.js';
 
@@ -216,9 +216,7 @@ export async function buildApp(
   // would hold its connection for ever; the body gets the same deadline, then a 408 and a closed socket.
   app.addHook('onRequest', (req, reply, done) => {
     const raw = req.raw;
-    const socket = raw.socket as Partial<typeof raw.socket> | undefined;
-    // inject() has no real socket to cut, and no client to trickle.
-    if (typeof socket?.destroy !== 'function') return done();
+    if (injected(raw)) return done();
     if (raw.readableEnded || !(raw.headers['content-length'] || raw.headers['transfer-encoding'])) {
       return done();
     }

@@ -46,14 +46,18 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
  * arrives; it then serves the next request, or closes if the client asked it to (Connection: close, or
  * HTTP/1.0). A body still arriving REQUEST_TIMEOUT_MS after the answer is cut off.
  */
+/** A request made by inject(): no real socket to cut, no client still sending, no `complete` to go by. */
+export function injected(raw: IncomingMessage): boolean {
+  return typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function';
+}
+
 export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, deadlineMs: number): void {
   const raw = req.raw;
-  // inject() has no real socket, no client still sending, and no `complete` to go by.
-  if (raw.complete || typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function') return;
+  if (raw.complete || injected(raw)) return;
   const res = reply.raw;
-  // Without a Connection header, Node keeps or closes the connection as shouldKeepAlive says.
+  // Without a Connection header (Fastify removes it from the response too), Node keeps or closes the
+  // connection as shouldKeepAlive says.
   reply.removeHeader('connection');
-  res.removeHeader('connection');
   // Fastify's parser may have stopped reading mid-body (a chunked body past the limit); nothing else reads it.
   raw.resume();
   // Its own deadline: app.ts's runs from an onRequest hook, which an error raised before routing (a path
