@@ -35,6 +35,11 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
   reply.raw.writeContinue();
 }
 
+/** A request made by inject(): no real socket to cut, no client still sending, no `complete` to go by. */
+export function injected(raw: IncomingMessage): boolean {
+  return typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function';
+}
+
 /**
  * An answer given before the request's body is in: a body refused unread (413, 415), or a request refused
  * before its body was read (401, 403, 429). Node closes the socket as soon as such an answer is written when
@@ -46,11 +51,6 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
  * arrives; it then serves the next request, or closes if the client asked it to (Connection: close, or
  * HTTP/1.0). A body still arriving REQUEST_TIMEOUT_MS after the answer is cut off.
  */
-/** A request made by inject(): no real socket to cut, no client still sending, no `complete` to go by. */
-export function injected(raw: IncomingMessage): boolean {
-  return typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function';
-}
-
 export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, deadlineMs: number): void {
   const raw = req.raw;
   if (raw.complete || injected(raw)) return;

@@ -5,6 +5,7 @@
 // And while another process holds SQLite's write lock: an idle worker's polls do not wait for it.
 import Database from 'better-sqlite3';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Mailer, NotStartedError } from '../../src/delivery/mailer.js';
@@ -49,16 +50,27 @@ function flaky(store: Store) {
   return state;
 }
 
-/** Waits for ten polls of the worker's idle queue; fails at once if one takes a write transaction. */
-function tenIdlePolls(counted: ReturnType<typeof flaky>, what: string): Promise<true> {
-  return eventually(
-    () => {
-      if (counted.claims > 0) throw new Error(`a poll took a write transaction (${what})`);
-      return counted.reads >= 10;
-    },
-    10_000,
-    `ten polls ${what}`,
-  );
+/**
+ * Waits for ten polls of the worker's idle queue; fails at once if one takes a write transaction. A time-out
+ * says how many polls came and the event loop's longest stop meanwhile: a stop as long as busy_timeout (10 s)
+ * means something on the event loop waited for the write lock; no stop, that the polls did not come.
+ */
+async function tenIdlePolls(counted: ReturnType<typeof flaky>, what: string): Promise<true> {
+  const stops = monitorEventLoopDelay({ resolution: 10 });
+  stops.enable();
+  try {
+    return await eventually(
+      () => {
+        if (counted.claims > 0) throw new Error(`a poll took a write transaction (${what})`);
+        return counted.reads >= 10;
+      },
+      10_000,
+      () =>
+        `ten polls ${what} (${counted.reads} came; the event loop stood still for ${Math.round(stops.max / 1e6)} ms at most)`,
+    );
+  } finally {
+    stops.disable();
+  }
 }
 
 /** The email's lease and due time, as the store holds them. */
