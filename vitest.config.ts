@@ -1,10 +1,13 @@
 import { availableParallelism } from 'node:os';
 import { defineConfig } from 'vitest/config';
+import { TEST_DIST } from './test/global-build.js';
 
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/global-build.ts'],
+    // Threads started from the sources run that build's copy of them, not the source through tsx.
+    env: { MAILROOM_THREADS_FROM: TEST_DIST },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',

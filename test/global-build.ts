@@ -1,6 +1,7 @@
 // Builds the CLI once per test run into .tmp-test-dist/ (ignored by git), so the suites that start real
 // Mailroom processes run the compiled code users run, and each start skips tsx's on-the-fly compiling
-// (about 1 s per process on these machines; the suites start well over a hundred).
+// (about 1 s per process on these machines; the suites start well over a hundred). The threads that
+// in-process suites start run from it too (vitest.config.ts, src/threads.ts).
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 

@@ -835,7 +835,7 @@ describe('the store keeping its search index', () => {
     try {
       await store.migrate();
       await addOrganization(store, 'o');
-      // The thread at work first (it starts through tsx here, which takes a while).
+      // The thread at work first.
       await seed(store, 'o', ['zero@fail.example']);
       await until('one contact indexed', () => indexed() === 1);
       expect(told).toEqual([]);
