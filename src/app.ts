@@ -19,7 +19,7 @@ import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
-import { bearerChallenge, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
+import { Unauthorized, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
 import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
@@ -191,7 +191,7 @@ export async function buildApp(
   // Set before any plugin is registered: a plugin's routes (the docs page) keep the handler of their time.
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = renderError(err, req.url, req.id);
-    if (status === 401) reply.header('www-authenticate', bearerChallenge(req));
+    if (err instanceof Unauthorized) reply.header('www-authenticate', err.challenge);
     // A refusal while shutting down is expected, not a fault: no error, no stack.
     if (err instanceof AppError && err.code === 'SHUTTING_DOWN') req.log.info('refused: shutting down');
     else if (status >= 500) req.log.error({ err }, 'request failed');

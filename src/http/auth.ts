@@ -16,6 +16,20 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * A 401 and its WWW-Authenticate, which HTTP requires (RFC 9110 11.6.1), as RFC 6750 3.1 words it: the
+ * Bearer scheme alone when the request had no Bearer credentials (no header, or another scheme),
+ * `invalid_request` for a malformed one or one sent twice, `invalid_token` for a key unknown or revoked.
+ */
+export class Unauthorized extends AppError {
+  constructor(
+    message: string,
+    readonly challenge: string,
+  ) {
+    super('UNAUTHORIZED', message);
+  }
+}
+
 // The auth scheme is case-insensitive and followed by one or more spaces (RFC 7235: 1*SP); the key is exact.
 const BEARER = /^Bearer +([^\s]+)$/i;
 
@@ -31,9 +45,9 @@ export function identifyCaller(keys: KeysService): (req: FastifyRequest, done: (
     if (!match) return done();
     // Node keeps the first of two Authorization headers: which key was meant is the client's to say.
     if (timesSent(req, 'authorization') > 1) {
-      req.authFault = new AppError(
-        'UNAUTHORIZED',
+      req.authFault = new Unauthorized(
         'Authorization header sent more than once; send one: Authorization: Bearer <API key>',
+        'Bearer error="invalid_request"',
       );
       return done();
     }
@@ -71,29 +85,20 @@ export function permissionFault(req: FastifyRequest): Error | null {
   if (req.authFault) return req.authFault as Error;
   if (!req.principal) {
     const header = req.headers.authorization;
-    return new AppError(
-      'UNAUTHORIZED',
-      header === undefined
-        ? 'Missing Authorization header; send Authorization: Bearer <API key>'
-        : BEARER.test(header)
-          ? 'Invalid or revoked API key'
-          : 'Malformed Authorization header; expected Bearer <API key>',
+    if (header === undefined) {
+      return new Unauthorized('Missing Authorization header; send Authorization: Bearer <API key>', 'Bearer');
+    }
+    if (BEARER.test(header)) {
+      return new Unauthorized('Invalid or revoked API key', 'Bearer error="invalid_token"');
+    }
+    // Another scheme carries no Bearer credentials: the challenge then names no error.
+    return new Unauthorized(
+      'Malformed Authorization header; expected Bearer <API key>',
+      /^bearer(\s|$)/i.test(header) ? 'Bearer error="invalid_request"' : 'Bearer',
     );
   }
   if (!req.principal.permissions.has(permission)) {
     return new AppError('FORBIDDEN', `This API key lacks the ${permission} permission`);
   }
   return null;
-}
-
-/**
- * The WWW-Authenticate of a 401, which HTTP requires (RFC 9110 11.6.1), as RFC 6750 3.1 words it: the Bearer
- * scheme alone when the request had no Bearer credentials (no header, or another scheme), `invalid_request`
- * for a malformed one or one sent twice, `invalid_token` for a key that is unknown or revoked.
- */
-export function bearerChallenge(req: FastifyRequest): string {
-  const header = req.headers.authorization ?? '';
-  if (!/^bearer(\s|$)/i.test(header)) return 'Bearer';
-  if (timesSent(req, 'authorization') > 1 || !BEARER.test(header)) return 'Bearer error="invalid_request"';
-  return 'Bearer error="invalid_token"';
 }
