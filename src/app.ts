@@ -86,12 +86,40 @@ export async function buildApp(
       reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + Number(reset));
     }
   };
+  // Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time
+  // would hold its connection for ever; the body gets the same deadline, counted from the request's start:
+  // then a 408 (unless the request was answered already, its body being drained) and a closed socket.
+  // Armed from an onRequest hook, and by frameworkErrors for requests refused before routing.
+  const bodyDeadline = (req: FastifyRequest, reply: FastifyReply): void => {
+    const raw = req.raw;
+    if (injected(raw)) return;
+    if (raw.readableEnded || !(raw.headers['content-length'] || raw.headers['transfer-encoding'])) return;
+    const timer = setTimeout(() => {
+      if (raw.readableEnded || raw.socket.destroyed) return;
+      if (!reply.raw.headersSent) {
+        // Written to the socket: the body parser still waits, so no reply can go the usual way. The
+        // contract's body and the headers every answer has, rate-limit ones included (counted by now).
+        absoluteReset(reply);
+        const limits = Object.fromEntries(
+          Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
+        );
+        const timedOut = new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+        const { status, body } = renderError(timedOut, req.url, req.id);
+        writeLastAnswer(raw.socket, status, body as object, limits);
+      }
+      raw.socket.destroy();
+    }, config.requestTimeoutMs);
+    timer.unref();
+    const clear = () => clearTimeout(timer);
+    raw.once('end', clear);
+    raw.once('close', clear);
+  };
   let closing = false;
   const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
     // Only a connection's last request in progress says so: Node ends the connection after an answer with
     // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
     if (closing && app.connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
-    else drainUnreadBody(req, reply, config.requestTimeoutMs);
+    else drainUnreadBody(req, reply);
     absoluteReset(reply);
     reply.header('x-content-type-options', 'nosniff');
     if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
@@ -140,6 +168,7 @@ export async function buildApp(
     // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the
     // contract's body too. No hook runs for them, so they are identified and counted here, like any request.
     frameworkErrors: (err, req, reply) => {
+      bodyDeadline(req, reply as FastifyReply);
       const answer = (e: unknown) => {
         const { status, body } = renderError(e, req.url, req.id);
         // No onSend hook runs for these either.
@@ -212,33 +241,8 @@ export async function buildApp(
     done(closing ? new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly') : undefined);
   });
 
-  // Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time
-  // would hold its connection for ever; the body gets the same deadline, then a 408 and a closed socket.
   app.addHook('onRequest', (req, reply, done) => {
-    const raw = req.raw;
-    if (injected(raw)) return done();
-    if (raw.readableEnded || !(raw.headers['content-length'] || raw.headers['transfer-encoding'])) {
-      return done();
-    }
-    const timer = setTimeout(() => {
-      if (raw.readableEnded || raw.socket.destroyed) return;
-      if (!reply.raw.headersSent) {
-        // Written to the socket: the body parser still waits, so no reply can go the usual way. The
-        // contract's body and the headers every answer has, rate-limit ones included (counted by now).
-        absoluteReset(reply);
-        const limits = Object.fromEntries(
-          Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
-        );
-        const timedOut = new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
-        const { status, body } = renderError(timedOut, req.url, req.id);
-        writeLastAnswer(raw.socket, status, body as object, limits);
-      }
-      raw.socket.destroy();
-    }, config.requestTimeoutMs);
-    timer.unref();
-    const clear = () => clearTimeout(timer);
-    raw.once('end', clear);
-    raw.once('close', clear);
+    bodyDeadline(req, reply);
     done();
   });
 

@@ -49,9 +49,10 @@ export function injected(raw: IncomingMessage): boolean {
  * at all (curl: "broken pipe"), and 26 of 30 clients sending Connection: close and a bad key got no 401.
  * Instead, the connection stays open and Node reads the rest of the body and drops it, so the answer
  * arrives; it then serves the next request, or closes if the client asked it to (Connection: close, or
- * HTTP/1.0). A body still arriving REQUEST_TIMEOUT_MS after the answer is cut off.
+ * HTTP/1.0). The body's deadline (app.ts) still holds: one still arriving REQUEST_TIMEOUT_MS after the
+ * request began is cut off.
  */
-export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, deadlineMs: number): void {
+export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply): void {
   const raw = req.raw;
   if (raw.complete || injected(raw)) return;
   const res = reply.raw;
@@ -60,12 +61,6 @@ export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, deadli
   reply.removeHeader('connection');
   // Fastify's parser may have stopped reading mid-body (a chunked body past the limit); nothing else reads it.
   raw.resume();
-  // Its own deadline: app.ts's runs from an onRequest hook, which an error raised before routing (a path
-  // with broken %-encoding) never reaches.
-  const cut = setTimeout(() => raw.socket.destroy(), deadlineMs);
-  cut.unref();
-  raw.once('end', () => clearTimeout(cut));
-  raw.once('close', () => clearTimeout(cut));
   if (!res.shouldKeepAlive) {
     res.shouldKeepAlive = true;
     // Closed once the body is in and this answer is written: the client's last, after those of any
