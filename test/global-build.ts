@@ -11,7 +11,12 @@ export const TEST_DIST = path.join(ROOT, '.tmp-test-dist');
 export default function setup(): void {
   execFileSync(
     process.execPath,
-    [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', TEST_DIST],
+    [
+      path.join(ROOT, 'node_modules/typescript/bin/tsc'),
+      ...['-p', 'tsconfig.build.json', '--outDir', TEST_DIST],
+      // Only what changed since the last run is compiled again: 3 s instead of 11 for a run of one file.
+      ...['--incremental', '--tsBuildInfoFile', path.join(TEST_DIST, '.tsbuildinfo')],
+    ],
     { cwd: ROOT, stdio: 'inherit' },
   );
 }
