@@ -24,7 +24,7 @@ import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
-import { drainUnreadBody, holdContinue, injected, sendContinue } from './http/unread-bodies.js';
+import { armBodyDeadline, drainUnreadBody, holdContinue, sendContinue } from './http/unread-bodies.js';
 import { parseQueryString } from './http/query-string.js';
 import { type ServiceDeps, type Services, createServices } from './services.js';
 
@@ -86,34 +86,20 @@ export async function buildApp(
       reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + Number(reset));
     }
   };
-  // Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time
-  // would hold its connection for ever; the body gets the same deadline, counted from the request's start:
-  // then a 408 (unless the request was answered already, its body being drained) and a closed socket.
-  // Armed from an onRequest hook, and by frameworkErrors for requests refused before routing.
-  const bodyDeadline = (req: FastifyRequest, reply: FastifyReply): void => {
-    const raw = req.raw;
-    if (injected(raw)) return;
-    if (raw.readableEnded || !(raw.headers['content-length'] || raw.headers['transfer-encoding'])) return;
-    const timer = setTimeout(() => {
-      if (raw.readableEnded || raw.socket.destroyed) return;
-      if (!reply.raw.headersSent) {
-        // Written to the socket: the body parser still waits, so no reply can go the usual way. The
-        // contract's body and the headers every answer has, rate-limit ones included (counted by now).
-        absoluteReset(reply);
-        const limits = Object.fromEntries(
-          Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
-        );
-        const timedOut = new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
-        const { status, body } = renderError(timedOut, req.url, req.id);
-        writeLastAnswer(raw.socket, status, body as object, limits);
-      }
-      raw.socket.destroy();
-    }, config.requestTimeoutMs);
-    timer.unref();
-    const clear = () => clearTimeout(timer);
-    raw.once('end', clear);
-    raw.once('close', clear);
-  };
+  // A body still arriving REQUEST_TIMEOUT_MS after its headers gets a 408, unless answered already, and
+  // its connection is cut (unread-bodies.ts).
+  const bodyDeadline = (req: FastifyRequest, reply: FastifyReply): void =>
+    armBodyDeadline(req, reply, config.requestTimeoutMs, () => {
+      // Written to the socket: the body parser still waits, so no reply can go the usual way. The
+      // contract's body and the headers every answer has, rate-limit ones included (counted by now).
+      absoluteReset(reply);
+      const limits = Object.fromEntries(
+        Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
+      );
+      const timedOut = new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+      const { status, body } = renderError(timedOut, req.url, req.id);
+      writeLastAnswer(req.raw.socket, status, body as object, limits);
+    });
   let closing = false;
   const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
     // Only a connection's last request in progress says so: Node ends the connection after an answer with
@@ -220,7 +206,9 @@ export async function buildApp(
   // Set before any plugin is registered: a plugin's routes (the docs page) keep the handler of their time.
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = renderError(err, req.url, req.id);
-    if (err instanceof Unauthorized) reply.header('www-authenticate', err.challenge);
+    // Every 401 says how to authenticate (RFC 9110 11.6.1); all of ours are Unauthorized, which says more.
+    if (status === 401)
+      reply.header('www-authenticate', err instanceof Unauthorized ? err.challenge : 'Bearer');
     // A refusal while shutting down is expected, not a fault: no error, no stack.
     if (err instanceof AppError && err.code === 'SHUTTING_DOWN') req.log.info('refused: shutting down');
     else if (status >= 500) req.log.error({ err }, 'request failed');
@@ -229,6 +217,8 @@ export async function buildApp(
 
   app.addHook('onRequest', (req, reply, done) => {
     logAnswer(req, reply);
+    // Before any hook that may answer: a request refused while shutting down has a body to drain too.
+    bodyDeadline(req, reply);
     done();
   });
 
@@ -239,11 +229,6 @@ export async function buildApp(
   });
   app.addHook('onRequest', (_req, _reply, done) => {
     done(closing ? new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly') : undefined);
-  });
-
-  app.addHook('onRequest', (req, reply, done) => {
-    bodyDeadline(req, reply);
-    done();
   });
 
   // Before any route, so that every route is in the OpenAPI document.

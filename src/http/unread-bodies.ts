@@ -36,8 +36,37 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
 }
 
 /** A request made by inject(): no real socket to cut, no client still sending, no `complete` to go by. */
-export function injected(raw: IncomingMessage): boolean {
+function injected(raw: IncomingMessage): boolean {
   return typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function';
+}
+
+/**
+ * Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time would
+ * hold its connection for ever. The body gets the same time, from then: a body not all sent by then is
+ * answered by `late` if the request has no answer yet (app.ts writes the 408), and its connection is cut.
+ * Armed from the first onRequest hook, and by frameworkErrors for requests refused before routing. What
+ * counts is whether the client sent the whole body (`complete`), not whether anyone read it: a handler
+ * slower than the deadline is no late body, nor is a body Fastify never reads (a GET's) or a drained one.
+ */
+export function armBodyDeadline(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  ms: number,
+  late: () => void,
+): void {
+  const raw = req.raw;
+  if (injected(raw) || raw.complete) return;
+  // Node marks a request complete only after its 'request' event: the headers tell whether a body comes.
+  if (!(raw.headers['transfer-encoding'] || Number(raw.headers['content-length']) > 0)) return;
+  const timer = setTimeout(() => {
+    if (raw.complete || raw.socket.destroyed) return;
+    if (!reply.raw.headersSent) late();
+    raw.socket.destroy();
+  }, ms);
+  timer.unref();
+  const clear = () => clearTimeout(timer);
+  raw.once('end', clear);
+  raw.once('close', clear);
 }
 
 /**
@@ -49,8 +78,7 @@ export function injected(raw: IncomingMessage): boolean {
  * at all (curl: "broken pipe"), and 26 of 30 clients sending Connection: close and a bad key got no 401.
  * Instead, the connection stays open and Node reads the rest of the body and drops it, so the answer
  * arrives; it then serves the next request, or closes if the client asked it to (Connection: close, or
- * HTTP/1.0). The body's deadline (app.ts) still holds: one still arriving REQUEST_TIMEOUT_MS after the
- * request began is cut off.
+ * HTTP/1.0). The body's deadline (armBodyDeadline) still holds.
  */
 export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply): void {
   const raw = req.raw;

@@ -257,7 +257,7 @@ describe('answers to a client still sending, from the server process', () => {
     expect(statuses(c.answer())).toEqual([401]);
   });
 
-  it('a body still arriving REQUEST_TIMEOUT_MS after the request began is cut off, even on a path not routed', async () => {
+  it('a body still arriving REQUEST_TIMEOUT_MS after its headers is cut off, even on a path not routed', async () => {
     for (const path of ['/api/v1/lists', '/api/v1/lists/%zz']) {
       const c = connect(port);
       await c.write(
@@ -267,7 +267,7 @@ describe('answers to a client still sending, from the server process', () => {
       const trickle = setInterval(() => void c.write('a'), 100);
       await c.closed;
       clearInterval(trickle);
-      // Closed at all is what counts (2 s after the request here): held for ever, the test times out.
+      // Closed at all is what counts (2 s after its headers here): held for ever, the test times out.
       expect([path, statuses(c.answer())]).toEqual([path, [path.endsWith('%zz') ? 400 : 401]]);
     }
   });

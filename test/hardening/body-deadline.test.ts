@@ -1,0 +1,87 @@
+// The body's deadline (armBodyDeadline, app.ts's 408) on a bare Fastify app with a route slower than the
+// deadline: a body still arriving at the deadline gets the 408 and a cut connection; a request that arrived
+// whole never does, however slow its answer, whether its body was read, never read (a GET's), or empty
+// (Content-Length: 0), pipelined behind a slow request too.
+import net from 'node:net';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { armBodyDeadline } from '../../src/http/unread-bodies.js';
+
+const DEADLINE_MS = 300;
+const SLOW_MS = 700;
+
+/** Writes `request` on a new connection; resolves with all it received once the server closes it or `ms` pass. */
+function exchange(port: number, request: string, ms: number): Promise<{ answer: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    let answer = '';
+    const done = (closed: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve({ answer, closed });
+    };
+    const timer = setTimeout(() => done(false), ms);
+    socket.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
+    socket.on('error', () => undefined);
+    socket.on('close', () => done(true));
+  });
+}
+
+const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+
+describe('the body deadline', () => {
+  let app: FastifyInstance;
+  let port: number;
+  beforeAll(async () => {
+    app = Fastify();
+    app.addHook('onRequest', (req, reply, done) => {
+      armBodyDeadline(req, reply, DEADLINE_MS, () =>
+        req.raw.socket.write(
+          'HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n',
+        ),
+      );
+      done();
+    });
+    const slow = async () => {
+      await new Promise((r) => setTimeout(r, SLOW_MS));
+      return { ok: true };
+    };
+    app.get('/slow', slow);
+    app.delete('/slow', slow);
+    app.post('/slow', slow);
+    app.delete('/fast', async () => ({ ok: true }));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    port = (app.server.address() as net.AddressInfo).port;
+  });
+  afterAll(() => app.close());
+
+  it('answers a body still arriving at the deadline with its 408, and cuts the connection', async () => {
+    const { answer, closed } = await exchange(
+      port,
+      'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{"a":',
+      SLOW_MS * 4,
+    );
+    expect([statuses(answer), closed]).toEqual([[408], true]);
+  });
+
+  it.each([
+    ['an empty body (Content-Length: 0)', 'DELETE /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n'],
+    ['a body nobody reads (a GET)', 'GET /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello'],
+    [
+      'a body read whole',
+      'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n{"a":1}\n',
+    ],
+  ])('leaves a request with %s that arrived whole to its slow answer', async (_what, request) => {
+    const { answer, closed } = await exchange(port, request, SLOW_MS + 300);
+    expect([statuses(answer), closed]).toEqual([[200], false]);
+  });
+
+  it('leaves the connection to a slow answer when a whole request is pipelined behind it', async () => {
+    const { answer, closed } = await exchange(
+      port,
+      'GET /slow HTTP/1.1\r\nHost: x\r\n\r\nDELETE /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n',
+      SLOW_MS + 300,
+    );
+    expect([statuses(answer), closed]).toEqual([[200, 200], false]);
+  });
+});
