@@ -19,7 +19,7 @@ const ROOT = path.dirname(fileURLToPath(import.meta.url));
 export function startThread(base: string, module: string, workerData: unknown): Worker {
   const compiled = new URL(`./${module}.js`, base);
   if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { workerData });
-  const copies = process.env.MAILROOM_THREADS_FROM;
+  const copies = process.env.MAILROOM_THREADS_FROM && path.resolve(process.env.MAILROOM_THREADS_FROM);
   if (copies) {
     const copy = path.join(copies, path.relative(ROOT, path.dirname(fileURLToPath(base))), `${module}.js`);
     // Not a quiet fall back to tsx: a copy gone missing would only make every start slower.
