@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
-import { AppError } from './errors.js';
+import { AppError, idNotFound } from './errors.js';
 import type { AnyEndpoint } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
@@ -163,7 +163,7 @@ export async function buildApp(
       };
       const appErr =
         err.code === 'FST_ERR_MAX_PARAM_LENGTH'
-          ? new AppError('NOT_FOUND', 'Not found')
+          ? idNotFound(req.url)
           : new AppError('VALIDATION_FAILED', 'The request URL is not valid', [
               { field: 'path', message: 'has broken %-encoding' },
             ]);

@@ -47,6 +47,18 @@ export class AppError extends Error {
   }
 }
 
+const RESOURCES: Record<string, string> = { lists: 'List', contacts: 'Contact', emails: 'Email' };
+
+/**
+ * The 404 of an id in a path that no resource can have (longer than any id Mailroom issues, or with
+ * characters none has): named after the path's resource like any unknown id's, but without the id, which
+ * can be 2,048 characters.
+ */
+export function idNotFound(path: string): AppError {
+  const resource = RESOURCES[/^\/api\/v1\/([a-z]+)\//.exec(path)?.[1] ?? ''];
+  return new AppError('NOT_FOUND', resource ? `${resource} not found` : 'Not found');
+}
+
 export function validationError(details: ErrorDetail[], message = 'Validation failed'): AppError {
   return new AppError('VALIDATION_FAILED', message, details);
 }

@@ -7,7 +7,7 @@
 import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
-import { AppError, type ErrorDetail, validationError } from '../errors.js';
+import { type ErrorDetail, idNotFound, validationError } from '../errors.js';
 import { BROKEN_MESSAGE, brokenParameters } from '../http/query-string.js';
 import { toDetails } from './ajv-errors.js';
 import { characterDetails } from './characters.js';
@@ -122,7 +122,7 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
   const text = makeAjv(true);
   // Stops at the first error: for bodies with more entries than any request takes (tooManyEntries).
   const firstOnly = makeAjv(false, false);
-  return ({ schema, httpPart }) => {
+  return ({ schema, httpPart, url }) => {
     const part = httpPart ?? 'body';
     const validate = (part === 'body' ? body : text).compile(schema as object);
     let validateFirst: ReturnType<Ajv['compile']> | undefined;
@@ -166,7 +166,7 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
       }
       if (details.length === 0) return { value: data };
       // A path id that fails its schema names nothing that exists: that is a 404, as for an unknown id.
-      if (part === 'params') return { error: new AppError('NOT_FOUND', 'Not found') };
+      if (part === 'params') return { error: idNotFound(url) };
       const named = details.map((d) => ({ ...d, field: fieldName(d.field, part) }));
       return { error: validationError(capped(bestPerField(named, part), part)) };
     };
