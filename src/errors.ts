@@ -47,7 +47,11 @@ export class AppError extends Error {
   }
 }
 
-const RESOURCES: Record<string, string> = { lists: 'List', contacts: 'Contact', emails: 'Email' };
+const RESOURCES = new Map([
+  ['lists', 'List'],
+  ['contacts', 'Contact'],
+  ['emails', 'Email'],
+]);
 
 /**
  * The 404 of an id in a path that no resource can have (longer than any id Mailroom issues, or with
@@ -55,7 +59,7 @@ const RESOURCES: Record<string, string> = { lists: 'List', contacts: 'Contact', 
  * can be 2,048 characters.
  */
 export function idNotFound(path: string): AppError {
-  const resource = RESOURCES[/^\/api\/v1\/([a-z]+)\//.exec(path)?.[1] ?? ''];
+  const resource = RESOURCES.get(/^\/api\/v1\/([a-z]+)\//.exec(path)?.[1] ?? '');
   return new AppError('NOT_FOUND', resource ? `${resource} not found` : 'Not found');
 }
 
