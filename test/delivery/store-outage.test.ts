@@ -5,7 +5,6 @@
 // And while another process holds SQLite's write lock: an idle worker's polls do not wait for it.
 import Database from 'better-sqlite3';
 import path from 'node:path';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Mailer, NotStartedError } from '../../src/delivery/mailer.js';
@@ -22,10 +21,24 @@ import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from './harness
  * (`reads`: an idle poll is one).
  */
 function flaky(store: Store) {
-  const state = { store, down: false, claims: 0, failNext: 0, reads: 0, refusedAt: [] as number[] };
+  const state = {
+    store,
+    down: false,
+    claims: 0,
+    failNext: 0,
+    reads: 0,
+    readFrom: [] as string[],
+    refusedAt: [] as number[],
+  };
   const db = new Proxy(store.db, {
     get(target, prop) {
-      if (prop === 'selectFrom') state.reads++;
+      if (prop === 'selectFrom') {
+        state.reads++;
+        return (from: Parameters<typeof target.selectFrom>[0]) => {
+          state.readFrom.push(String(from));
+          return target.selectFrom(from);
+        };
+      }
       const value: unknown = Reflect.get(target, prop, target);
       return typeof value === 'function' ? value.bind(target) : value;
     },
@@ -52,12 +65,21 @@ function flaky(store: Store) {
 
 /**
  * Waits for ten polls of the worker's idle queue; fails at once if one takes a write transaction. A time-out
- * says how many polls came and the event loop's longest stop meanwhile: a stop as long as busy_timeout (10 s)
- * means something on the event loop waited for the write lock; no stop, that the polls did not come.
+ * says which reads came, the event loop's longest stop meanwhile (one of about 10 s: something on it waited
+ * for a lock, as busy_timeout or SQLite's WAL read retries would make it) and what the worker logged.
  */
-async function tenIdlePolls(counted: ReturnType<typeof flaky>, what: string): Promise<true> {
-  const stops = monitorEventLoopDelay({ resolution: 10 });
-  stops.enable();
+async function tenIdlePolls(
+  counted: ReturnType<typeof flaky>,
+  what: string,
+  logged: () => string[] = () => [],
+): Promise<true> {
+  let last = performance.now();
+  let longest = 0;
+  const beat = setInterval(() => {
+    const now = performance.now();
+    longest = Math.max(longest, now - last);
+    last = now;
+  }, 10);
   try {
     return await eventually(
       () => {
@@ -66,10 +88,12 @@ async function tenIdlePolls(counted: ReturnType<typeof flaky>, what: string): Pr
       },
       10_000,
       () =>
-        `ten polls ${what} (${counted.reads} came; the event loop stood still for ${Math.round(stops.max / 1e6)} ms at most)`,
+        `ten polls ${what} (${counted.reads} reads came, the first from ${counted.readFrom.slice(0, 12).join(', ')}; the event ` +
+        `loop's longest stop ${Math.round(Math.max(longest, performance.now() - last))} ms; the worker ` +
+        `logged ${JSON.stringify(logged())})`,
     );
   } finally {
-    stops.disable();
+    clearInterval(beat);
   }
 }
 
@@ -278,11 +302,13 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       const other = new Database(path.join(t.ts.dataDir, 'mailroom.sqlite'));
       other.exec('begin immediate');
       const counted = flaky(t.ts.store);
-      const worker = startWorker(t, mailer, { store: counted.store, pollMs: 20 });
+      const lines: string[] = [];
+      const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line.trim()) });
+      const worker = startWorker(t, mailer, { store: counted.store, pollMs: 20, logger });
       try {
         // A claim would take the write lock: better-sqlite3 would wait out busy_timeout (seconds) with the
         // event loop stopped. Polls are reads, which the lock does not hold up, and nothing is claimed.
-        await tenIdlePolls(counted, 'while the lock is held');
+        await tenIdlePolls(counted, 'while the lock is held', () => lines);
       } finally {
         other.exec('rollback');
         other.close();
