@@ -11,9 +11,10 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
-    // Vitest's default is one file at a time on 2 cores (cores - 1). Most suites wait on child processes,
-    // SMTP peers and PostgreSQL rather than on the CPU: two at once took the full suite from 541 s to 402 s
-    // on a 2-core machine, every test passing.
+    // Vitest's default is one file at a time on 2 cores (cores - 1). Many suites wait on child processes,
+    // SMTP peers and PostgreSQL: two at once took the full suite from 541 s to 402 s on a 2-core machine,
+    // every test passing. With two, both cores are busy 94 % of a run (2026-11-29): less CPU is what makes
+    // it faster now, not more files at once.
     maxWorkers: Math.max(2, availableParallelism() - 1),
     reporters: ['default'],
   },
