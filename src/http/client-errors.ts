@@ -82,7 +82,7 @@ type AnsweringSocket = Socket & { _httpMessage?: (ServerResponse & { req?: { com
  * the socket's `_httpMessage`, and the next one queued behind it takes its place when it finishes. A
  * request whose own body Node could not read (bad chunk framing) is not waited for: it never finishes.
  */
-function afterAnswers(socket: AnsweringSocket, then: () => void): void {
+export function afterAnswers(socket: AnsweringSocket, then: () => void): void {
   const answer = socket._httpMessage;
   if (!answer || answer.writableFinished || socket.destroyed || answer.req?.complete === false) return then();
   let done = false;

@@ -4,7 +4,7 @@
 import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { closeAfterAnswer } from './client-errors.js';
+import { afterAnswers, closeAfterAnswer } from './client-errors.js';
 
 /** Requests whose client waits for 100 Continue before it sends the body. */
 const waiting = new WeakSet<IncomingMessage>();
@@ -58,10 +58,18 @@ export function armBodyDeadline(
   if (injected(raw) || raw.complete) return;
   // Node marks a request complete only after its 'request' event: the headers tell whether a body comes.
   if (!(raw.headers['transfer-encoding'] || Number(raw.headers['content-length']) > 0)) return;
+  // Fastify never reads a GET's or HEAD's body: dropped as it arrives, it is complete once sent, however
+  // slow the answer (left unread, Node would stop reading the socket once 64 KiB of it waited).
+  if (raw.method === 'GET' || raw.method === 'HEAD') raw.resume();
   const timer = setTimeout(() => {
     if (raw.complete || raw.socket.destroyed) return;
-    if (!reply.raw.headersSent) late();
-    raw.socket.destroy();
+    // After the answers owed to requests pipelined before this one: written ahead of them, the 408 would
+    // read as the first one's, and the cut would lose theirs.
+    afterAnswers(raw.socket, () => {
+      if (raw.complete || raw.socket.destroyed) return;
+      if (!reply.raw.headersSent) late();
+      raw.socket.destroy();
+    });
   }, ms);
   timer.unref();
   const clear = () => clearTimeout(timer);

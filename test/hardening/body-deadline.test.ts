@@ -1,7 +1,8 @@
 // The body's deadline (armBodyDeadline, app.ts's 408) on a bare Fastify app with a route slower than the
 // deadline: a body still arriving at the deadline gets the 408 and a cut connection; a request that arrived
-// whole never does, however slow its answer, whether its body was read, never read (a GET's), or empty
-// (Content-Length: 0), pipelined behind a slow request too.
+// whole never does, however slow its answer, whether its body was read, never read (a GET's, however long),
+// or empty (Content-Length: 0), pipelined behind a slow request too; a late body's 408 waits for the answers
+// owed to the requests pipelined before it.
 import net from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -67,6 +68,11 @@ describe('the body deadline', () => {
   it.each([
     ['an empty body (Content-Length: 0)', 'DELETE /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n'],
     ['a body nobody reads (a GET)', 'GET /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello'],
+    // Left unread, Node would stop taking it from the socket once 64 KiB waited: never complete.
+    [
+      'a 200 KB body nobody reads',
+      `GET /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n${'a'.repeat(200_000)}`,
+    ],
     [
       'a body read whole',
       'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n{"a":1}\n',
@@ -74,6 +80,16 @@ describe('the body deadline', () => {
   ])('leaves a request with %s that arrived whole to its slow answer', async (_what, request) => {
     const { answer, closed } = await exchange(port, request, SLOW_MS + 300);
     expect([statuses(answer), closed]).toEqual([[200], false]);
+  });
+
+  it('answers the requests pipelined before a late body first, then gives its 408', async () => {
+    const { answer, closed } = await exchange(
+      port,
+      'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n{"a":1}\n' +
+        'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{"a":',
+      SLOW_MS * 4,
+    );
+    expect([statuses(answer), closed]).toEqual([[200, 408], true]);
   });
 
   it('leaves the connection to a slow answer when a whole request is pipelined behind it', async () => {
