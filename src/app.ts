@@ -163,7 +163,7 @@ export async function buildApp(
       };
       const appErr =
         err.code === 'FST_ERR_MAX_PARAM_LENGTH'
-          ? idNotFound(req.url)
+          ? overlongId(req)
           : new AppError('VALIDATION_FAILED', 'The request URL is not valid', [
               { field: 'path', message: 'has broken %-encoding' },
             ]);
@@ -175,6 +175,29 @@ export async function buildApp(
     // A request Node cannot parse (headers over its limit, bad framing) still gets the contract's body.
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
+
+  // The router refuses a path parameter over maxParamLength before it matches any route: the answer is the
+  // route's 404 for an id it cannot hold where the path is one of its routes (`List not found`), and the
+  // unknown route's otherwise, as for the same path with a short id.
+  const idRoutes: { method: string; path: RegExp; url: string }[] = [];
+  app.addHook('onRoute', ({ method, url }) => {
+    if (!url.includes('/:')) return;
+    const segments = url
+      .split('/')
+      .map((s) => (s.startsWith(':') ? '[^/]+' : s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+    for (const m of [method].flat())
+      idRoutes.push({ method: m, path: new RegExp(`^${segments.join('/')}$`), url });
+  });
+  const overlongId = (req: FastifyRequest): AppError => {
+    let path = req.url.split('?')[0]!;
+    try {
+      path = decodeURI(path);
+    } catch {
+      // matched as written
+    }
+    const route = idRoutes.find((r) => r.method === req.method && r.path.test(path));
+    return route ? idNotFound(route.url) : routeNotFound(req);
+  };
 
   // An expectation other than 100-continue (which Node answers itself) is set aside, as RFC 9110 lets a
   // server do, and the request answered as any other: Node's own answer would be a bare 417, outside the

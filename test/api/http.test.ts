@@ -194,6 +194,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       ['POST', `/api/v1/lists/${x(65)}/contacts`, 'contacts', 'List not found'],
       ['GET', `/api/v1/lists/${x(5000)}`, 'contacts', 'List not found'],
       ['GET', `/api/v1/emails/${x(5000)}`, 'emails', 'Email not found'],
+      ['GET', `/api/v1/%6cists/${x(5000)}`, 'contacts', 'List not found'],
     ] as const) {
       const res = await t.call({
         method,
@@ -203,6 +204,16 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       });
       expectError(res, 404, family);
       expect(res.json().error, url.slice(0, 40)).toBe(error);
+    }
+    // Where no route has that shape, the unknown route's 404, as with a short id.
+    for (const [method, url] of [
+      ['GET', `/api/v1/lists/${x(5000)}/bogus`],
+      ['PUT', `/api/v1/lists/${x(5000)}/contacts`],
+      ['GET', `/api/v1/emails/${x(5000)}/x`],
+    ] as const) {
+      const res = await t.call({ method, url, auth });
+      expectError(res, 404, url.startsWith('/api/v1/emails') ? 'emails' : 'contacts');
+      expect(res.json().error).toBe(`Route ${method} ${url} not found`);
     }
     for (const [url, family] of [
       ['/api/v1/lists/%zz', 'contacts'],
