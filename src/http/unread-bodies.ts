@@ -8,6 +8,8 @@ import { afterAnswers, closeAfterAnswer } from './client-errors.js';
 
 /** Requests whose client waits for 100 Continue before it sends the body. */
 const waiting = new WeakSet<IncomingMessage>();
+/** The body deadline of a waiting request, started again when the 100 is sent (armBodyDeadline). */
+const restarts = new WeakMap<IncomingMessage, () => void>();
 
 /**
  * Node answers `Expect: 100-continue` itself, before any hook runs, so a client sent its whole body to be
@@ -33,6 +35,7 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
   if (Number(req.headers['content-length']) > bodyLimit) return;
   if (!/^application\/json\s*(;|$)/i.test(req.headers['content-type'] ?? '')) return;
   reply.raw.writeContinue();
+  restarts.get(req.raw)?.();
 }
 
 /** A request made by inject(): no real socket to cut, no client still sending, no `complete` to go by. */
@@ -61,17 +64,31 @@ export function armBodyDeadline(
   // Fastify never reads a GET's or HEAD's body: dropped as it arrives, it is complete once sent, however
   // slow the answer (left unread, Node would stop reading the socket once 64 KiB of it waited).
   if (raw.method === 'GET' || raw.method === 'HEAD') raw.resume();
-  const timer = setTimeout(() => {
-    if (raw.complete || raw.socket.destroyed) return;
-    // After the answers owed to requests pipelined before this one: written ahead of them, the 408 would
-    // read as the first one's, and the cut would lose theirs.
-    afterAnswers(raw.socket, () => {
+  const start = (): NodeJS.Timeout =>
+    setTimeout(() => {
       if (raw.complete || raw.socket.destroyed) return;
-      if (!reply.raw.headersSent) late();
-      raw.socket.destroy();
+      // Still being checked before its 100 Continue: the client rightly sends nothing yet.
+      if (waiting.has(raw) && !reply.raw.headersSent) {
+        timer = start();
+        return;
+      }
+      // After the answers owed to requests pipelined before this one: written ahead of them, the 408 would
+      // read as the first one's, and the cut would lose theirs.
+      afterAnswers(raw.socket, () => {
+        if (raw.complete || raw.socket.destroyed) return;
+        if (!reply.raw.headersSent) late();
+        raw.socket.destroy();
+      });
+    }, ms).unref();
+  let timer = start();
+  // A client waiting for 100 Continue sends nothing before it: its body's time runs from the 100, not from
+  // the checks before it. Refused instead, it has its answer, and the deadline runs on from the headers.
+  if (waiting.has(raw)) {
+    restarts.set(raw, () => {
+      clearTimeout(timer);
+      timer = start();
     });
-  }, ms);
-  timer.unref();
+  }
   const clear = () => clearTimeout(timer);
   raw.once('end', clear);
   raw.once('close', clear);

@@ -6,7 +6,8 @@
 import net from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { armBodyDeadline } from '../../src/http/unread-bodies.js';
+import { eventually } from '../helpers/smtp.js';
+import { armBodyDeadline, holdContinue, sendContinue } from '../../src/http/unread-bodies.js';
 
 const DEADLINE_MS = 300;
 const SLOW_MS = 700;
@@ -42,6 +43,14 @@ describe('the body deadline', () => {
         ),
       );
       done();
+    });
+    // As app.ts: a client sending Expect: 100-continue gets its 100 once the checks pass, which take
+    // longer than the deadline here.
+    holdContinue(app.server);
+    app.addHook('preParsing', async (req, reply) => {
+      if (!req.headers.expect) return;
+      await new Promise((r) => setTimeout(r, DEADLINE_MS + 200));
+      sendContinue(req, reply, 1_000_000);
     });
     const slow = async () => {
       await new Promise((r) => setTimeout(r, SLOW_MS));
@@ -90,6 +99,29 @@ describe('the body deadline', () => {
       SLOW_MS * 4,
     );
     expect([statuses(answer), closed]).toEqual([[200, 408], true]);
+  });
+
+  it('counts the time of a body asked for with 100 Continue from the 100, not from the checks before it', async () => {
+    const socket = net.connect(port, '127.0.0.1');
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
+    socket.on('error', () => undefined);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(
+      'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8\r\n' +
+        'Expect: 100-continue\r\n\r\n',
+    );
+    try {
+      await eventually(() => answer.includes('100 Continue'), 5_000, 'the 100');
+      // Half the deadline after the 100: past it, counted from the headers.
+      await new Promise((r) => setTimeout(r, DEADLINE_MS / 2));
+      socket.write('{"a":1}\n');
+      await eventually(() => statuses(answer).length > 1, 5_000, 'the answer');
+      expect(statuses(answer)).toEqual([100, 200]);
+      expect(socket.destroyed).toBe(false);
+    } finally {
+      socket.destroy();
+    }
   });
 
   it('leaves the connection to a slow answer when a whole request is pipelined behind it', async () => {
