@@ -3,33 +3,30 @@
 // whole never does, however slow its answer, whether its body was read, never read (a GET's, however long),
 // or empty (Content-Length: 0), pipelined behind a slow request too; a late body's 408 waits for the answers
 // owed to the requests pipelined before it.
-import net from 'node:net';
+import type net from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually } from '../helpers/smtp.js';
+import { connect, statuses } from '../helpers/raw-http.js';
 import { armBodyDeadline, holdContinue, sendContinue } from '../../src/http/unread-bodies.js';
 
 const DEADLINE_MS = 300;
 const SLOW_MS = 700;
 
 /** Writes `request` on a new connection; resolves with all it received once the server closes it or `ms` pass. */
-function exchange(port: number, request: string, ms: number): Promise<{ answer: string; closed: boolean }> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
-    let answer = '';
-    const done = (closed: boolean) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve({ answer, closed });
-    };
-    const timer = setTimeout(() => done(false), ms);
-    socket.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
-    socket.on('error', () => undefined);
-    socket.on('close', () => done(true));
-  });
+async function exchange(
+  port: number,
+  request: string,
+  ms: number,
+): Promise<{ answer: string; closed: boolean }> {
+  const c = connect(port);
+  await c.write(request);
+  const closed = await Promise.race([
+    c.closed.then(() => true),
+    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ms)),
+  ]);
+  c.destroy();
+  return { answer: c.answer(), closed };
 }
-
-const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
 
 describe('the body deadline', () => {
   let app: FastifyInstance;
@@ -102,25 +99,23 @@ describe('the body deadline', () => {
   });
 
   it('counts the time of a body asked for with 100 Continue from the 100, not from the checks before it', async () => {
-    const socket = net.connect(port, '127.0.0.1');
-    let answer = '';
-    socket.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
-    socket.on('error', () => undefined);
-    await new Promise((resolve) => socket.once('connect', resolve));
-    socket.write(
-      'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8\r\n' +
-        'Expect: 100-continue\r\n\r\n',
-    );
+    const c = connect(port);
+    let closed = false;
+    void c.closed.then(() => (closed = true));
     try {
-      await eventually(() => answer.includes('100 Continue'), 5_000, 'the 100');
+      await c.write(
+        'POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8\r\n' +
+          'Expect: 100-continue\r\n\r\n',
+      );
+      await c.until(/100 Continue/);
       // Half the deadline after the 100: past it, counted from the headers.
       await new Promise((r) => setTimeout(r, DEADLINE_MS / 2));
-      socket.write('{"a":1}\n');
-      await eventually(() => statuses(answer).length > 1, 5_000, 'the answer');
-      expect(statuses(answer)).toEqual([100, 200]);
-      expect(socket.destroyed).toBe(false);
+      await c.write('{"a":1}\n');
+      await c.until(/HTTP\/1\.1 200 /);
+      expect(statuses(c.answer())).toEqual([100, 200]);
+      expect(closed).toBe(false);
     } finally {
-      socket.destroy();
+      c.destroy();
     }
   });
 

@@ -2,78 +2,17 @@
 // answer, and the connection then serves the next request; a client that asks before sending its body
 // (Expect: 100-continue) is told the refusal instead of being asked for the body. So does a header section
 // too large, whose client is still sending when the 431 is written.
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
 import { useApp } from '../helpers/api.js';
 import { type MailroomProcess, startProcess } from '../helpers/process.js';
+import { type Client, connect, statuses } from '../helpers/raw-http.js';
 import { storeKinds } from '../helpers/stores.js';
 import { type Deployment, deployment } from './deployment.js';
 
 const LIMIT = 2048;
 /** Far past the limit: the client is still sending when the answer comes. */
 const BIG = 4 * 1024 * 1024;
-
-interface Client {
-  write(data: string | Buffer): Promise<void>;
-  /** Resolves once what the server wrote matches `pattern`. */
-  until(pattern: RegExp): Promise<string>;
-  answer(): string;
-  /** Resolves when the connection closes, with the error that closed it, if any. */
-  closed: Promise<string | undefined>;
-  destroy(): void;
-}
-
-function connect(port: number): Client {
-  const socket = net.connect(port, '127.0.0.1');
-  let answer = '';
-  let error: string | undefined;
-  const waiters = new Set<() => void>();
-  socket.on('data', (c: Buffer) => {
-    answer += c.toString('latin1');
-    for (const w of waiters) w();
-  });
-  socket.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
-  const closed = new Promise<string | undefined>((resolve) =>
-    socket.on('close', () => {
-      for (const w of waiters) w();
-      resolve(error);
-    }),
-  );
-  return {
-    write: (data) =>
-      new Promise((resolve) => {
-        if (socket.destroyed || socket.write(data)) return resolve();
-        // A connection the server cut ends the sending too, not only a drained buffer.
-        const done = () => {
-          socket.off('drain', done).off('close', done);
-          resolve();
-        };
-        socket.on('drain', done).on('close', done);
-      }),
-    until: (pattern) =>
-      new Promise((resolve, reject) => {
-        const check = () => {
-          if (pattern.test(answer)) {
-            waiters.delete(check);
-            resolve(answer);
-          } else if (socket.destroyed) {
-            waiters.delete(check);
-            reject(
-              new Error(`closed (${error ?? 'no error'}) before ${pattern}; got ${answer.slice(0, 200)}`),
-            );
-          }
-        };
-        waiters.add(check);
-        check();
-      }),
-    answer: () => answer,
-    closed,
-    destroy: () => socket.destroy(),
-  };
-}
-
-const statuses = (answer: string) => [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
 
 describe.each(storeKinds())('bodies refused unread on %s', (kind) => {
   let t: TestApp, auth: string;
