@@ -27,7 +27,13 @@ function build(): void {
   );
 }
 
+/** Each test project runs the global setup (vitest.config.ts has two); one build serves them all. */
+const BUILT = Symbol.for('mailroom.testBuild');
+type Flagged = typeof globalThis & { [BUILT]?: true };
+
 export default function setup(project: TestProject): void {
+  if ((globalThis as Flagged)[BUILT]) return;
+  (globalThis as Flagged)[BUILT] = true;
   build();
   // A type error mid-edit must not end the watch (tsc exits 2 but still writes what it compiled; its
   // errors are on the console already).
