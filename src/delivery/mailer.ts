@@ -65,8 +65,9 @@ export interface Mailer {
   /** A later startBy for these emails' sends (by OutgoingMessage.id) not begun yet: their leases were renewed. */
   extend?(emailIds: string[], startBy: number): void;
   /**
-   * Drops this email's send if it has not begun (it rejects with NotStartedError): the worker stopped
-   * waiting for it and recorded it deferred, so it must not go out later as well as on its retry.
+   * Stops this email's send: dropped if it has not begun (it rejects with NotStartedError), its connection
+   * cut if it is talking to the relay (which takes a message only once its data has ended). The worker
+   * stopped waiting for it and records it deferred, so it must not go out later as well as on its retry.
    */
   cancel?(emailId: string): void;
   close(): Promise<void>;

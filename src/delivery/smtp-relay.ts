@@ -2,6 +2,7 @@
 // answers and errors become delivery results, with the relay's address kept out of what is stored.
 import { Transform } from 'node:stream';
 import nodemailer, { type Transporter } from 'nodemailer';
+import type Mail from 'nodemailer/lib/mailer/index.js';
 import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
 import {
   DeliveryError,
@@ -48,6 +49,8 @@ export class SmtpRelay {
    */
   private readonly waiting: Waiting[] = [];
   private active = 0;
+  /** Sends handed to nodemailer, by email id: cancel() aborts them. */
+  private readonly begun = new Map<string, AbortController>();
   /** What the relay and nodemailer say, as stored for the organisation (withoutAddress). */
   private readonly scrub: (text: string) => string;
 
@@ -83,9 +86,12 @@ export class SmtpRelay {
       this.waiting.push({ id: message.id, startBy, begin, refuse });
       this.next();
     });
+    const abort = new AbortController();
+    this.begun.set(message.id, abort);
     try {
-      return await this.transmit(message);
+      return await this.transmit(message, abort.signal);
     } finally {
+      if (this.begun.get(message.id) === abort) this.begun.delete(message.id);
       this.active--;
       this.next();
     }
@@ -97,7 +103,10 @@ export class SmtpRelay {
     for (const w of this.waiting) if (ids.has(w.id)) w.startBy = Math.max(w.startBy, startBy);
   }
 
-  /** Drops this email's sends not begun yet: the worker gave up waiting for them (Mailer.cancel). */
+  /**
+   * Drops this email's send not begun yet, and cuts the connection of one talking to the relay (nodemailer
+   * closes it for the aborted message): the worker gave up waiting for it (Mailer.cancel).
+   */
   cancel(emailId: string): void {
     for (let i = this.waiting.length - 1; i >= 0; i--) {
       const turn = this.waiting[i]!;
@@ -105,6 +114,7 @@ export class SmtpRelay {
       this.waiting.splice(i, 1);
       turn.refuse(new NotStartedError('the worker stopped waiting for it'));
     }
+    this.begun.get(emailId)?.abort(new Error('the worker stopped waiting for it'));
   }
 
   /** Begins waiting sends while connections are free; one whose startBy has passed is refused. */
@@ -120,9 +130,11 @@ export class SmtpRelay {
     }
   }
 
-  private async transmit(message: OutgoingMessage): Promise<DeliveryResult> {
+  private async transmit(message: OutgoingMessage, signal: AbortSignal): Promise<DeliveryResult> {
     try {
-      const info = await this.transport.sendMail(mailOptions(message, this.options.dkim));
+      // nodemailer 10 takes `signal` (its types here predate it).
+      const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
+      const info = await this.transport.sendMail(options);
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
         toFailure(e, this.scrub),
       );

@@ -20,6 +20,8 @@ export interface SinkOptions {
   port?: number;
   /** Answer to RCPT TO; nothing means accepted. */
   onRcpt?: (address: string) => SmtpReply | undefined;
+  /** Keeps the answer to RCPT TO waiting until the returned promise settles (never, to hang the sender). */
+  holdRcpt?: (address: string) => Promise<void> | undefined;
   /** Answer after the message data; nothing means accepted (and recorded). */
   onData?: (raw: Buffer, envelope: SinkMessage['envelope']) => SmtpReply | undefined;
   /** Answer to MAIL FROM; nothing means accepted. */
@@ -40,6 +42,8 @@ export interface SmtpSink {
   port: number;
   url: string;
   messages: SinkMessage[];
+  /** Connections that clients closed or cut so far. */
+  closed: number;
   /** Messages received for one address, from the envelope. */
   deliveredTo(address: string): SinkMessage[];
   close(): Promise<void>;
@@ -58,6 +62,14 @@ const addressOf = (a: SMTPServerAddress | false): string => (a ? a.address : '')
 
 export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink> {
   const messages: SinkMessage[] = [];
+  const sink: SmtpSink = {
+    port: 0,
+    url: '',
+    messages,
+    closed: 0,
+    deliveredTo: (address) => messages.filter((m) => m.envelope.to.includes(address)),
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
   const server = new SMTPServer({
     logger: false,
     authOptional: !options.credentials,
@@ -78,8 +90,16 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
       callback(reply ? replyError(reply) : undefined);
     },
     onRcptTo(address, _session, callback) {
-      const reply = options.onRcpt?.(address.address);
-      callback(reply ? replyError(reply) : undefined);
+      const answer = () => {
+        const reply = options.onRcpt?.(address.address);
+        callback(reply ? replyError(reply) : undefined);
+      };
+      const held = options.holdRcpt?.(address.address);
+      if (held) void held.then(answer, answer);
+      else answer();
+    },
+    onClose() {
+      sink.closed++;
     },
     onData(stream, session: SMTPServerSession, callback) {
       const chunks: Buffer[] = [];
@@ -111,13 +131,8 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
     server.listen(options.port ?? 0, '127.0.0.1', () => resolve());
   });
   const port = (server.server.address() as net.AddressInfo).port;
-  return {
-    port,
-    url: `smtp://127.0.0.1:${port}`,
-    messages,
-    deliveredTo: (address) => messages.filter((m) => m.envelope.to.includes(address)),
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+  Object.assign(sink, { port, url: `smtp://127.0.0.1:${port}` });
+  return sink;
 }
 
 /** A port nothing listens on right now (bound, then released). */
