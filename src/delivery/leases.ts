@@ -28,11 +28,11 @@ export interface LeaseOptions {
 
 export class Leases {
   /**
-   * Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. Counted:
-   * after a lost lease the same email can be claimed again while the first attempt still runs, and that
-   * attempt's end must not stop the renewals of the second.
+   * Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. A claim
+   * skips them (claimDue's `holding`), so an email is never held twice: its lease may run out in the store
+   * meanwhile (an outage longer than the lease), but only another worker may then claim it.
    */
-  private held = new Map<string, number>();
+  private held = new Set<string>();
   private heartbeat: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: LeaseOptions) {}
@@ -48,13 +48,11 @@ export class Leases {
   }
 
   hold(emailId: string): void {
-    this.held.set(emailId, (this.held.get(emailId) ?? 0) + 1);
+    this.held.add(emailId);
   }
 
   release(emailId: string): void {
-    const holds = this.held.get(emailId)! - 1;
-    if (holds === 0) this.held.delete(emailId);
-    else this.held.set(emailId, holds);
+    this.held.delete(emailId);
   }
 
   async claim(limit: number, askFirst: boolean): Promise<ClaimedEmail[]> {
@@ -66,7 +64,13 @@ export class Leases {
     // A poll of an idle queue takes no write lock (anyDue).
     if (askFirst && !(await queue.anyDue(store.db, at))) return [];
     return store.batch(async (trx) => {
-      const emails = await queue.claimDue(trx, store.dialect, { now: at, leaseUntil, owner, limit });
+      const emails = await queue.claimDue(trx, store.dialect, {
+        now: at,
+        leaseUntil,
+        owner,
+        limit,
+        holding: [...this.held],
+      });
       if (emails.length === 0) return [];
       const recipients = await queue.recipientsOf(
         trx,
@@ -97,7 +101,7 @@ export class Leases {
     try {
       // Batched with the results, so renewals and results never lock the same rows in opposite orders.
       const renewed = await this.o.store.batch((trx) =>
-        queue.renewLeases(trx, this.o.owner, [...this.held.keys()], leaseUntil),
+        queue.renewLeases(trx, this.o.owner, [...this.held], leaseUntil),
       );
       // Only those still this worker's: a lease another worker took over is not extended here.
       if (renewed.length > 0) this.o.onRenewed?.(renewed, until);

@@ -7,16 +7,23 @@ import type { Executor } from '../store/store.js';
 import type { RecipientRow } from '../emails/emails.repository.js';
 import { rowCount } from '../store/prepared.js';
 
+/**
+ * Claims up to `limit` due emails for `owner`. `holding`: emails whose attempt this worker has not finished
+ * (its send runs, or its result waits for the store); due again only because their lease ran out meanwhile
+ * (an outage longer than the lease), they are not claimed a second time beside that attempt.
+ */
 export async function claimDue(
   db: Executor,
   dialect: DialectName,
-  opts: { now: string; leaseUntil: string; owner: string; limit: number },
+  opts: { now: string; leaseUntil: string; owner: string; limit: number; holding?: readonly string[] },
 ): Promise<EmailRow[]> {
   let due = db
     .selectFrom('emails')
     .select('id')
     .where('next_attempt_at', 'is not', null)
-    .where('next_attempt_at', '<=', opts.now)
+    .where('next_attempt_at', '<=', opts.now);
+  if (opts.holding && opts.holding.length > 0) due = due.where('id', 'not in', opts.holding);
+  due = due
     .orderBy('next_attempt_at')
     // A cast, not a bare parameter: the writer's cached statement is then not re-planned on every claim.
     .limit(rowCount(opts.limit));

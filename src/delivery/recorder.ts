@@ -68,10 +68,11 @@ export class ResultRecorder {
     if (jobs.length === 0) return;
     void writeTogetherOrAlone<Job, boolean>(jobs, async (batch) => {
       const held = await this.store.batch((trx) => this.write(trx, batch));
-      return (job) => held.has(job.result.emailId);
+      return (job) => held.has(claimOf(job.result));
     });
   }
 
+  /** Writes the results whose claims still hold their leases; returns those claims (claimOf). */
   private async write(trx: Executor, jobs: Job[]): Promise<Set<string>> {
     const held = new Set<string>();
     // Results of one batch finished within a few milliseconds: each row's updated_at is the batch's
@@ -87,11 +88,11 @@ export class ResultRecorder {
         { emailIds: group.map((j) => j.result.emailId), owner: this.owner, attempts: r.attempts },
         { status: r.status, next_attempt_at: r.nextAttemptAt, last_error: r.lastError, updated_at: at },
       );
-      for (const id of ids) held.add(id);
+      for (const id of ids) held.add(claimOf({ emailId: id, attempts: r.attempts }));
     }
     const recipients = groupBy(
       jobs
-        .filter((j) => held.has(j.result.emailId))
+        .filter((j) => held.has(claimOf(j.result)))
         .flatMap(({ result }) =>
           [...result.verdicts].map(([position, v]) => ({ emailId: result.emailId, position, v })),
         ),
@@ -108,10 +109,18 @@ export class ResultRecorder {
     }
     await insertEvents(
       trx,
-      jobs.filter((j) => held.has(j.result.emailId)).flatMap((j) => j.result.events),
+      jobs.filter((j) => held.has(claimOf(j.result))).flatMap((j) => j.result.events),
     );
     return held;
   }
+}
+
+/**
+ * A claim: an email at one attempt. Two results of one email can meet in a batch (a stale attempt's, whose
+ * lease ran out, and the current one's); only the current one's recipients and events may be written.
+ */
+function claimOf(r: { emailId: string; attempts: number }): string {
+  return `${r.emailId} ${r.attempts}`;
 }
 
 function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {

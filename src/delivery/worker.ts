@@ -37,6 +37,8 @@ export interface WorkerOptions {
    * forever (never tripping the socket timeout) cannot hold a renewed lease forever.
    */
   sendTimeoutMs?: number;
+  /** The longest wait between tries to record a result the store refused (RECORD_RETRY_FIRST_MS doubling). */
+  recordRetryMaxMs?: number;
   random?: () => number;
 }
 
@@ -48,11 +50,14 @@ const MAX_CLAIM_BACKOFF_MS = 5_000;
 /** A failing store is logged when it starts failing, then at most this often until it works again. */
 const FAILURE_LOG_EVERY_MS = 60_000;
 /**
- * A result the store refused to record (a dropped connection, a restart) is tried again, waiting twice as
- * long each time up to the last wait, while the lease holds the email: given up, the lease runs out and the
- * email is sent again, although it was delivered.
+ * A result the store refused to record (a dropped connection, a restart, a full disk) is tried again,
+ * waiting twice as long each time up to recordRetryMaxMs, for as long as the store refuses it: given up,
+ * the email would be claimed again once its lease ran out and sent again, although it was delivered.
+ * Meanwhile the worker holds the email (no claim of its own takes it again, and renewals go on), so the
+ * result lands as soon as the store is back. Only a shutdown that gave up waiting (stop) ends the tries.
  */
-const RECORD_RETRY_WAITS_MS = [100, 250, 500, 1_000, 2_000, 4_000, 8_000];
+const RECORD_RETRY_FIRST_MS = 100;
+const DEFAULT_RECORD_RETRY_MAX_MS = 1_000;
 
 export class DeliveryWorker {
   readonly owner = randomUUID();
@@ -60,6 +65,7 @@ export class DeliveryWorker {
   private readonly leaseMargin: number;
   private readonly pollMs: number;
   private readonly sendTimeoutMs: number;
+  private readonly recordRetryMaxMs: number;
   /** Sends in progress: the slots `concurrency` bounds. */
   private sending = 0;
   /** Attempts not yet recorded (sending, or their result waiting for its commit). */
@@ -89,6 +95,7 @@ export class DeliveryWorker {
     this.leaseMs = o.leaseMs ?? DEFAULT_LEASE_MS;
     this.pollMs = o.pollMs ?? 250;
     this.sendTimeoutMs = o.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS;
+    this.recordRetryMaxMs = o.recordRetryMaxMs ?? DEFAULT_RECORD_RETRY_MAX_MS;
     const { store, clock, ids, logger } = o;
     // A send waiting for a connection begins only while its lease holds, with this much to spare.
     this.leaseMargin = Math.min(this.leaseMs / 5, 5_000);
@@ -239,7 +246,8 @@ export class DeliveryWorker {
     try {
       await recorded;
     } catch (err) {
-      // The lease runs out and the email is claimed again; recipients already recorded are not re-sent.
+      // Only once stop() gave up on it: the lease runs out and the email is claimed again (recipients
+      // already recorded are not re-sent).
       this.log(email).error({ err }, 'delivery: recording the result failed');
     }
   }
@@ -278,7 +286,8 @@ export class DeliveryWorker {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        // Deferred now and sent again on retry: it must not also go out from the relay's queue later.
+        // Deferred now and sent again on retry: it must not also go out from the relay's queue later, nor
+        // its transmission finish now (its connection is cut).
         this.o.mailer.cancel?.(message.id);
         reject(new DeliveryError(`send did not finish within ${this.sendTimeoutMs} ms`, false));
       }, this.sendTimeoutMs);
@@ -319,15 +328,24 @@ export class DeliveryWorker {
     };
     const log = this.log(email);
     let recorded: boolean;
+    let loggedAt = -Infinity;
     for (let tries = 0; ; tries++) {
       try {
         // Written only while this claim holds the lease: a retry after the lease was lost writes nothing.
         recorded = await this.recorder.record(result);
         break;
       } catch (err) {
-        const wait = RECORD_RETRY_WAITS_MS[tries];
-        if (wait === undefined || this.abandoned) throw err;
-        log.warn({ err: (err as Error).message }, 'delivery: recording the result failed; trying again');
+        if (this.abandoned) throw err;
+        const now = performance.now();
+        if (now - loggedAt >= FAILURE_LOG_EVERY_MS) {
+          loggedAt = now;
+          // Logged again at most once a minute: tries go on for as long as the store refuses.
+          log.warn(
+            { err: (err as Error).message, tries: tries + 1 },
+            'delivery: recording the result failed; trying again',
+          );
+        }
+        const wait = Math.min(RECORD_RETRY_FIRST_MS * 2 ** Math.min(tries, 20), this.recordRetryMaxMs);
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }

@@ -93,4 +93,53 @@ describe.each(storeKinds())('result recorder on %s', (kind) => {
       .execute();
     expect(leased.map((r) => r.id)).toEqual([ids[29]]);
   });
+
+  it("writes only the current attempt's recipients and events when a stale attempt's result shares its batch", async () => {
+    const { store } = t.ts;
+    const org = (await t.services.orgs.create('recorder-stale')).id;
+    const { id } = await t.services.emails.send(org, { to: ['stale@example.test'], subject: 's', text: 't' });
+    const future = new Date(Date.now() + 60_000).toISOString();
+    // Claimed twice by one worker (as a lease that ran out and was taken again): attempt 2 is current.
+    await store.write((trx) =>
+      trx
+        .updateTable('emails')
+        .set({
+          status: 'sending',
+          lease_owner: 'w1',
+          lease_until: future,
+          next_attempt_at: future,
+          attempts: 2,
+        })
+        .where('id', '=', id)
+        .execute(),
+    );
+
+    const at = new Date().toISOString();
+    const result = (attempts: number, status: 'deferred' | 'failed', response: string): AttemptResult => ({
+      emailId: id,
+      attempts,
+      status,
+      nextAttemptAt: status === 'deferred' ? future : null,
+      lastError: response,
+      at,
+      verdicts: new Map([[0, { status, response }]]),
+      events: [{ id: uuidIds.next(), email_id: id, type: status, at, detail: response }],
+    });
+    const recorder = new ResultRecorder(store, 'w1');
+    // One batch: both are held until the same flush.
+    const recorded = await Promise.all([
+      recorder.record(result(1, 'deferred', '451 later')),
+      recorder.record(result(2, 'failed', '550 no such user')),
+    ]);
+    expect(recorded).toEqual([false, true]);
+    const view = await t.services.emails.get(org, id);
+    expect([view.status, view.lastError]).toEqual(['failed', '550 no such user']);
+    expect(view.recipients).toEqual([
+      { email: 'stale@example.test', status: 'failed', response: '550 no such user' },
+    ]);
+    expect(view.events.map((e) => [e.type, e.detail])).toEqual([
+      ['queued', null],
+      ['failed', '550 no such user'],
+    ]);
+  });
 });

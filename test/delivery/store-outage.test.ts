@@ -1,7 +1,8 @@
 // The worker while its store refuses every claim (PostgreSQL down, a full disk): it backs off instead of
 // retrying every poll, logs the fault once rather than at every try, and delivers what is due once the
 // store answers again. The outage is a fake: a real store cannot be made to refuse on cue in-process.
-// A worker that lost a lease and claims the same email again keeps renewing the new lease.
+// A worker does not claim again an email its own send holds, whose lease ran out in the store; and it
+// records a result for as long as the store refuses it.
 // And while another process holds SQLite's write lock: an idle worker's polls do not wait for it.
 import Database from 'better-sqlite3';
 import path from 'node:path';
@@ -97,6 +98,33 @@ async function tenIdlePolls(
   }
 }
 
+/** A logger that keeps what it logs at `level` and above, parsed, in `lines`. */
+function capturing(level: 'info' | 'warn') {
+  const lines: { level: number; msg: string }[] = [];
+  const logger = pino({ level }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+  return { lines, logger };
+}
+
+/**
+ * A mailer that sends through `mailer`, and calls `afterFirst` once the first send is over (before its
+ * result is recorded). Counts its sends.
+ */
+function afterFirstSend(mailer: Mailer, afterFirst: () => void) {
+  const counted = {
+    sends: 0,
+    mailer: {
+      description: mailer.description,
+      close: async () => undefined,
+      send: async (message, options) => {
+        const result = await mailer.send(message, options);
+        if (counted.sends++ === 0) afterFirst();
+        return result;
+      },
+    } satisfies Mailer,
+  };
+  return counted;
+}
+
 /** The email's lease and due time, as the store holds them. */
 const leaseOf = (t: TestApp, id: string) =>
   t.ts.store.db
@@ -120,8 +148,7 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
   });
 
   it('backs off, logs once, and delivers when the store is back', async () => {
-    const lines: { level: number; msg: string }[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { lines, logger } = capturing('info');
     const outage = flaky(t.ts.store);
     outage.down = true;
     const worker = startWorker(t, mailer, { store: outage.store, logger, pollMs: 20 });
@@ -171,23 +198,13 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
   });
 
   it('records a result the store refused at first, and sends the email once', async () => {
-    const lines: { msg: string }[] = [];
-    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { lines, logger } = capturing('warn');
     const outage = flaky(t.ts.store);
     // Once the first send is over, the next two writes through the store (the result's, or a renewal
     // between its tries) are refused.
-    let sends = 0;
-    const refusing: Mailer = {
-      description: mailer.description,
-      close: async () => undefined,
-      send: async (message) => {
-        const result = await mailer.send(message);
-        if (sends++ === 0) outage.failNext = 2;
-        return result;
-      },
-    };
-    // A lease shorter than the retries would take to give up: given up, the email went out again after it.
-    const worker = startWorker(t, refusing, { store: outage.store, logger, leaseMs: 2_000 });
+    const refusing = afterFirstSend(mailer, () => (outage.failNext = 2));
+    // A short lease: had the result been given up, the email would have gone out again after it.
+    const worker = startWorker(t, refusing.mailer, { store: outage.store, logger, leaseMs: 2_000 });
     try {
       const id = await sendEmail(t, auth, basicEmail('recorded-late@example.org'));
       const email = await settled(t, auth, id);
@@ -196,7 +213,7 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       expect(lines.some((l) => /recording the result failed; trying again/.test(l.msg))).toBe(true);
       // Recorded for good: no lease left to run out, and never due again, so no later claim can send it.
       expect(await leaseOf(t, id)).toEqual({ lease_owner: null, lease_until: null, next_attempt_at: null });
-      expect([sends, sink.deliveredTo('recorded-late@example.org').length]).toEqual([1, 1]);
+      expect([refusing.sends, sink.deliveredTo('recorded-late@example.org').length]).toEqual([1, 1]);
     } finally {
       await worker.stop();
     }
@@ -240,58 +257,83 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     }
   });
 
-  it('keeps renewing the lease of a second claim when the first, stale attempt of the same email ends', async () => {
-    // Each send of the email waits for its own release: a relay slower than the lease.
-    const gates: (() => void)[] = [];
+  it('does not claim again an email its own send still holds when the store says its lease ran out', async () => {
+    // The first send of the email waits for its release: a relay slower than the lease.
+    let release!: () => void;
+    const relayed = new Promise<void>((resolve) => (release = resolve));
+    let sends = 0;
     const slow: Mailer = {
       description: mailer.description,
       close: async () => undefined,
-      send: async (message) => {
-        await new Promise<void>((release) => gates.push(release));
-        return mailer.send(message);
+      send: async (message, options) => {
+        if (message.recipients.includes('held@example.org') && sends++ === 0) await relayed;
+        return mailer.send(message, options);
       },
     };
-    const lines: { msg: string; time: number }[] = [];
-    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
-    const worker = startWorker(t, slow, { leaseMs: 200, sendTimeoutMs: 30_000, logger });
+    // Renewals (every quarter of the lease) do not come during the test: the store alone says the lease ended.
+    const worker = startWorker(t, slow, { leaseMs: 60_000 });
     try {
-      const id = await sendEmail(t, auth, basicEmail('twice-claimed@example.org'));
-      await eventually(() => gates.length === 1, 5_000, 'first send started');
-      // The lease runs out before a renewal lands (a store outage longer than the lease): written here
-      // directly, since which comes first after an outage, the renewal or a claim, is a race.
+      const id = await sendEmail(t, auth, basicEmail('held@example.org'));
+      await eventually(() => sends === 1, 5_000, 'the send started');
+      // As after an outage longer than the lease: ended in the store, and still this worker's.
       const past = new Date(Date.now() - 1_000).toISOString();
       await t.ts.store.write((trx) =>
         trx
           .updateTable('emails')
-          .set({ lease_owner: 'lost', lease_until: past, next_attempt_at: past })
+          .set({ lease_until: past, next_attempt_at: past })
           .where('id', '=', id)
           .execute(),
       );
-      await eventually(() => gates.length === 2, 5_000, 'claimed again by the same worker');
-      // The first attempt ends; its result is refused (the lease moved on), which the worker logs.
-      gates[0]!();
-      const ended = await eventually(
-        () => lines.find((l) => /lease was lost before the result was recorded/.test(l.msg))?.time,
-        10_000,
-        'the first attempt to end',
-      );
-      // The second's lease must still be renewed: it reaches three lease periods past the first's end,
-      // and meanwhile nobody claims the email a third time (which a lease left to run out would allow).
-      await eventually(
-        async () => {
-          if (gates.length > 2) throw new Error('claimed a third time: its lease was not renewed');
-          const lease = await leaseOf(t, id);
-          return lease.lease_until !== null && new Date(lease.lease_until).getTime() > ended + 3 * 200;
-        },
-        10_000,
-        'the lease of the second claim renewed three lease periods on',
-      );
-      expect(gates).toHaveLength(2);
-      gates[1]!();
-      expect((await settled(t, auth, id)).status).toBe('sent');
-      expect(gates).toHaveLength(2);
+      // A claim after that takes the other email; it would have taken the held one first (due earlier).
+      const other = await sendEmail(t, auth, basicEmail('claimed-after@example.org'));
+      expect((await settled(t, auth, other)).status).toBe('sent');
+      expect(sends).toBe(1);
+      release();
+      const email = await settled(t, auth, id);
+      expect([email.status, email.attempts]).toEqual(['sent', 1]);
+      expect(email.events.map((e) => e.type)).toEqual(['queued', 'sending', 'sent']);
+      expect([sends, sink.deliveredTo('held@example.org').length]).toEqual([1, 1]);
     } finally {
-      for (const release of gates) release();
+      release();
+      await worker.stop();
+    }
+  });
+
+  it('records a result the store refused for longer than the lease once it is back, and sends the email once', async () => {
+    const { lines, logger } = capturing('warn');
+    const outage = flaky(t.ts.store);
+    let downSince = 0;
+    // The store goes down as the first send ends: its result, renewals and claims are all refused.
+    const refusing = afterFirstSend(mailer, () => {
+      outage.down = true;
+      downSince = performance.now();
+    });
+    const worker = startWorker(t, refusing.mailer, {
+      store: outage.store,
+      logger,
+      leaseMs: 400,
+      recordRetryMaxMs: 20,
+    });
+    try {
+      const id = await sendEmail(t, auth, basicEmail('outlasted@example.org'));
+      // Three leases long: the lease runs out in the store, and the result is refused some 60 times (a
+      // fixed number of tries, given up, left the delivered email to be claimed and sent again).
+      await eventually(
+        () => refusing.sends === 1 && performance.now() - downSince >= 1_200,
+        10_000,
+        'an outage of three leases',
+      );
+      const refused = outage.refusedAt.length;
+      outage.down = false;
+      const email = await settled(t, auth, id);
+      expect([email.status, email.attempts]).toEqual(['sent', 1]);
+      expect(refused).toBeGreaterThan(30);
+      expect([refusing.sends, sink.deliveredTo('outlasted@example.org').length]).toEqual([1, 1]);
+      expect(await leaseOf(t, id)).toEqual({ lease_owner: null, lease_until: null, next_attempt_at: null });
+      // Said once, not at every try.
+      expect(lines.filter((l) => /recording the result failed; trying again/.test(l.msg))).toHaveLength(1);
+    } finally {
+      outage.down = false;
       await worker.stop();
     }
   });
