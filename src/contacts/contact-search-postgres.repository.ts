@@ -19,6 +19,7 @@ import { contactJson } from './contact-fields.js';
 import { END, isChunkSearchable } from '../store/address-chunks.js';
 import { CHUNKS_TABLE } from '../store/address-chunks-postgres.js';
 import { inOneSnapshot } from '../store/snapshot.js';
+import { matchCase } from '../validation/addresses.js';
 
 /** Contacts walked at least before the trigram index is asked: about 2 ms. */
 const WALK_BUDGET = 5_000;
@@ -116,9 +117,7 @@ export async function countByEmailOnPostgres(
   if (chunked !== undefined) return chunked;
   if (filter.tag !== undefined || filter.email === undefined) return undefined;
   const { rows } = await sql<{ n: string }>`select count(*) as n from contact_addresses
-    where organization_id = ${organizationId} and ${conditions(filter, filter.email.toLowerCase())}`.execute(
-    db,
-  );
+    where organization_id = ${organizationId} and ${conditions(filter, matchCase(filter.email))}`.execute(db);
   return Number(rows[0]!.n);
 }
 
@@ -140,7 +139,7 @@ export async function pageByEmailOnPostgres(
 ): Promise<{ contacts?: string[]; total?: number } | undefined> {
   let budget = tuning.walkBudget ?? WALK_BUDGET;
   if (filter.tag !== undefined || filter.email === undefined) return undefined;
-  const term = filter.email.toLowerCase();
+  const term = matchCase(filter.email);
   // The trigram index cannot find a term shorter than a trigram.
   if (!isTrigramSearchable(term)) return undefined;
   const reach = page.page * page.limit;
@@ -248,7 +247,7 @@ function chunkCounter(
   if (filter.tag !== undefined || filter.unsubscribed !== undefined || filter.email === undefined) {
     return undefined;
   }
-  const term = filter.email.toLowerCase();
+  const term = matchCase(filter.email);
   if (!isChunkSearchable(term)) return undefined;
   // A row whose domain holds the term (or, for `@…`, begins with what follows the @) holds it in each of
   // its `n` addresses, and is not read; `covered` is null for the rest, which are searched.

@@ -20,6 +20,7 @@ import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from '../store/search-file.js';
 import { walkNewest } from './contact-walk.js';
 import type { ContactFilter } from './contacts.repository.js';
+import { matchCase } from '../validation/addresses.js';
 
 /**
  * One match read through the index costs about as much as this many contacts walked in created_at
@@ -135,7 +136,7 @@ export async function pageByEmailIndex(
   knownTotal?: number,
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
   if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
-  const term = filter.email.toLowerCase();
+  const term = matchCase(filter.email);
   const size = await organizationSize(db, organizationId);
   const reach = page.page * page.limit;
   // A page past the organisation's contacts holds none of them. Asked of the index, whose keys are every
@@ -190,7 +191,7 @@ export async function countByEmailIndex(
   filter: ContactFilter,
 ): Promise<number | undefined> {
   if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
-  const term = filter.email.toLowerCase();
+  const term = matchCase(filter.email);
   const size = await organizationSize(db, organizationId);
   // The chunks know addresses only: a subscription filter beside the term takes the FTS5 count or a scan.
   const chunks = filter.unsubscribed === undefined && isChunkSearchable(term);

@@ -11,6 +11,7 @@ import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf, organizationSize } from './contact-counts.repository.js';
 import { walkInOrder, walkPage } from './contact-walk.js';
+import { matchCase } from '../validation/addresses.js';
 
 export interface ContactFilter {
   email?: string | undefined;
@@ -77,7 +78,7 @@ export function findContactByEmail(
     .selectFrom('contacts')
     .selectAll()
     .where('organization_id', '=', organizationId)
-    .where('email_lower', '=', email.toLowerCase());
+    .where('email_lower', '=', matchCase(email));
   return (lock ? forUpdate(lock, q) : q).executeTakeFirst();
 }
 
@@ -99,7 +100,7 @@ function rowConditions(
     );
   }
   if (filter.email !== undefined) {
-    conditions.push(containsText(dialect, `${table}.email_lower`, filter.email.toLowerCase()));
+    conditions.push(containsText(dialect, `${table}.email_lower`, matchCase(filter.email)));
   }
   return conditions;
 }
@@ -313,7 +314,7 @@ export async function pageAfterContact(
   const budget = Math.min(AFTER_WALK_MAX, Math.max(5_000, Math.ceil(2 * expected)));
   const older = sql<SqlBool>`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after.id})`;
   const window = sql`limit ${rowCount(page.limit)} offset ${rowCount(after.skip)}`;
-  const matches = containsText(dialect, 'email_lower', term.toLowerCase());
+  const matches = containsText(dialect, 'email_lower', matchCase(term));
   const pageQuery = walkInOrder(dialect, older, matches, budget, window);
   const walked = await walkPage(db, pageQuery);
   if (walked.length === page.limit) return walked;

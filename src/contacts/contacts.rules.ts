@@ -8,6 +8,11 @@ import { isObject, longerThan } from '../validation/guards.js';
 export const MAX_TAGS = 50;
 export const MAX_CUSTOM_FIELDS = 50;
 export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
+/**
+ * An email that looks a contact up (the `email` filter, a delete's, an update's without `id`): longer than
+ * any address can be, for what a client may send untrimmed, and bounded all the same.
+ */
+export const MAX_EMAIL_LOOKUP = 320;
 
 export type CustomValue = string | number | boolean | null;
 export type CustomFields = Record<string, CustomValue>;
@@ -21,6 +26,14 @@ function checkEmail(errors: DetailCollector, value: unknown): void {
   const email = value.trim();
   if (longerThan(email, MAX_ADDRESS)) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
   else if (!isValidEmail(email)) errors.add('email', 'must be a valid email address');
+}
+
+/** An email that names the contact: blank is a 400, as a delete's is, not "Contact    not found". */
+function checkLookup(errors: DetailCollector, value: unknown): void {
+  if (typeof value !== 'string') return;
+  if (value.trim() === '') errors.add('email', 'must not be blank');
+  else if (longerThan(value, MAX_EMAIL_LOOKUP))
+    errors.add('email', `must be at most ${MAX_EMAIL_LOOKUP} characters`);
 }
 
 function checkCustomFields(errors: DetailCollector, fields: unknown): void {
@@ -67,6 +80,7 @@ export function updateRules(body: Loose): ErrorDetail[] {
   const errors = new DetailCollector();
   if (body.id === undefined && body.email === undefined) errors.add('id', 'id or email is required');
   if (body.id !== undefined) checkEmail(errors, body.email);
+  else checkLookup(errors, body.email);
   const others = Object.keys(body).filter((k) => k !== 'id' && k !== 'email');
   const changes = (body.id !== undefined && body.email !== undefined) || others.length > 0;
   if (!changes && errors.details.length === 0) {

@@ -13,7 +13,7 @@ import {
 } from '../http/schemas.js';
 
 import { withRules } from '../validation/ajv.js';
-import { MAX_CUSTOM_FIELDS, MAX_TAGS, createRules, updateRules } from './contacts.rules.js';
+import { MAX_CUSTOM_FIELDS, MAX_EMAIL_LOOKUP, MAX_TAGS, createRules, updateRules } from './contacts.rules.js';
 
 export { MAX_CUSTOM_FIELDS, MAX_CUSTOM_FIELDS_BYTES, MAX_TAGS } from './contacts.rules.js';
 
@@ -59,7 +59,7 @@ export const listContactsSchema = {
   querystring: Type.Object({
     ...PageQuery,
     email: Type.Optional(
-      Type.String({ maxLength: 320, description: 'Case-insensitive substring of the email' }),
+      Type.String({ maxLength: MAX_EMAIL_LOOKUP, description: 'Case-insensitive substring of the email' }),
     ),
     tag: Type.Optional(Type.String({ maxLength: 64, description: 'Exact tag' })),
     unsubscribed: Type.Optional(Type.Boolean()),
@@ -123,7 +123,7 @@ export const deleteContactSchema = {
   querystring: Type.Object({
     id: Type.Optional(ContactId),
     // Blank is a 400, as the email of a create is: not a search for "Contact    not found".
-    email: Type.Optional(Type.String({ minLength: 1, maxLength: 320, pattern: '\\S' })),
+    email: Type.Optional(Type.String({ minLength: 1, maxLength: MAX_EMAIL_LOOKUP, pattern: '\\S' })),
   }),
   response: {
     200: Type.Object({ success: Type.Boolean(), message: Type.String() }),

@@ -16,6 +16,7 @@ import { addressesVersion } from './contact-search.repository.js';
 import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
 import { KeptSearches } from './kept-searches.js';
+import { matchCase } from '../validation/addresses.js';
 
 export interface Contact {
   id: string;
@@ -109,7 +110,7 @@ export class ContactsService {
       id: this.ids.next(),
       organization_id: orgId,
       email,
-      email_lower: email.toLowerCase(),
+      email_lower: matchCase(email),
       first_name: input.firstName ?? null,
       last_name: input.lastName ?? null,
       unsubscribed: input.unsubscribed ? 1 : 0,
@@ -219,7 +220,7 @@ export class ContactsService {
         const changes: Partial<ContactRow> = { updated_at: this.clock.now().toISOString() };
         if (newEmail !== undefined) {
           changes.email = newEmail;
-          changes.email_lower = newEmail.toLowerCase();
+          changes.email_lower = matchCase(newEmail);
         }
         if (input.firstName !== undefined) changes.first_name = input.firstName;
         if (input.lastName !== undefined) changes.last_name = input.lastName;
@@ -257,11 +258,7 @@ export class ContactsService {
     await this.store.write(async (trx) => {
       const row = await this.getForWrite(trx, orgId, by);
       // Both given: they must name the same contact. Deleting by the id alone could delete the wrong one.
-      if (
-        by.id !== undefined &&
-        by.email !== undefined &&
-        row.email_lower !== by.email.trim().toLowerCase()
-      ) {
+      if (by.id !== undefined && by.email !== undefined && row.email_lower !== matchCase(by.email.trim())) {
         throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id} with email ${by.email.trim()} not found`);
       }
       await repo.deleteContact(trx, row.id);

@@ -10,6 +10,8 @@
 // wait for its answer instead of working it out again: on SQLite, passes over the addresses run one at a
 // time on the event loop, so ten at once took ten times as long.
 
+import { matchCase } from '../validation/addresses.js';
+
 /** Searches (organisation and term) whose totals are kept, and pages kept; the oldest go first. */
 const KEPT_TOTALS = 256;
 const KEPT_PAGES = 256;
@@ -45,7 +47,7 @@ class Recent<V> {
   }
 }
 
-const searchKey = (orgId: string, term: string) => `${orgId}\n${term.toLowerCase()}`;
+const searchKey = (orgId: string, term: string) => `${orgId}\n${matchCase(term)}`;
 const pageKey = (orgId: string, term: string, page: number, limit: number) =>
   `${searchKey(orgId, term)}\n${page}\n${limit}`;
 

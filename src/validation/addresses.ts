@@ -29,6 +29,15 @@ export function isValidEmail(address: string): boolean {
   return labels.every((label) => label.length <= MAX_LABEL) && !/^\d+$/.test(labels.at(-1)!);
 }
 
+/**
+ * An address (or a term looked for in addresses) as it is matched, ignoring case: ASCII letters lowered,
+ * nothing else. Addresses are ASCII; String#toLowerCase would also turn U+212A (KELVIN SIGN) into `k`, so
+ * a term no address can hold found, updated or deleted an ASCII contact.
+ */
+export function matchCase(text: string): string {
+  return text.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
+}
+
 /** An address string with its display name: the schema's bound, kept here too (the rules run anyway). */
 export const MAX_MAILBOX = 1000;
 

@@ -34,6 +34,34 @@ describe.each(storeKinds())('contact limits on %s', (kind) => {
     expect(renamed.json().details[0].message).toBe('must be at most 254 characters');
   });
 
+  it("an email naming the contact to update (no id) is a 400 when blank or longer than a lookup, as a delete's", async () => {
+    for (const blank of ['', '   ', '\t']) {
+      const res = await put({ email: blank, firstName: 'x' });
+      expect400(res, 'contacts', ['email']);
+      expect(res.json().details[0].message).toBe(blank === '' ? 'must not be empty' : 'must not be blank');
+    }
+    const long = await put({ email: addressOfLength(321), firstName: 'x' });
+    expect400(long, 'contacts', ['email']);
+    expect(long.json().details[0].message).toBe('must be at most 320 characters');
+    // Within the bound, an address no contact has is not found, as before.
+    expect((await put({ email: addressOfLength(320), firstName: 'x' })).statusCode).toBe(404);
+  });
+
+  it('matches addresses ignoring the case of ASCII letters only: the KELVIN SIGN is not a k', async () => {
+    const c = await createContact(t, auth, { email: uniqueEmail('walk') });
+    const kelvin = c.email.replace('k', '\u212a');
+    expect((await put({ email: kelvin, firstName: 'kelvin' })).statusCode).toBe(404);
+    const del = await t.call({ method: 'DELETE', url: '/api/v1/contacts', auth, query: { email: kelvin } });
+    expect(del.statusCode).toBe(404);
+    const found = await get({ email: kelvin.slice(0, 6) });
+    expect(found.json().pagination.total).toBe(0);
+    // The contact is as it was, and found by its address in any ASCII case.
+    const upper = await get({ email: c.email.toUpperCase() });
+    expect(upper.json().contacts.map((r: { id: string; firstName: unknown }) => [r.id, r.firstName])).toEqual(
+      [[c.id, null]],
+    );
+  });
+
   it.each([
     'plain',
     'a b@example.com',
