@@ -1,5 +1,7 @@
-// The only reader of process.env. Every variable is declared once here, parsed once at start-up and frozen;
-// a bad value stops the process with a one-line message naming the variable.
+// The only reader of process.env, but for MAILROOM_THREADS_FROM, which only the tests set (src/threads.ts).
+// Every variable is declared once here, parsed once at start-up and frozen; a bad value stops the process
+// with a one-line message naming the variable.
+import { type KeyObject, createPrivateKey } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { isIP } from 'node:net';
@@ -64,7 +66,15 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
 function trustProxy(env: Env): false | number | string[] {
   const raw = env.TRUST_PROXY?.trim();
   if (!raw) return false;
-  if (/^\d+$/.test(raw)) return int(env, 'TRUST_PROXY', 0, 1, 10);
+  const refused = (what: string) =>
+    new ConfigError(
+      `TRUST_PROXY must be a number of proxy hops (1-10) or proxy addresses / CIDR ranges separated by commas, got "${what}"`,
+    );
+  if (/^\d+$/.test(raw)) {
+    const hops = Number(raw);
+    if (hops < 1 || hops > 10) throw refused(raw);
+    return hops;
+  }
   const proxies = raw.split(',').map((p) => p.trim());
   for (const p of proxies) {
     const [address, bits, extra] = p.split('/');
@@ -75,9 +85,7 @@ function trustProxy(env: Env): false | number | string[] {
       extra !== undefined ||
       (bits !== undefined && !(/^\d+$/.test(bits) && Number(bits) <= max))
     ) {
-      throw new ConfigError(
-        `TRUST_PROXY must be a number of proxy hops (1-10) or proxy addresses / CIDR ranges separated by commas, got "${p}"`,
-      );
+      throw refused(p);
     }
   }
   return proxies;
@@ -168,6 +176,28 @@ function readPem(name: string, value: string): string {
   return text;
 }
 
+/** Fails at start-up, naming the variable, rather than at the first send, when the key cannot sign. */
+export function checkDkim(dkim: { privateKey: string } | undefined): void {
+  if (!dkim) return;
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(dkim.privateKey);
+  } catch (err) {
+    throw new ConfigError(`DKIM_PRIVATE_KEY is not a usable private key (${(err as Error).message})`);
+  }
+  // nodemailer signs rsa-sha256 only: an EC key made signatures no verifier accepts, an Ed25519 key none at
+  // all, silently. Verifiers refuse RSA keys under 1024 bits (RFC 8301 3.2).
+  const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
+  if (key.asymmetricKeyType !== 'rsa' || bits < MIN_DKIM_BITS) {
+    const got = key.asymmetricKeyType === 'rsa' ? `${bits}-bit RSA` : (key.asymmetricKeyType ?? 'unknown');
+    throw new ConfigError(
+      `DKIM_PRIVATE_KEY must be an RSA key of at least ${MIN_DKIM_BITS} bits (2048 recommended), got ${got}`,
+    );
+  }
+}
+
+const MIN_DKIM_BITS = 1024;
+
 export function loadConfig(env: Env = process.env): Readonly<Config> {
   const smtpUrl = url(env, 'SMTP_URL', ['smtp:', 'smtps:'], true);
   // nodemailer's own URLs take options in the query (`?pool=true`); this one is read for its user, password,
@@ -210,6 +240,8 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
           privateKey: readPem('DKIM_PRIVATE_KEY', env.DKIM_PRIVATE_KEY!),
         }
       : undefined;
+  // Here, so that every process stops on it, not only one that builds a mailer (serve --no-worker, migrate).
+  checkDkim(dkim);
 
   const config: Config = {
     port: int(env, 'PORT', 3000, 0, 65535),

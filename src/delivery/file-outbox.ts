@@ -2,12 +2,12 @@
 import { mkdir, open, rename } from 'node:fs/promises';
 import path from 'node:path';
 import nodemailer from 'nodemailer';
+import { checkDkim } from '../config.js';
 import {
   type DeliveryResult,
   type DkimOptions,
   type Mailer,
   type OutgoingMessage,
-  checkDkim,
   mailOptions,
 } from './mailer.js';
 

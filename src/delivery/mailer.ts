@@ -1,10 +1,8 @@
 // The messenger side of delivery: what the worker hands a Mailer and what it gets back. SMTP goes through a
 // relay (smtp-mailer.ts), or messages go to a file outbox when none is configured (file-outbox.ts). Both
 // build the MIME with nodemailer from mailOptions below; Mailroom never writes MIME or SMTP itself.
-import { type KeyObject, createPrivateKey } from 'node:crypto';
 import type Mail from 'nodemailer/lib/mailer/index.js';
 import { encodeWord } from 'nodemailer/lib/mime-funcs';
-import { ConfigError } from '../config.js';
 import { ENCODED_WORD } from '../validation/addresses.js';
 
 export interface OutgoingMessage {
@@ -78,28 +76,6 @@ export interface DkimOptions {
   keySelector: string;
   privateKey: string;
 }
-
-/** Fails at start-up, naming the variable, rather than at the first send, when the key cannot sign. */
-export function checkDkim(dkim: DkimOptions | undefined): void {
-  if (!dkim) return;
-  let key: KeyObject;
-  try {
-    key = createPrivateKey(dkim.privateKey);
-  } catch (err) {
-    throw new ConfigError(`DKIM_PRIVATE_KEY is not a usable private key (${(err as Error).message})`);
-  }
-  // nodemailer signs rsa-sha256 only: an EC key made signatures no verifier accepts, an Ed25519 key none at
-  // all, silently. Verifiers refuse RSA keys under 1024 bits (RFC 8301 3.2).
-  const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
-  if (key.asymmetricKeyType !== 'rsa' || bits < MIN_DKIM_BITS) {
-    const got = key.asymmetricKeyType === 'rsa' ? `${bits}-bit RSA` : (key.asymmetricKeyType ?? 'unknown');
-    throw new ConfigError(
-      `DKIM_PRIVATE_KEY must be an RSA key of at least ${MIN_DKIM_BITS} bits (2048 recommended), got ${got}`,
-    );
-  }
-}
-
-const MIN_DKIM_BITS = 1024;
 
 /**
  * A subject nodemailer can fold into lines of at most 998 octets. It folds at whitespace only, so a word

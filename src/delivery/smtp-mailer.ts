@@ -1,6 +1,7 @@
 // SMTP delivery as the worker sees it: a Mailer whose sends run on a thread of their own (smtp-thread.ts),
 // and the messages that pass between the two.
 import type { Worker } from 'node:worker_threads';
+import { checkDkim } from '../config.js';
 import { startThread } from '../threads.js';
 import {
   DeliveryError,
@@ -9,7 +10,6 @@ import {
   NotStartedError,
   type OutgoingMessage,
   type SendOptions,
-  checkDkim,
 } from './mailer.js';
 import type { SmtpMailerOptions } from './smtp-relay.js';
 

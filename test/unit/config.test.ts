@@ -63,6 +63,21 @@ describe('configuration from the environment', () => {
     expect(config.dkim).toMatchObject({ domainName: 'bücher.example', keySelector: 's_1.2026' });
   });
 
+  it('refuses a DKIM key that cannot sign at load, so that every process stops on it, not only a worker', () => {
+    const ec = generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey.export({
+      type: 'pkcs8',
+      format: 'pem',
+    });
+    const dkim = { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1' };
+    expect(() => loadConfig({ ...dkim, DKIM_PRIVATE_KEY: String(ec) })).toThrow(
+      'DKIM_PRIVATE_KEY must be an RSA key of at least 1024 bits (2048 recommended), got ec',
+    );
+    const broken = '-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----';
+    expect(() => loadConfig({ ...dkim, DKIM_PRIVATE_KEY: broken })).toThrow(
+      /^DKIM_PRIVATE_KEY is not a usable private key/,
+    );
+  });
+
   it('takes credentials with %-escapes, and a Redis database number or none', () => {
     const smtp = 'smtps://me%40acme.test:p%25ss%3A@relay:465';
     expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
@@ -157,7 +172,10 @@ describe('configuration from the environment', () => {
       '::1/129',
       '10.0.0.1,',
     ]) {
-      expect(refusal({ TRUST_PROXY: bad })).toMatch(/^TRUST_PROXY must be/);
+      // One message for every refusal, naming both forms: a hop count out of range too.
+      expect(refusal({ TRUST_PROXY: bad })).toMatch(
+        /^TRUST_PROXY must be a number of proxy hops \(1-10\) or proxy addresses \/ CIDR ranges/,
+      );
     }
   });
 });
