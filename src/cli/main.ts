@@ -36,6 +36,9 @@ class UsageError extends Error {
   }
 }
 
+/** The commands that take no subcommand. */
+const SIMPLE_COMMANDS = ['serve', 'worker', 'migrate'];
+
 /** The commands that take a subcommand, and theirs. */
 const SUBCOMMANDS: Record<string, string[]> = {
   orgs: ['create', 'list'],
@@ -176,14 +179,18 @@ async function run(argv: string[]): Promise<void> {
     if (held !== undefined) process.kill(process.pid, held);
   }
   if (flags.help || command === 'help') {
+    // `mailroom bogus --help` must not pass for help on a command that exists.
+    const subs = command === undefined ? undefined : SUBCOMMANDS[command];
+    if (command !== undefined && !['help', ...SIMPLE_COMMANDS].includes(command) && subs === undefined)
+      throw unknownCommand(command, sub);
+    if (subs !== undefined && sub !== undefined && !subs.includes(sub)) throw unknownCommand(command!, sub);
     print(json, { usage: USAGE }, USAGE);
     return;
   }
   // A script that lost its command must not pass for one that ran it; asked for, usage is a success.
   if (command === undefined) throw new UsageError('a command is needed', true);
   // `keys revoke A B` must not revoke A and quietly drop B.
-  const takes =
-    command === 'keys' && sub === 'revoke' ? 3 : ['serve', 'worker', 'migrate'].includes(command) ? 1 : 2;
+  const takes = command === 'keys' && sub === 'revoke' ? 3 : SIMPLE_COMMANDS.includes(command) ? 1 : 2;
   if (positionals.length > takes) {
     throw new UsageError(`unexpected argument "${positionals[takes]}"`, true);
   }

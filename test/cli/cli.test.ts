@@ -232,6 +232,15 @@ describe('mailroom CLI usage errors', () => {
     ]);
     const help = await cli('--help', '--json');
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
+    // Help on a command that does not exist is not help: the same usage error as running it.
+    const asked = await Promise.all([
+      cli('bogus', '--help', '--json'),
+      cli('orgs', 'remove', '--help', '--json'),
+    ]);
+    expect(asked.map((r) => [r.code, r.json.error])).toEqual([
+      [2, 'unknown command "bogus"'],
+      [2, 'unknown command "orgs remove": orgs takes create or list'],
+    ]);
     // --json=1 is refused, and still answered as JSON.
     expect(await cli('migrate', '--json=1')).toMatchObject({
       code: 2,
