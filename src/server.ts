@@ -140,7 +140,10 @@ function onShutdown(
     }, 25_000);
     force.unref();
     close()
-      .then(() => process.exit(0))
+      .then(() => {
+        logger.info('stopped');
+        process.exit(0);
+      })
       .catch((err: unknown) => {
         logger.error({ err }, 'shutdown failed');
         process.exit(1);

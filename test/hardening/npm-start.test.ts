@@ -108,8 +108,10 @@ it('serve and worker: a SIGTERM while their modules still load is held too, and 
     expect(await serve.exited, serve.output()).toBe(0);
     expect(serve.output()).toContain('stopping once started');
     expect(serve.output()).toContain('shutting down');
+    expect(serve.output()).toContain('"msg":"stopped"');
     expect(await worker.exited, worker.output()).toBe(0);
     expect(worker.output()).toContain('shutting down');
+    expect(worker.output()).toContain('"msg":"stopped"');
     expect(await twice.exited, twice.output()).toBe(1);
     // Both signals were pending at once: either may be handled first.
     expect(twice.output()).toMatch(/SIG(INT|TERM) again while starting; stopped/);
