@@ -301,7 +301,8 @@ export async function buildApp(
   });
 
   // Not rate-limited (contract.md): a probe is never refused, nor counted. Like every answer (api-v1.md 8)
-  // it carries the caller's rate-limit headers, its key's or its address's standing as it is.
+  // it carries the caller's rate-limit headers: its address's standing as it is (no key is looked up for
+  // a route outside /api/ that needs no permission).
   const standing = app.createRateLimit();
   app.get('/health', { config: { rateLimit: false }, schema: healthSchema }, async (req, reply) => {
     try {

@@ -12,7 +12,7 @@ export const healthSchema = {
   operationId: 'getHealth',
   summary: 'Health: 200 once the store answers, 503 while it does not',
   description:
-    'Never refused by the rate limit and not counted against it; its rate-limit headers show where the key sent (or, without one, the client address) stands.',
+    'Never refused by the rate limit and not counted against it; its rate-limit headers show where the client address stands (a key sent is not looked up here).',
   tags: ['health'],
   security: [],
   response: {
@@ -91,7 +91,8 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             // Every answer says where its key (or address) stands (api-v1.md 8); /health too, which is
             // not itself counted.
             response.headers = {
-              ...RATE_LIMIT_HEADERS,
+              // A shutting-down server's 503 answers before counting (README, "Rate limits").
+              ...(status === '503' ? UNCOUNTED_503_HEADERS : RATE_LIMIT_HEADERS),
               ...(status === '429' ? RETRY_AFTER : {}),
               ...(status === '401' ? WWW_AUTHENTICATE : {}),
             };
@@ -134,10 +135,17 @@ const RATE_LIMIT_HEADERS = {
   'X-RateLimit-Remaining': integerHeader('Requests left in the current window'),
   'X-RateLimit-Reset': integerHeader('Unix time (seconds) at which the window resets'),
 };
+const UNCOUNTED_503_HEADERS = Object.fromEntries(
+  Object.entries(RATE_LIMIT_HEADERS).map(([name, header]) => [
+    name,
+    { ...header, required: false, description: `${header.description}; absent while the server shuts down` },
+  ]),
+);
 const RETRY_AFTER = { 'Retry-After': integerHeader('Seconds to wait before retrying') };
 const WWW_AUTHENTICATE = {
   'WWW-Authenticate': {
-    description: '`Bearer`, with `error="invalid_token"` when a key was sent but not accepted (RFC 6750)',
+    description:
+      '`Bearer`, with `error="invalid_token"` when a Bearer key was sent but not accepted, or `error="invalid_request"` when a Bearer header is malformed or sent twice (RFC 6750); another scheme gets a bare `Bearer`',
     required: true,
     schema: { type: 'string' },
   },

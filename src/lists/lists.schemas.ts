@@ -67,6 +67,8 @@ export const createListSchema = {
 export const updateListSchema = {
   operationId: 'updateList',
   summary: 'Update a contact list',
+  description:
+    'name or description is required. description: null clears it; name: null counts as not given (a list always has a name), so a body of name: null alone is a 400.',
   tags: ['lists'],
   params: IdParams,
   body: Type.Object(
