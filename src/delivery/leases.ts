@@ -26,6 +26,9 @@ export interface LeaseOptions {
   onRenewed?: (emailIds: string[], leaseUntil: number) => void;
 }
 
+/** A store that refuses renewals is logged when it starts, then at most this often until one works. */
+const RENEWAL_FAILURE_LOG_EVERY_MS = 60_000;
+
 export class Leases {
   /**
    * Emails this worker holds a lease on, for renewal: from the claim until the result is recorded. A claim
@@ -34,6 +37,8 @@ export class Leases {
    */
   private held = new Set<string>();
   private heartbeat: NodeJS.Timeout | undefined;
+  /** When a failed renewal was last logged: while the store is down, at most once a minute. */
+  private failureLoggedAt = -Infinity;
 
   constructor(private readonly o: LeaseOptions) {}
 
@@ -105,8 +110,12 @@ export class Leases {
       );
       // Only those still this worker's: a lease another worker took over is not extended here.
       if (renewed.length > 0) this.o.onRenewed?.(renewed, until);
+      this.failureLoggedAt = -Infinity;
     } catch (err) {
-      this.o.logger.warn({ err }, 'delivery: renewing leases failed');
+      const now = performance.now();
+      if (now - this.failureLoggedAt < RENEWAL_FAILURE_LOG_EVERY_MS) return;
+      this.failureLoggedAt = now;
+      this.o.logger.warn({ err }, 'delivery: renewing leases failed (logged again at most once a minute)');
     }
   }
 }

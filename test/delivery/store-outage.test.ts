@@ -330,8 +330,9 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       expect(refused).toBeGreaterThan(30);
       expect([refusing.sends, sink.deliveredTo('outlasted@example.org').length]).toEqual([1, 1]);
       expect(await leaseOf(t, id)).toEqual({ lease_owner: null, lease_until: null, next_attempt_at: null });
-      // Said once, not at every try.
+      // Said once, not at every try (nor at every renewal refused meanwhile, four a lease).
       expect(lines.filter((l) => /recording the result failed; trying again/.test(l.msg))).toHaveLength(1);
+      expect(lines.filter((l) => /renewing leases failed/.test(l.msg))).toHaveLength(1);
     } finally {
       outage.down = false;
       await worker.stop();
