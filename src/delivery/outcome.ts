@@ -86,11 +86,12 @@ export function settle(
 ): Settlement {
   const verdicts = new Map<number, Verdict>();
   for (const [position, v] of judged) {
+    const response = storable(v.response);
     verdicts.set(
       position,
       v.status === 'deferred' && attempts >= maxAttempts
-        ? { status: 'failed', response: `${v.response} (gave up after ${attempts} attempts)` }
-        : v,
+        ? { status: 'failed', response: `${response} (gave up after ${attempts} attempts)` }
+        : { status: v.status, response },
     );
   }
   const statuses = recipients.map((r) => verdicts.get(r.position)?.status ?? r.status);
@@ -112,4 +113,12 @@ export function settle(
   const standing = recipients.filter((r) => !verdicts.has(r.position) && r.status === 'failed');
   const lastError = errors.at(-1)?.response ?? standing.at(-1)?.response ?? null;
   return { status, verdicts, lastError, details };
+}
+
+/**
+ * A relay's answer as a store can hold it: PostgreSQL refuses a NUL in text, and a relay may send one
+ * (`250 queued as \0ABC`). Refused, the result could never be recorded, and the email stayed `sending`.
+ */
+function storable(text: string): string {
+  return text.replaceAll('\0', '\uFFFD');
 }

@@ -13,6 +13,7 @@ import {
   type SmtpSink,
   eventually,
   freePort,
+  startRawRelay,
   startSilentRelay,
   startSmtpSink,
 } from '../helpers/smtp.js';
@@ -187,6 +188,7 @@ interface Relay {
   auth: string;
   sink(options?: SinkOptions): Promise<SmtpSink>;
   silentRelay(): Promise<{ port: number }>;
+  rawRelay(dataReply: string): Promise<{ port: number }>;
   mailer(options: SmtpMailerOptions): SmtpMailer;
   worker(mailer: Mailer, options?: Partial<WorkerOptions>): DeliveryWorker;
 }
@@ -210,6 +212,7 @@ describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
         auth: (await t.newKey()).auth,
         sink: async (options) => kept(await startSmtpSink(options), (s) => s.close()),
         silentRelay: async () => kept(await startSilentRelay(), (r) => r.close()),
+        rawRelay: async (dataReply) => kept(await startRawRelay(dataReply), (r) => r.close()),
         mailer: (options) => kept(new SmtpMailer(options), (m) => m.close()),
         worker: (mailer, options) => kept(startWorker(t, mailer, options), (w) => w.stop()),
       });
@@ -337,8 +340,9 @@ describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
         headers: {},
         recipients: ['after@example.org'],
       });
-      // The one holding the connection may have reached the relay before the bound cut it (either email
-      // can be first); the one waiting never did.
+      // The one holding the connection had its data written before the bound ran out, so the relay may
+      // have it (either email can be first): it goes out again on its retry, as after a crash. The one
+      // waiting for the connection never reached the relay.
       const arrived = sink.messages.map((m) => m.envelope.to[0]);
       expect(arrived.at(-1)).toBe('after@example.org');
       expect(arrived.length).toBeLessThanOrEqual(2);
@@ -390,6 +394,17 @@ describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
       expect(logged).toMatch(/"msg":"deferred"/);
       expect(logged).toContain('<address>');
       expect(logged).not.toContain('private.test');
+    }));
+
+  it('records an answer with a NUL in it, which PostgreSQL cannot store as it came', () =>
+    withRelay(async ({ t, auth, ...r }) => {
+      // smtp-server cleans its replies; a relay written by hand sends the NUL as it is.
+      const relay = await r.rawRelay('250 queued as \0ABC');
+      r.worker(r.mailer({ url: `smtp://127.0.0.1:${relay.port}` }), { retryBaseMs: 60_000 });
+      const id = await sendEmail(t, auth, basicEmail('nul@example.org'));
+      const email = await settled(t, auth, id);
+      expect([email.status, email.attempts]).toEqual(['sent', 1]);
+      expect(email.recipients[0]).toMatchObject({ status: 'sent', response: '250 queued as \uFFFDABC' });
     }));
 
   it('defers when the relay goes quiet after the message data (socket timeout)', () =>

@@ -148,12 +148,53 @@ export function freePort(): Promise<number> {
 }
 
 /** A "relay" that accepts TCP connections and never says a word. */
-export async function startSilentRelay(): Promise<{ port: number; close(): Promise<void> }> {
+export function startSilentRelay(): Promise<{ port: number; close(): Promise<void> }> {
+  return listenRaw(() => undefined);
+}
+
+/**
+ * A relay that speaks just enough SMTP, by hand, to take one message per connection and answer its data
+ * with `dataReply` as given: what smtp-server would not send (it cleans its replies), as a broken relay may.
+ */
+export function startRawRelay(dataReply: string): Promise<{ port: number; close(): Promise<void> }> {
+  return listenRaw((socket) => {
+    let inData = false;
+    let buffered = '';
+    socket.write('220 raw relay\r\n');
+    socket.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString('latin1');
+      for (;;) {
+        if (inData) {
+          const end = buffered.indexOf('\r\n.\r\n');
+          if (end === -1) return;
+          buffered = buffered.slice(end + 5);
+          inData = false;
+          socket.write(`${dataReply}\r\n`);
+          continue;
+        }
+        const eol = buffered.indexOf('\r\n');
+        if (eol === -1) return;
+        const command = buffered.slice(0, eol).toUpperCase();
+        buffered = buffered.slice(eol + 2);
+        if (command.startsWith('DATA')) {
+          inData = true;
+          socket.write('354 go on\r\n');
+        } else if (command.startsWith('QUIT')) socket.end('221 bye\r\n');
+        else socket.write('250 ok\r\n');
+      }
+    });
+  });
+}
+
+async function listenRaw(
+  onConnection: (socket: net.Socket) => void,
+): Promise<{ port: number; close(): Promise<void> }> {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => undefined);
+    onConnection(socket);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return {
