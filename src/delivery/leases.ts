@@ -100,7 +100,11 @@ export class Leases {
   }
 
   private async renew(): Promise<void> {
-    if (this.held.size === 0) return;
+    if (this.held.size === 0) {
+      // Nothing to renew says nothing of the store: the next refusal starts a new outage, logged.
+      this.failureLoggedAt = -Infinity;
+      return;
+    }
     const until = this.o.clock.now().getTime() + this.o.leaseMs;
     const leaseUntil = new Date(until).toISOString();
     try {

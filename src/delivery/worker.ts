@@ -68,6 +68,13 @@ export class DeliveryWorker {
   private readonly recordRetryMaxMs: number;
   /** Sends in progress: the slots `concurrency` bounds. */
   private sending = 0;
+  /**
+   * Results the store refused, tried again until it takes them: each keeps its slot, so a store that
+   * refuses results (and not claims) cannot make the worker hold ever more emails it may not record.
+   */
+  private stalled = 0;
+  /** When a refused result was last logged: at most once a minute for the whole worker. */
+  private recordFailureLoggedAt = -Infinity;
   /** Attempts not yet recorded (sending, or their result waiting for its commit). */
   private inflight = new Set<Promise<void>>();
   private readonly leases: Leases;
@@ -179,7 +186,7 @@ export class DeliveryWorker {
     // read awaited first would let them commit on their own on PostgreSQL). Sends in flight write nothing.
     const idle = !this.wanted && !this.recorder.holding();
     this.wanted = false;
-    const free = this.o.concurrency - this.sending;
+    const free = this.o.concurrency - this.sending - this.stalled;
     // All slots busy: no claim is tried, so nothing is learnt about the store either way.
     if (free >= this.claimBatch) {
       try {
@@ -287,7 +294,7 @@ export class DeliveryWorker {
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         // Deferred now and sent again on retry: it must not also go out from the relay's queue later, nor
-        // its transmission finish now (its connection is cut).
+        // reach the relay's data stage now (its connection is closed; data already written may arrive).
         this.o.mailer.cancel?.(message.id);
         reject(new DeliveryError(`send did not finish within ${this.sendTimeoutMs} ms`, false));
       }, this.sendTimeoutMs);
@@ -328,26 +335,31 @@ export class DeliveryWorker {
     };
     const log = this.log(email);
     let recorded: boolean;
-    let loggedAt = -Infinity;
-    for (let tries = 0; ; tries++) {
-      try {
-        // Written only while this claim holds the lease: a retry after the lease was lost writes nothing.
-        recorded = await this.recorder.record(result);
-        break;
-      } catch (err) {
-        if (this.abandoned) throw err;
-        const now = performance.now();
-        if (now - loggedAt >= FAILURE_LOG_EVERY_MS) {
-          loggedAt = now;
-          // Logged again at most once a minute: tries go on for as long as the store refuses.
-          log.warn(
-            { err: (err as Error).message, tries: tries + 1 },
-            'delivery: recording the result failed; trying again',
-          );
+    let tries = 0;
+    try {
+      for (; ; tries++) {
+        try {
+          // Written only while this claim holds the lease: a retry after the lease was lost writes nothing.
+          recorded = await this.recorder.record(result);
+          break;
+        } catch (err) {
+          if (this.abandoned) throw err;
+          if (tries === 0) this.stalled++;
+          const now = performance.now();
+          if (now - this.recordFailureLoggedAt >= FAILURE_LOG_EVERY_MS) {
+            this.recordFailureLoggedAt = now;
+            // Logged again at most once a minute: tries go on for as long as the store refuses.
+            log.warn(
+              { err: (err as Error).message, tries: tries + 1, stalled: this.stalled },
+              'delivery: recording the result failed; trying again',
+            );
+          }
+          const wait = Math.min(RECORD_RETRY_FIRST_MS * 2 ** Math.min(tries, 20), this.recordRetryMaxMs);
+          await new Promise((resolve) => setTimeout(resolve, wait));
         }
-        const wait = Math.min(RECORD_RETRY_FIRST_MS * 2 ** Math.min(tries, 20), this.recordRetryMaxMs);
-        await new Promise((resolve) => setTimeout(resolve, wait));
       }
+    } finally {
+      if (tries > 0) this.stalled--;
     }
     // A relay's answer quotes the recipient (`451 <ann@acme.test>: try later`); addresses are personal
     // data, kept in the email's record, not in the log (SECURITY.md).

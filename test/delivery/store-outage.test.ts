@@ -7,8 +7,9 @@
 import Database from 'better-sqlite3';
 import path from 'node:path';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type Mailer, NotStartedError } from '../../src/delivery/mailer.js';
+import { ResultRecorder } from '../../src/delivery/recorder.js';
 import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import type { Store } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
@@ -299,7 +300,7 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     }
   });
 
-  it('records a result the store refused for longer than the lease once it is back, and sends the email once', async () => {
+  it('tries a refused result past any fixed number of tries (60 here) and past the lease, and records it once the store is back', async () => {
     const { lines, logger } = capturing('warn');
     const outage = flaky(t.ts.store);
     let downSince = 0;
@@ -316,8 +317,9 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     });
     try {
       const id = await sendEmail(t, auth, basicEmail('outlasted@example.org'));
-      // Three leases long: the lease runs out in the store, and the result is refused some 60 times (a
-      // fixed number of tries, given up, left the delivered email to be claimed and sent again).
+      // Three leases long: the lease runs out in the store, and the result is refused some 60 times. (Tries
+      // given up after a fixed number, 8 over 16 s before, left the delivered email to be claimed and sent
+      // again; the count below is what tells this loop from one that gives up later than the outage.)
       await eventually(
         () => refusing.sends === 1 && performance.now() - downSince >= 1_200,
         10_000,
@@ -335,6 +337,45 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       expect(lines.filter((l) => /renewing leases failed/.test(l.msg))).toHaveLength(1);
     } finally {
       outage.down = false;
+      await worker.stop();
+    }
+  });
+
+  it('claims no more than its concurrency while the store refuses only its results', async () => {
+    const counted = flaky(t.ts.store);
+    const sent: string[] = [];
+    const counting: Mailer = {
+      description: mailer.description,
+      close: async () => undefined,
+      send: async (message, options) => {
+        sent.push(message.recipients[0]!);
+        return mailer.send(message, options);
+      },
+    };
+    // Results refused, claims and renewals taken (a result the store cannot hold, say).
+    const refuse = vi
+      .spyOn(ResultRecorder.prototype, 'record')
+      .mockRejectedValue(new Error('value too long for type character varying'));
+    const worker = startWorker(t, counting, {
+      store: counted.store,
+      concurrency: 2,
+      leaseMs: 200,
+      recordRetryMaxMs: 20,
+    });
+    try {
+      const to = Array.from({ length: 6 }, (_, i) => `bounded${i}@example.org`);
+      const ids = await Promise.all(to.map((address) => sendEmail(t, auth, basicEmail(address))));
+      await eventually(() => sent.length === 2, 5_000, 'two sends');
+      // Ten renewals later (every 50 ms), the two stalled results still hold both slots: nothing more sent.
+      const batches = counted.claims;
+      await eventually(() => counted.claims >= batches + 10, 5_000, 'ten renewals');
+      expect(sent).toHaveLength(2);
+      refuse.mockRestore();
+      const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
+      expect(emails.map((e) => [e.status, e.attempts])).toEqual(to.map(() => ['sent', 1]));
+      expect([...sent].sort()).toEqual([...to].sort());
+    } finally {
+      refuse.mockRestore();
       await worker.stop();
     }
   });
