@@ -64,8 +64,9 @@ export interface Mailer {
   extend?(emailIds: string[], startBy: number): void;
   /**
    * Stops this email's send: dropped if it has not begun (it rejects with NotStartedError), its connection
-   * cut if it is talking to the relay (which takes a message only once its data has ended). The worker
-   * stopped waiting for it and records it deferred, so it must not go out later as well as on its retry.
+   * closed if it is talking to the relay. The worker stopped waiting for it and records it deferred, so it
+   * must not go out later as well as on its retry: certain for a send not begun, or stuck before its data;
+   * data already written may still be taken by the relay.
    */
   cancel?(emailId: string): void;
   close(): Promise<void>;

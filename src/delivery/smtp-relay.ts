@@ -104,8 +104,9 @@ export class SmtpRelay {
   }
 
   /**
-   * Drops this email's send not begun yet, and cuts the connection of one talking to the relay (nodemailer
-   * closes it for the aborted message): the worker gave up waiting for it (Mailer.cancel).
+   * Drops this email's send not begun yet, and closes the connection of one talking to the relay
+   * (nodemailer's abort; bytes already written still go out): the worker gave up waiting for it
+   * (Mailer.cancel).
    */
   cancel(emailId: string): void {
     for (let i = this.waiting.length - 1; i >= 0; i--) {
