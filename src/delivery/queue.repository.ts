@@ -25,7 +25,8 @@ export async function claimDue(
   if (opts.holding && opts.holding.length > 0) due = due.where('id', 'not in', opts.holding);
   due = due
     .orderBy('next_attempt_at')
-    // A cast, not a bare parameter: the writer's cached statement is then not re-planned on every claim.
+    // A cast, not a bare parameter: the writer's cached statement is then not re-planned on every claim
+    // (one statement per number of emails held, which the worker's concurrency bounds).
     .limit(rowCount(opts.limit));
   // Several workers on PostgreSQL each take different rows without waiting on each other.
   if (dialect === 'postgres') due = due.forUpdate().skipLocked();
