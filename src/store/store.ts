@@ -6,6 +6,7 @@ import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import type { PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
 import { type DialectName, isRetryableConflict } from './dialect.js';
@@ -73,11 +74,16 @@ export interface StoreOptions {
    * keep the store open. Default true; a one-shot CLI command leaves it to the next server.
    */
   backgroundSearchIndex?: boolean;
+  /**
+   * PostgreSQL: how long the pool waits for an answer to a query (default 15 s); the server stops the
+   * statement a moment before (statement_timeout). Shorter in tests.
+   */
+  queryTimeoutMs?: number;
 }
 
 export function createStore(options: StoreOptions): Store {
   return options.databaseUrl
-    ? createPostgresStore(options.databaseUrl, options.poolSize ?? 10)
+    ? createPostgresStore(options.databaseUrl, options.poolSize ?? 10, options.queryTimeoutMs ?? 15_000)
     : createSqliteStore(options);
 }
 
@@ -256,12 +262,34 @@ async function createTrigramIndex(databaseUrl: string): Promise<void> {
   }
 }
 
-function createPostgresStore(databaseUrl: string, poolSize: number): Store {
+/**
+ * A client whose query got no answer within the pool's query_timeout (a server that stopped answering, a
+ * statement that ignored its statement_timeout) still has that query running, inside whatever transaction
+ * it was in: kysely's ROLLBACK would wait behind it and time out too, and the pool would hand the client to
+ * the next caller, whose COMMIT then committed the stranger's half-done transaction (an idempotency key
+ * without its email: a retry answered 200 for an email that never existed). Such a client is ended at
+ * once: the server rolls its transaction back as the connection goes, and the pool drops the client.
+ */
+function endOnReadTimeout(client: PoolClient): void {
+  const query = client.query as unknown as (...args: unknown[]) => unknown;
+  (client as unknown as { query: typeof query }).query = function (this: PoolClient, ...args: unknown[]) {
+    const result = query.apply(this, args);
+    if (result instanceof Promise) {
+      result.catch((err: unknown) => {
+        if (err instanceof Error && err.message === 'Query read timeout')
+          void client.end().catch(() => undefined);
+      });
+    }
+    return result;
+  };
+}
+
+function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeoutMs: number): Store {
   const pool = new (loadPg().Pool)({
     connectionString: databaseUrl,
     max: poolSize,
     connectionTimeoutMillis: 5_000,
-    query_timeout: 15_000,
+    query_timeout: queryTimeoutMs,
   });
   // An idle client losing its connection (server restart) must not crash the process; the pool replaces it.
   pool.on('error', () => undefined);
@@ -270,7 +298,20 @@ function createPostgresStore(databaseUrl: string, poolSize: number): Store {
   // that was waiting fails on its own, and the pool drops the broken client.
   pool.on('connect', (client) => {
     client.on('error', () => undefined);
+    // Set as statements (queued ahead of any caller's), not as startup parameters: PgBouncer refuses those.
+    // The server stops a statement before the pool gives up on it, so the error comes back on a connection
+    // still in step, and kysely's ROLLBACK runs there.
+    const statementMs = queryTimeoutMs - Math.min(1_000, Math.floor(queryTimeoutMs / 10));
+    // A session left in a transaction without a statement for twice that (30 s: a process frozen mid-write,
+    // SIGSTOP, a paused VM) is ended by the server, so that the locks it holds (an idempotency key's claim)
+    // do not stop every other process's writes until its connection dies. Mailroom's own transactions
+    // never pause for anything but the database.
+    const idleMs = 2 * queryTimeoutMs;
+    void client
+      .query(`set statement_timeout = ${statementMs}; set idle_in_transaction_session_timeout = ${idleMs}`)
+      .catch(() => undefined);
     nameStatementsOn(client);
+    endOnReadTimeout(client);
   });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.

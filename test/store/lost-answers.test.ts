@@ -33,7 +33,8 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
     direct = createStore({ databaseUrl: database.url, dataDir });
     await direct.migrate();
     proxy = await startPgProxy(database.url);
-    const open = () => createStore({ databaseUrl: proxy.url, dataDir, poolSize: 10 });
+    // A short query timeout, for the answer that never comes (below); the others are cut, not late.
+    const open = () => createStore({ databaseUrl: proxy.url, dataDir, poolSize: 10, queryTimeoutMs: 2_000 });
     proxied = open();
     const ts = {
       kind: 'postgres' as const,
@@ -83,6 +84,25 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
         .orderBy('id')
         .execute();
       expect(stored.map((r) => r.id)).toEqual(ids);
+    }
+  });
+
+  it('looks an email whose answer never comes up on another connection than the one that waited', async () => {
+    // The connection stays open and silent (a network that went quiet): the pool gives up after its
+    // query timeout. That connection still waits for the answer; the pool hands out the connection used
+    // last first, so a look-up on it waited as long again, and a committed email was answered 503.
+    proxy.loseAnswerTo('into "emails"', Infinity);
+    try {
+      const [res] = await sends(1, 'silent');
+      expect(res!.statusCode, res!.body).toBe(200);
+      const stored = await direct.db
+        .selectFrom('emails')
+        .select('id')
+        .where('subject', 'like', 'silent %')
+        .execute();
+      expect(stored.map((r) => r.id)).toEqual([(res!.json() as { id: string }).id]);
+    } finally {
+      proxy.cutNow();
     }
   });
 

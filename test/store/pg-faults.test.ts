@@ -74,6 +74,64 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     }
   });
 
+  it('never commit a write the pool gave up on, whether the server stopped its statement or the pool stopped waiting', async () => {
+    const db = await createTestDatabase();
+    const store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 1_000 });
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      await admin.query('create table probe (k text primary key)');
+      // Each write waits on a lock held past the pool's patience (a migration, a frozen process).
+      const blocked = async (k: string, serverStops: boolean) => {
+        await admin.query('begin');
+        await admin.query('lock table probe in exclusive mode');
+        const err = await store
+          .write(async (trx) => {
+            // Without its statement_timeout, only the pool's query_timeout ends the wait.
+            if (!serverStops) await sql`set local statement_timeout = 0`.execute(trx);
+            await sql`insert into probe values (${k})`.execute(trx);
+          })
+          .then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+        await admin.query('rollback');
+        expect([k, isStoreUnavailable(err)]).toEqual([k, true]);
+        // The server stops the statement a moment before the pool would stop waiting (statement_timeout),
+        // and the backend with it: no statement is left waiting on the lock.
+        if (serverStops) expect((err as { code?: string }).code).toBe('57014');
+        // Writes after it, on the pool's connections (the one that gave up first: the pool hands out the
+        // last one back): a COMMIT of theirs had committed the abandoned insert with them.
+        for (let i = 0; i < 12; i++) {
+          await store.write((trx) => sql`insert into probe values (${`${k}-after-${i}`})`.execute(trx));
+        }
+        const { rows } = await admin.query('select k from probe where k = $1', [k]);
+        expect([k, rows]).toEqual([k, []]);
+      };
+      await blocked('stopped-by-server', true);
+      await blocked('given-up-by-pool', false);
+      // A transaction left idle (its process frozen mid-write) is ended by the server after twice the
+      // pool's patience, and what it wrote with it: its locks no longer hold the other processes up.
+      const idle = await store
+        .write(async (trx) => {
+          await sql`insert into probe values ('left-idle')`.execute(trx);
+          await new Promise((resolve) => setTimeout(resolve, 2_500));
+          await sql`select 1`.execute(trx);
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(isStoreUnavailable(idle)).toBe(true);
+      const { rows } = await admin.query("select k from probe where k = 'left-idle'");
+      expect(rows).toEqual([]);
+    } finally {
+      await store.close();
+      await admin.end();
+      await db.drop();
+    }
+  });
+
   it('wait out another client creating pg_trgm at the same moment, then create the index', async () => {
     const db = await createTestDatabase();
     const other = new pg.Client({ connectionString: db.url });
