@@ -76,6 +76,20 @@ export function sharedLimitStore(
     probing = true;
     return true;
   };
+  /** A command sent at `sentAt` failed: the second in a row turns counting local (see failedAt). */
+  const commandFailed = (sentAt: number, err: Error): void => {
+    const now = Date.now();
+    // Failed well after the command timeout: its timer ran late, the event loop was stopped, and the
+    // reply may well be waiting unread. That says nothing about Redis.
+    if (now - sentAt > LATE_TIMER_MS) return;
+    if (failing || (failedAt > 0 && sentAt >= failedAt)) {
+      if (!failing) onChange(false, err);
+      failing = true;
+      retryAt = now + REDIS_RETRY_MS;
+    } else if (failedAt === 0) {
+      failedAt = now;
+    }
+  };
   return class SharedLimitStore {
     incr(key: string, done: Callback, timeWindow: number, max: number): void {
       const cb = endingOnWholeSecond(done);
@@ -86,17 +100,7 @@ export function sharedLimitStore(
         (err, result) => {
           probing = false;
           if (err) {
-            const now = Date.now();
-            // Failed well after the command timeout: its timer ran late, the event loop was stopped, and
-            // the reply may well be waiting unread. That says nothing about Redis.
-            if (now - sentAt > LATE_TIMER_MS) return local.incr(key, cb, timeWindow, max);
-            if (failing || (failedAt > 0 && sentAt >= failedAt)) {
-              if (!failing) onChange(false, err);
-              failing = true;
-              retryAt = now + REDIS_RETRY_MS;
-            } else if (failedAt === 0) {
-              failedAt = now;
-            }
+            commandFailed(sentAt, err);
             return local.incr(key, cb, timeWindow, max);
           }
           if (sentAt >= failedAt) failedAt = 0;
@@ -111,15 +115,25 @@ export function sharedLimitStore(
 
     /**
      * Where the key stands, counting nothing (GET /health shows it). Redis is asked only while counting
-     * there; if it fails now, this process's count is shown, and the next counted request judges Redis.
+     * there; if it fails now, this process's count is shown. A failed read counts as a failed command
+     * (two in a row turn counting local): probes alone, with no API traffic, would otherwise each wait
+     * out the command timeout for as long as Redis stays silent.
      */
     read(key: string, done: Callback, timeWindow: number, max: number): void {
       const cb = (err: Error | null, result?: Result) =>
         result?.ttl === 0 ? done(err, result) : endingOnWholeSecond(done)(err, result);
       if (!remote || failing || redis!.status !== 'ready') return local.read(key, cb, timeWindow, max);
+      const sentAt = Date.now();
       remote.read(
         key,
-        (err, result) => (err ? local.read(key, cb, timeWindow, max) : cb(null, result)),
+        (err, result) => {
+          if (err) {
+            commandFailed(sentAt, err);
+            return local.read(key, cb, timeWindow, max);
+          }
+          if (sentAt >= failedAt) failedAt = 0;
+          cb(null, result);
+        },
         timeWindow,
         max,
       );

@@ -165,6 +165,20 @@ describe.skipIf(noRedis())('two instances', () => {
       }
       expect(api.output(), api.output()).toMatch(/Redis answers again/);
       expect(api.output().match(/Redis is not answering/g)).toHaveLength(1);
+      // Probes alone (no API traffic) judge Redis too: two reads in a row that fail turn counting local,
+      // and later probes ask Redis nothing (each had waited out the command timeout for as long as it
+      // stayed silent).
+      stall(true);
+      const health = async () =>
+        (await fetch(`${api.url}/health`, { signal: AbortSignal.timeout(20_000) })).status;
+      const switches = () => api.output().match(/Redis is not answering/g)?.length ?? 0;
+      for (let i = 0; i < 10 && switches() < 2; i++) expect(await health()).toBe(200);
+      expect(switches(), api.output()).toBe(2);
+      const toRedisHeld = () => held.filter((h) => toRedis.has(h.to)).length;
+      const sent = toRedisHeld();
+      for (let i = 0; i < 3; i++) expect(await health()).toBe(200);
+      expect(toRedisHeld()).toBe(sent);
+      stall(false);
     } finally {
       await api.kill();
       proxy.close();
