@@ -302,8 +302,8 @@ function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeout
     // The server stops a statement before the pool gives up on it, so the error comes back on a connection
     // still in step, and kysely's ROLLBACK runs there.
     const statementMs = queryTimeoutMs - Math.min(1_000, Math.floor(queryTimeoutMs / 10));
-    // A session left in a transaction without a statement for twice that (30 s: a process frozen mid-write,
-    // SIGSTOP, a paused VM) is ended by the server, so that the locks it holds (an idempotency key's claim)
+    // A session left in a transaction without a statement for twice the pool's patience (30 s: a process
+    // frozen mid-write, SIGSTOP, a paused VM) is ended by the server, so that the locks it holds (an idempotency key's claim)
     // do not stop every other process's writes until its connection dies. Mailroom's own transactions
     // never pause for anything but the database.
     const idleMs = 2 * queryTimeoutMs;
