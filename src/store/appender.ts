@@ -25,6 +25,8 @@ interface Job extends Settleable<void> {
   rows: readonly { table: string; rows: readonly object[] }[];
   /** A write of it failed in a way that may have followed its commit (see writeOrFind). */
   unsure?: boolean;
+  /** Written once more alone after a look found it not in (see writeOrFind). */
+  again?: boolean;
 }
 
 type Transaction<DB> = (fn: (trx: Kysely<DB>) => Promise<void>) => Promise<void>;
@@ -114,15 +116,28 @@ export class Appender<DB> {
         if (undecided instanceof Error) unwritable.add(undecided);
         throw undecided;
       }
-      if (!found) throw err;
+      if (!found) {
+        // Not in yet, though the first write may still commit late: its bytes on their way to the server
+        // when the pool gave up on them, or its commit stalled. A batch of several callers is written
+        // again caller by caller (writeTogetherOrAlone); a lone caller's rows are written again here, by
+        // the same ids, so that of this write and the late one, whichever comes second collides with the
+        // other's rows (a collision the next look settles). Answered 503 instead, the caller's retry
+        // without a key sent the email twice (a helper reproduced it with a request held 3 s).
+        const [job] = batch;
+        if (batch.length === 1 && !job!.again && firstId(job!) !== undefined) {
+          job!.again = true;
+          return this.writeOrFind(batch);
+        }
+        throw err;
+      }
     }
   }
 
   /** Whether the job's first row is in the store, by its id (false for rows without one). */
   private async committed(job: Job): Promise<boolean> {
     const first = job.rows.find(({ rows }) => rows.length > 0);
-    const id = (first?.rows[0] as { id?: unknown } | undefined)?.id;
-    if (!first || typeof id !== 'string') return false;
+    const id = firstId(job);
+    if (!first || id === undefined) return false;
     const db = this.direct as unknown as AnyDb;
     const found = await db
       .selectFrom(first.table)
@@ -187,6 +202,13 @@ export class Appender<DB> {
       }
     }
   }
+}
+
+/** The id of the job's first row, which tells whether its rows are in; undefined if it has none. */
+function firstId(job: Job): string | undefined {
+  const first = job.rows.find(({ rows }) => rows.length > 0);
+  const id = (first?.rows[0] as { id?: unknown } | undefined)?.id;
+  return typeof id === 'string' ? id : undefined;
 }
 
 // The rows were typed per table by append(); table names are only known at run time.

@@ -16,6 +16,14 @@ export interface PgProxy {
   loseAnswerTo(text: string, afterMs?: number): void;
   /** Cuts the connections that lost an answer armed with Infinity. */
   cutNow(): void;
+  /**
+   * Holds back the next message from Mailroom containing `text`, and whatever that connection sends after
+   * it, for `ms`, then passes it all on, even if Mailroom closed the connection meanwhile (bytes it sent
+   * are on their way): a request that reaches PostgreSQL late.
+   */
+  holdRequest(text: string, ms: number): void;
+  /** Requests held so far that have now reached PostgreSQL. */
+  readonly delivered: number;
   /** Forgets a loss armed and not yet met. */
   disarm(): void;
   /** How many answers were lost so far. */
@@ -33,6 +41,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   const target = new URL(databaseUrl);
   let armed: { text: Buffer; afterMs: number | undefined } | undefined;
   let lost = 0;
+  let holding: { text: Buffer; ms: number } | undefined;
+  let delivered = 0;
   const sockets = new Set<net.Socket>();
   let connections = 0;
   /** Cut clients whose connection waits for cutNow(). */
@@ -54,18 +64,40 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       s.on('error', () => undefined);
       s.on('close', () => sockets.delete(s));
     }
+    /** Bytes held back (holdRequest), and whether the client closed while they were. */
+    let late: Buffer[] | undefined;
+    let closedMeanwhile = false;
     // A cut client's statement still reaches PostgreSQL whole: its side is ended, never reset (a reset
     // can drop what PostgreSQL had not read yet).
-    client.on('close', () => (cut ? upstream.end() : upstream.destroy()));
+    client.on('close', () => {
+      if (late) closedMeanwhile = true;
+      else if (cut) upstream.end();
+      else upstream.destroy();
+    });
     upstream.on('close', () => client.destroy());
     const messages = frontendMessages();
     client.on('data', (chunk: Buffer) => {
+      const bound = messages(chunk);
+      const has = (text: Buffer) => chunk.includes(text) || bound.some((t) => t.includes(text));
+      if (!late && holding && has(holding.text)) {
+        late = [];
+        setTimeout(() => {
+          for (const piece of late!) upstream.write(piece);
+          late = undefined;
+          delivered++;
+          if (closedMeanwhile) upstream.end();
+        }, holding.ms);
+        holding = undefined;
+      }
+      if (late) {
+        late.push(chunk);
+        return;
+      }
       // Passed on even once cut: the rest of the statement (its Sync, which commits it) may come in a
       // later write, and a network that loses the answer has already carried the question.
       upstream.write(chunk);
-      const bound = messages(chunk);
       if (cut) return;
-      if (armed && (chunk.includes(armed.text) || bound.some((text) => text.includes(armed!.text)))) {
+      if (armed && has(armed.text)) {
         // Nothing PostgreSQL answers from now on reaches the client.
         if (armed.afterMs === undefined) cutOnAnswer = true;
         else if (Number.isFinite(armed.afterMs)) setTimeout(() => client.destroy(), armed.afterMs);
@@ -101,6 +133,12 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     cutNow() {
       for (const c of waiting) c.destroy();
       waiting.clear();
+    },
+    holdRequest(text, ms) {
+      holding = { text: Buffer.from(text), ms };
+    },
+    get delivered() {
+      return delivered;
     },
     get connections() {
       return connections;
