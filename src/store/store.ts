@@ -310,8 +310,9 @@ function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeout
     void client
       .query(`set statement_timeout = ${statementMs}; set idle_in_transaction_session_timeout = ${idleMs}`)
       .catch(() => undefined);
-    nameStatementsOn(client);
+    // First, so that named statements' own calls (a stale one run again unnamed) are watched too.
     endOnReadTimeout(client);
+    nameStatementsOn(client);
   });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.
