@@ -117,14 +117,17 @@ export class Appender<DB> {
         throw undecided;
       }
       if (!found) {
-        // Not in yet, though the first write may still commit late: its bytes on their way to the server
-        // when the pool gave up on them, or its commit stalled. A batch of several callers is written
+        // Not in yet, though a write the server never answered may still commit late: its bytes on their
+        // way when the pool gave up on them, or its commit stalled. A batch of several callers is written
         // again caller by caller (writeTogetherOrAlone); a lone caller's rows are written again here, by
         // the same ids, so that of this write and the late one, whichever comes second collides with the
-        // other's rows (a collision the next look settles). Answered 503 instead, the caller's retry
-        // without a key sent the email twice (a helper reproduced it with a request held 3 s).
+        // other's rows, and the next look settles it. Answered 503 instead, the caller's retry without a
+        // key sent the email twice (a helper reproduced it with a request held 3 s). A commit still stalled
+        // once the second write's own statement_timeout ends its wait gets the 503 all the same: its
+        // outcome is not known. A write the server answered with an error cannot commit late, and is not
+        // written again (a statement stopped by its timeout would only wait on the same lock again).
         const [job] = batch;
-        if (batch.length === 1 && !job!.again && firstId(job!) !== undefined) {
+        if (batch.length === 1 && !job!.again && firstId(job!) !== undefined && !answeredByServer(err)) {
           job!.again = true;
           return this.writeOrFind(batch);
         }
@@ -202,6 +205,11 @@ export class Appender<DB> {
       }
     }
   }
+}
+
+/** An error PostgreSQL itself sent (it has a severity): the statement failed there, and is over. */
+function answeredByServer(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && 'severity' in err;
 }
 
 /** The id of the job's first row, which tells whether its rows are in; undefined if it has none. */

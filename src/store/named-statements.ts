@@ -11,7 +11,7 @@
 // must not change result type") on that connection for as long as it lives. A migration that changes the
 // type of a column read does the same; the statement then runs unnamed on that connection.
 import type { ClientBase, QueryConfig } from 'pg';
-import { isStaleNamedResult } from './dialect.js';
+import { isStaleNamedResult, isStoreUnavailable } from './dialect.js';
 
 const names = new Map<string, string>();
 /** Named texts per process, at most: each costs every connection that runs it a parsed statement and a plan. */
@@ -50,9 +50,10 @@ export function nameStatementsOn(client: ClientBase): void {
     return (query.call(this, statement) as Promise<unknown>).catch((err: unknown) => {
       if (!isStaleNamedResult(err)) throw err;
       stale.add(name);
-      // Run again unnamed; inside a transaction the refusal has aborted it, and the caller's error stands.
-      return (query.call(this, config, values) as Promise<unknown>).catch(() => {
-        throw err;
+      // Run again unnamed; inside a transaction the refusal has aborted it, and the caller's error stands,
+      // unless the store failed meanwhile (a timeout, a lost connection): that is what the caller must hear.
+      return (query.call(this, config, values) as Promise<unknown>).catch((rerun: unknown) => {
+        throw isStoreUnavailable(rerun) ? rerun : err;
       });
     });
   };

@@ -24,7 +24,7 @@ export interface PgProxy {
   holdRequest(text: string, ms: number): void;
   /** Requests held so far that have now reached PostgreSQL. */
   readonly delivered: number;
-  /** Forgets a loss armed and not yet met. */
+  /** Forgets a loss armed, and a request to hold, not yet met. */
   disarm(): void;
   /** How many answers were lost so far. */
   readonly lost: number;
@@ -129,6 +129,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     disarm() {
       armed = undefined;
+      holding = undefined;
     },
     cutNow() {
       for (const c of waiting) c.destroy();

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { CompiledQuery, sql } from 'kysely';
+import { CompiledQuery } from 'kysely';
 import pg from 'pg';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -106,26 +106,16 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
     }
   });
 
-  it('answers an email whose write reaches PostgreSQL after the pool gave up as accepted, and keeps it once', async () => {
+  it('answers an email whose write reaches PostgreSQL after the pool gave up as accepted', async () => {
     // The request is on its way (held 3 s here) when the pool's 2 s run out: a look finds nothing yet, and
     // the write may still commit after it. Written once more by the same ids, one of the two collides.
     const before = proxy.delivered;
     proxy.holdRequest('into "emails"', 3_000);
     const [res] = await sends(1, 'late');
     expect(res!.statusCode, res!.body).toBe(200);
-    await eventually(() => proxy.delivered === before + 1, 10_000, 'the held request to arrive');
+    // The 200 is true: the second write is in (the held one, sent on late, collides with it).
+    await eventually(() => proxy.delivered === before + 1, 10_000, 'the held request to be sent on');
     const id = (res!.json() as { id: string }).id;
-    // Whatever the late request did has been done by the time its connection is gone.
-    await eventually(
-      async () => {
-        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-          where datname = current_database() and state = 'active' and pid <> pg_backend_pid()
-            and query like '%into "emails"%'`.execute(direct.db);
-        return rows[0]!.n === 0;
-      },
-      10_000,
-      'the late insert to end',
-    );
     const stored = await direct.db
       .selectFrom('emails')
       .select('id')
