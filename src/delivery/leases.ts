@@ -26,8 +26,11 @@ export interface LeaseOptions {
   onRenewed?: (emailIds: string[], leaseUntil: number) => void;
 }
 
-/** A store that refuses renewals is logged when it starts, then at most this often until one works. */
-const RENEWAL_FAILURE_LOG_EVERY_MS = 60_000;
+/**
+ * A failing store (claims, renewals, results) is logged when it starts failing, then at most this often
+ * until it works again.
+ */
+export const FAILURE_LOG_EVERY_MS = 60_000;
 
 export class Leases {
   /**
@@ -117,7 +120,7 @@ export class Leases {
       this.failureLoggedAt = -Infinity;
     } catch (err) {
       const now = performance.now();
-      if (now - this.failureLoggedAt < RENEWAL_FAILURE_LOG_EVERY_MS) return;
+      if (now - this.failureLoggedAt < FAILURE_LOG_EVERY_MS) return;
       this.failureLoggedAt = now;
       this.o.logger.warn({ err }, 'delivery: renewing leases failed (logged again at most once a minute)');
     }

@@ -90,12 +90,11 @@ export class ResultRecorder {
       );
       for (const id of ids) held.add(claimOf({ emailId: id, attempts: r.attempts }));
     }
+    const written = jobs.filter((j) => held.has(claimOf(j.result)));
     const recipients = groupBy(
-      jobs
-        .filter((j) => held.has(claimOf(j.result)))
-        .flatMap(({ result }) =>
-          [...result.verdicts].map(([position, v]) => ({ emailId: result.emailId, position, v })),
-        ),
+      written.flatMap(({ result }) =>
+        [...result.verdicts].map(([position, v]) => ({ emailId: result.emailId, position, v })),
+      ),
       (u) => JSON.stringify([u.position, u.v.status, u.v.response]),
     );
     for (const group of recipients.values()) {
@@ -109,7 +108,7 @@ export class ResultRecorder {
     }
     await insertEvents(
       trx,
-      jobs.filter((j) => held.has(claimOf(j.result))).flatMap((j) => j.result.events),
+      written.flatMap((j) => j.result.events),
     );
     return held;
   }

@@ -16,7 +16,7 @@ import {
   type OutgoingMessage,
 } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
-import { Leases } from './leases.js';
+import { FAILURE_LOG_EVERY_MS, Leases } from './leases.js';
 import { ResultRecorder } from './recorder.js';
 import { retryDelayMs } from './retry.js';
 
@@ -47,8 +47,6 @@ export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
 const RESULT_HOLD_MS = 20;
 /** While claims fail (the store is down), the wait between tries doubles up to this. */
 const MAX_CLAIM_BACKOFF_MS = 5_000;
-/** A failing store is logged when it starts failing, then at most this often until it works again. */
-const FAILURE_LOG_EVERY_MS = 60_000;
 /**
  * A result the store refused to record (a dropped connection, a restart, a full disk) is tried again,
  * waiting twice as long each time up to recordRetryMaxMs, for as long as the store refuses it: given up,

@@ -127,7 +127,7 @@ export class Appender<DB> {
         // outcome is not known. A write the server answered with an error cannot commit late, and is not
         // written again (a statement stopped by its timeout would only wait on the same lock again).
         const [job] = batch;
-        if (batch.length === 1 && !job!.again && firstId(job!) !== undefined && !answeredByServer(err)) {
+        if (batch.length === 1 && !job!.again && firstRow(job!) !== undefined && !answeredByServer(err)) {
           job!.again = true;
           return this.writeOrFind(batch);
         }
@@ -138,14 +138,13 @@ export class Appender<DB> {
 
   /** Whether the job's first row is in the store, by its id (false for rows without one). */
   private async committed(job: Job): Promise<boolean> {
-    const first = job.rows.find(({ rows }) => rows.length > 0);
-    const id = firstId(job);
-    if (!first || id === undefined) return false;
+    const first = firstRow(job);
+    if (!first) return false;
     const db = this.direct as unknown as AnyDb;
     const found = await db
       .selectFrom(first.table)
       .select(sql.lit(1).as('one'))
-      .where(sql.ref('id'), '=', id)
+      .where(sql.ref('id'), '=', first.id)
       .executeTakeFirst();
     return found !== undefined;
   }
@@ -212,11 +211,11 @@ function answeredByServer(err: unknown): boolean {
   return typeof err === 'object' && err !== null && 'severity' in err;
 }
 
-/** The id of the job's first row, which tells whether its rows are in; undefined if it has none. */
-function firstId(job: Job): string | undefined {
+/** The job's first row, whose id tells whether its rows are in; undefined if it has no id. */
+function firstRow(job: Job): { table: string; id: string } | undefined {
   const first = job.rows.find(({ rows }) => rows.length > 0);
   const id = (first?.rows[0] as { id?: unknown } | undefined)?.id;
-  return typeof id === 'string' ? id : undefined;
+  return first && typeof id === 'string' ? { table: first.table, id } : undefined;
 }
 
 // The rows were typed per table by append(); table names are only known at run time.
