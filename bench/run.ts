@@ -34,6 +34,16 @@ const PAIRS = Number(process.env.BENCH_PAIRS ?? 3);
 if (!Number.isInteger(PAIRS) || PAIRS < 1) throw new Error(`BENCH_PAIRS must be a whole number ≥ 1`);
 /** Delivery figures swing most on a shared machine: each is the median of this many runs. */
 const DELIVERY_RUNS = 3;
+/**
+ * `BENCH_ONLY=create,send`: only those rows (list, page, create, send, delivery), printed and not written
+ * to BENCHMARKS.md: a quick comparison while changing a hot path, never a figure for the report.
+ */
+const ONLY = process.env.BENCH_ONLY?.split(',').map((s) => s.trim());
+const ROWS = ['list', 'page', 'create', 'send', 'delivery'];
+for (const row of ONLY ?? []) {
+  if (!ROWS.includes(row)) throw new Error(`BENCH_ONLY: ${row} is none of ${ROWS.join(', ')}`);
+}
+const runs = (row: string) => !ONLY || ONLY.includes(row);
 
 export interface Row {
   name: string;
@@ -158,39 +168,49 @@ async function main(): Promise<void> {
         ratioRange: { min: Math.min(...ratios), max: Math.max(...ratios) },
       });
     };
-    await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${listId}` });
-    await http(`GET /api/v1/contacts?limit=20 (10k contacts)`, 0.3, {
-      url: `${base}/api/v1/contacts?limit=20`,
-    });
+    if (runs('list')) await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${listId}` });
+    if (runs('page')) {
+      await http(`GET /api/v1/contacts?limit=20 (10k contacts)`, 0.3, {
+        url: `${base}/api/v1/contacts?limit=20`,
+      });
+    }
     let n = 0;
-    await http('POST /api/v1/contacts', 0.25, {
-      url: `${base}/api/v1/contacts`,
-      method: 'POST',
-      requests: freshBodies(() => ({ email: `bench${n++}-${Date.now()}@example.test`, firstName: 'Bench' })),
-    });
+    if (runs('create')) {
+      await http('POST /api/v1/contacts', 0.25, {
+        url: `${base}/api/v1/contacts`,
+        method: 'POST',
+        requests: freshBodies(() => ({
+          email: `bench${n++}-${Date.now()}@example.test`,
+          firstName: 'Bench',
+        })),
+      });
+    }
     const emailBody = JSON.stringify({
       to: 'reader@example.test',
       subject: 'Bench',
       text: 'Hello from the bench',
       html: '<p>Hello from the bench</p>',
     });
-    await http(
-      'POST /api/v1/emails (worker delivering)',
-      0.15,
-      {
-        url: `${base}/api/v1/emails`,
-        method: 'POST',
-        body: emailBody,
-      },
-      drained,
-    );
+    if (runs('send')) {
+      await http(
+        'POST /api/v1/emails (worker delivering)',
+        0.15,
+        {
+          url: `${base}/api/v1/emails`,
+          method: 'POST',
+          body: emailBody,
+        },
+        drained,
+      );
+    }
     const loadRss = rssMiB(started.server.pid!);
 
     await drained();
 
-    console.log(
-      `end to end: ${MESSAGES} emails accepted over HTTP and delivered, ${DELIVERY_RUNS} runs, each after a raw one…`,
-    );
+    if (runs('delivery'))
+      console.log(
+        `end to end: ${MESSAGES} emails accepted over HTTP and delivered, ${DELIVERY_RUNS} runs, each after a raw one…`,
+      );
     let lost = 0;
     const raws: number[] = [];
     const e2es: number[] = [];
@@ -214,7 +234,7 @@ async function main(): Promise<void> {
       await drained();
       return rate;
     };
-    for (let i = 0; i < DELIVERY_RUNS; i++) {
+    for (let i = 0; i < (runs('delivery') ? DELIVERY_RUNS : 0); i++) {
       raws.push(
         await rawDeliveryRate(sink, MESSAGES, {
           text: 'Hello from the bench',
@@ -225,15 +245,21 @@ async function main(): Promise<void> {
     }
     const rawDelivery = spread(raws);
     const e2e = spread(e2es);
-    rows.push({
-      name: `delivery end to end (${MESSAGES} emails, median of ${DELIVERY_RUNS})`,
-      rps: e2e.median,
-      p99: 0,
-      errors: lost,
-      ceiling: rawDelivery.median,
-      target: 0.8,
-      unit: 'msg/s',
-    });
+    if (runs('delivery')) {
+      rows.push({
+        name: `delivery end to end (${MESSAGES} emails, median of ${DELIVERY_RUNS})`,
+        rps: e2e.median,
+        p99: 0,
+        errors: lost,
+        ceiling: rawDelivery.median,
+        target: 0.8,
+        unit: 'msg/s',
+      });
+    }
+    if (ONLY) {
+      printOnly(rows);
+      return;
+    }
 
     writeReport(rows, {
       ceiling: spread(ceilings.map((c) => c.rps)),
@@ -248,6 +274,15 @@ async function main(): Promise<void> {
     server?.kill('SIGTERM');
     await sink.close();
     rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+function printOnly(rows: Row[]): void {
+  for (const r of rows) {
+    const range = r.ratioRange ? ` (${r.ratioRange.min.toFixed(2)}–${r.ratioRange.max.toFixed(2)})` : '';
+    console.log(
+      `${r.name}: ${r.rps} ${r.unit}, ratio ${(r.rps / r.ceiling).toFixed(2)}${range}, p99 ${r.p99} ms, ${r.errors} errors, ${r.cpuUs ?? '–'} µs/req (bare ${r.ceilingCpuUs ?? '–'})`,
+    );
   }
 }
 
