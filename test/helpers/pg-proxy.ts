@@ -22,6 +22,11 @@ export interface PgProxy {
    * are on their way): a request that reaches PostgreSQL late.
    */
   holdRequest(text: string, ms: number): void;
+  /**
+   * How many statements whose text contains `text` Mailroom has run so far, through any connection: each
+   * Bind (of a named statement or of the unnamed one just parsed) and each simple Query counts once.
+   */
+  ran(text: string): number;
   /** Requests held so far that have now reached PostgreSQL. */
   readonly delivered: number;
   /** Forgets a loss armed, and a request to hold, not yet met. */
@@ -43,6 +48,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   let lost = 0;
   let holding: { text: Buffer; ms: number } | undefined;
   let delivered = 0;
+  /** The text of every statement run so far (Bind or Query), in order. */
+  const run: string[] = [];
   const sockets = new Set<net.Socket>();
   let connections = 0;
   /** Cut clients whose connection waits for cutNow(). */
@@ -77,7 +84,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     upstream.on('close', () => client.destroy());
     const messages = frontendMessages();
     client.on('data', (chunk: Buffer) => {
-      const bound = messages(chunk);
+      const { bound, statements } = messages(chunk);
+      for (const text of statements) run.push(text.toString());
       const has = (text: Buffer) => chunk.includes(text) || bound.some((t) => t.includes(text));
       if (!late && holding && has(holding.text)) {
         late = [];
@@ -135,6 +143,9 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       for (const c of waiting) c.destroy();
       waiting.clear();
     },
+    ran(text) {
+      return run.filter((statement) => statement.includes(text)).length;
+    },
     holdRequest(text, ms) {
       holding = { text: Buffer.from(text), ms };
     },
@@ -160,17 +171,21 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
 
 /**
  * Reads the messages a client sends PostgreSQL, chunk by chunk: for each chunk, the texts of the named
- * statements its Bind messages run. A named statement's text is sent once a connection, in its Parse;
- * each later run sends only the name, so a loss armed on the text is matched there too.
+ * statements its Bind messages run (`bound`), and the text of every statement it runs (`statements`: each
+ * Bind, named or not, and each simple Query). A named statement's text is sent once a connection, in its
+ * Parse; each later run sends only the name, so a loss armed on the text is matched there too.
  */
-function frontendMessages(): (chunk: Buffer) => Buffer[] {
+function frontendMessages(): (chunk: Buffer) => { bound: Buffer[]; statements: Buffer[] } {
   const texts = new Map<string, Buffer>();
+  /** The unnamed statement's text, from its last Parse. */
+  let unnamed = Buffer.alloc(0);
   let pending = Buffer.alloc(0);
   // The startup message (and an SSLRequest before it) has no type byte.
   let started = false;
   return (chunk) => {
     pending = Buffer.concat([pending, chunk]);
     const bound: Buffer[] = [];
+    const statements: Buffer[] = [];
     for (;;) {
       if (!started) {
         if (pending.length < 8) break;
@@ -190,14 +205,19 @@ function frontendMessages(): (chunk: Buffer) => Buffer[] {
       if (type === 'P') {
         const nameEnd = body.indexOf(0);
         const name = body.subarray(0, nameEnd).toString();
-        if (name) texts.set(name, body.subarray(nameEnd + 1, body.indexOf(0, nameEnd + 1)));
+        const text = Buffer.from(body.subarray(nameEnd + 1, body.indexOf(0, nameEnd + 1)));
+        if (name) texts.set(name, text);
+        else unnamed = text;
       } else if (type === 'B') {
         const portalEnd = body.indexOf(0);
         const name = body.subarray(portalEnd + 1, body.indexOf(0, portalEnd + 1)).toString();
-        const text = texts.get(name);
-        if (text) bound.push(text);
+        const text = name ? texts.get(name) : unnamed;
+        if (name && text) bound.push(text);
+        if (text) statements.push(text);
+      } else if (type === 'Q') {
+        statements.push(Buffer.from(body.subarray(0, body.indexOf(0))));
       }
     }
-    return bound;
+    return { bound, statements };
   };
 }

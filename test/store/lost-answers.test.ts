@@ -124,6 +124,27 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
     expect(stored.map((r) => r.id)).toEqual([id]);
   });
 
+  it('does not write again an email whose statement PostgreSQL itself stopped', async () => {
+    // Inserts wait behind a SHARE lock (reads do not) until the store's statement_timeout (1.8 s here)
+    // stops them: PostgreSQL answers with an error, and that statement is over, so it cannot commit late.
+    // Written again, it would only wait on the same lock as long again before the same 503.
+    const holder = new pg.Client({ connectionString: database.url });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('lock table emails in share mode');
+      const before = proxy.ran('into "emails"');
+      const [res] = await sends(1, 'stopped');
+      expect(res!.statusCode, res!.body).toBe(503);
+      expect(proxy.ran('into "emails"')).toBe(before + 1);
+    } finally {
+      await holder.query('rollback');
+      await holder.end();
+    }
+    const stored = await direct.db.selectFrom('emails').select('id').where('subject', 'like', 'stopped %');
+    expect(await stored.execute()).toEqual([]);
+  });
+
   it('answers a created contact as created, alone or in a batch, and keeps it once', async () => {
     for (const n of [1, 8]) {
       const before = proxy.lost;
