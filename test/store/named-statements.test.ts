@@ -3,7 +3,7 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isNameable, nameStatementsOn } from '../../src/store/named-statements.js';
+import { isNameable, nameStatement, nameStatementsOn } from '../../src/store/named-statements.js';
 import { insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import {
   countEmails,
@@ -33,6 +33,43 @@ describe('which statements may run named', () => {
     expect(isNameable('select * from "lists" where "id" = $1')).toBe(false);
     expect(isNameable('select "lists".*, "x" from "lists" where "id" = $1')).toBe(false);
     expect(isNameable('select "x", "lists".* from "lists" where "id" = $1')).toBe(false);
+  });
+});
+
+describe('a named statement PostgreSQL refuses as stale', () => {
+  // A client that refuses the statement by name as a stale plan, then fails the unnamed rerun with `rerun`.
+  function clientFailingRerunWith(rerun: Error) {
+    const calls: unknown[] = [];
+    const client = {
+      query(config: unknown, _values?: unknown) {
+        calls.push(config);
+        if (typeof config === 'object') {
+          const stale = Object.assign(new Error('cached plan must not change result type'), {
+            code: '0A000',
+          });
+          return Promise.reject(stale);
+        }
+        return Promise.reject(rerun);
+      },
+    };
+    nameStatementsOn(client as unknown as pg.ClientBase);
+    return { client, calls };
+  }
+  const text = 'select "name" from "lists" where "id" = $1 and "organization_id" = $2 -- stale rerun';
+
+  it('reports a store failure of its unnamed rerun, not the stale plan', async () => {
+    nameStatement(text);
+    const lost = new Error('Connection terminated unexpectedly');
+    const { client, calls } = clientFailingRerunWith(lost);
+    await expect(client.query(text, ['a', 'b'])).rejects.toBe(lost);
+    expect(calls).toEqual([{ name: expect.stringMatching(/^mailroom_/), text, values: ['a', 'b'] }, text]);
+  });
+
+  it("keeps the stale plan's error when the rerun fails otherwise (inside an aborted transaction)", async () => {
+    nameStatement(text);
+    const aborted = Object.assign(new Error('current transaction is aborted'), { code: '25P02' });
+    const { client } = clientFailingRerunWith(aborted);
+    await expect(client.query(text, ['a', 'b'])).rejects.toMatchObject({ code: '0A000' });
   });
 });
 
