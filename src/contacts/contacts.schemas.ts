@@ -22,6 +22,11 @@ const Email = Type.String({
   minLength: 1,
   description: 'Email address (trimmed; at most 254 characters)',
 });
+// An update's email is one of two things, by whether `id` is given (contacts.rules.ts updateRules).
+const UpdateEmail = Type.String({
+  minLength: 1,
+  description: `With id: the contact's new address (trimmed; at most 254 characters). Without id: the address of the contact to change (case-insensitive; not blank; at most ${MAX_EMAIL_LOOKUP} characters; none matching is a 404)`,
+});
 const PersonName = Type.String({ maxLength: 100 });
 const ContactId = LookupId('Contact id; one Mailroom never issued is not found (404)');
 // A tag of spaces alone is refused, as a blank list name is: no one could tell it from another, or want it.
@@ -101,7 +106,7 @@ export const updateContactSchema = {
     Type.Object(
       {
         id: Type.Optional(ContactId),
-        email: Type.Optional(Email),
+        email: Type.Optional(UpdateEmail),
         firstName: Type.Optional(Type.Union([PersonName, Type.Null()])),
         lastName: Type.Optional(Type.Union([PersonName, Type.Null()])),
         tags: Type.Optional(Tags),

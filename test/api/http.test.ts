@@ -568,6 +568,20 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     expect([page, json, css].map((r) => r.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0']);
     expectError(await docs('/docs/json'), 429, 'contacts');
   });
+
+  it('an unknown path counts against the key under /api/, and against the address elsewhere (README)', async () => {
+    const key = (await t.newKey()).auth;
+    const call = (url: string) => t.call({ method: 'GET', url, auth: key, remoteAddress: '10.9.9.5' });
+    const outside = await call('/v1/lists');
+    expectError(outside, 404, 'contacts');
+    expect(outside.headers['x-ratelimit-remaining']).toBe('2');
+    const under = await call('/api/v1/nope');
+    expectError(under, 404, 'contacts');
+    expect(under.headers['x-ratelimit-remaining']).toBe('2');
+    // The key's budget and the address's, each used once more.
+    expect((await call('/api/v1/lists')).headers['x-ratelimit-remaining']).toBe('1');
+    expect((await call('/nope')).headers['x-ratelimit-remaining']).toBe('1');
+  });
 });
 
 describe('the client address behind a proxy (TRUST_PROXY)', () => {
