@@ -96,6 +96,44 @@ function literal(text: string): string {
   return ENCODED_WORD.test(text) ? encodeWord(text, 'Q', 52) : text;
 }
 
+/**
+ * Custom headers as the API took them. A value of printable ASCII goes out as written, folded at its spaces
+ * as nodemailer folds every header: left to nodemailer, any value with a `"` went out as an encoded-word
+ * (`X-SMTPAPI: =?UTF-8?Q?=7B=22category=22...`), which relays reading JSON metadata headers and filters
+ * reading `List-Id` cannot read, and In-Reply-To was rewritten into a `<…>` id (`<a@x> (note)>`). Other
+ * values (non-ASCII, control characters) are nodemailer's to encode. References is nodemailer's to write
+ * either way (it takes no prepared value): each of its ids is given the angle brackets it lacks.
+ */
+function customHeaders(headers: Record<string, string>): Mail.Headers {
+  const out: Record<string, string | { prepared: true; foldLines: true; value: string }> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const verbatim = PRINTABLE_ASCII.test(value) && name.toLowerCase() !== 'references';
+    out[name] = verbatim ? { prepared: true, foldLines: true, value } : value;
+  }
+  return out as Mail.Headers;
+}
+const PRINTABLE_ASCII = /^[\x20-\x7e\t]*$/;
+
+/**
+ * A body whose bare CRs are line breaks (CRLF), as the SMTP client makes them on the wire anyway: nodemailer
+ * signs the body as given, so a `\r\r\n` left in broke the DKIM signature of every such message, and the
+ * file outbox dropped the CR and joined the lines.
+ */
+function lines(body: string | null): string | undefined {
+  return body?.replace(/\r(?!\n)/g, '\r\n') ?? undefined;
+}
+
+/**
+ * The headers DKIM signs: nodemailer's own list (RFC 6376's recommendations, where present) and
+ * List-Unsubscribe-Post, which RFC 8058 requires signed for one-click unsubscribe to be honoured.
+ */
+const SIGNED_HEADERS = [
+  'From:Sender:Reply-To:Subject:Date:Message-ID:To:Cc:MIME-Version:Content-Type:Content-Transfer-Encoding',
+  'Content-ID:Content-Description:Resent-Date:Resent-From:Resent-Sender:Resent-To:Resent-Cc',
+  'Resent-Message-ID:In-Reply-To:References:List-Id:List-Help:List-Unsubscribe:List-Subscribe:List-Post',
+  'List-Owner:List-Archive:OTP-Token:List-Unsubscribe-Post',
+].join(':');
+
 /** What nodemailer builds the MIME from; every Mailer uses it, so SMTP and the outbox write one message. */
 export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
   return {
@@ -106,14 +144,14 @@ export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): 
     cc: m.cc.length > 0 ? m.cc : undefined,
     replyTo: m.replyTo.length > 0 ? m.replyTo : undefined,
     subject: foldableSubject(m.subject),
-    text: m.text ?? undefined,
-    html: m.html ?? undefined,
-    headers: m.headers,
+    text: lines(m.text),
+    html: lines(m.html),
+    headers: customHeaders(m.headers),
     envelope: { from: m.envelopeFrom, to: m.recipients },
     // Content is never read from files or URLs, whatever a field contains.
     disableFileAccess: true,
     disableUrlAccess: true,
     textEncoding: 'quoted-printable',
-    dkim,
+    dkim: dkim && { ...dkim, headerFieldNames: SIGNED_HEADERS },
   };
 }

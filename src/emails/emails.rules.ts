@@ -56,6 +56,13 @@ export function isRefusedHeader(name: string): boolean {
   return REFUSED_HEADERS.has(lower) || REFUSED_PREFIXES.some((prefix) => lower.startsWith(prefix));
 }
 
+/**
+ * Headers whose values are message ids (RFC 5322) or a structured field (OTP-Token): an encoded-word in them
+ * would be read as literal text, so nodemailer sends them unencoded, and a non-ASCII character in one would
+ * go out as raw 8-bit, which relays without SMTPUTF8 may refuse.
+ */
+const UNENCODABLE_HEADERS = new Set(['in-reply-to', 'references', 'otp-token']);
+
 // RFC 5322 field name: printable US-ASCII except colon.
 const FIELD_NAME = /^[!-9;-~]+$/;
 const CRLF = /[\r\n]/;
@@ -132,7 +139,9 @@ function checkRules(body: Loose, errors: DetailCollector) {
       errors.add(field, `is the header ${first} again (header names are case-insensitive): give it once`);
     } else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
-    else headers[name] = value;
+    else if (UNENCODABLE_HEADERS.has(name.toLowerCase()) && !/^[\x20-\x7e\t]*$/.test(value)) {
+      errors.add(field, 'must be printable ASCII: this header cannot be MIME-encoded');
+    } else headers[name] = value;
   }
   return { to, cc, bcc, replyTo, from, headers };
 }

@@ -163,6 +163,19 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
     expect(ok.statusCode, ok.body).toBe(200);
   });
 
+  it('In-Reply-To, References and OTP-Token values must be printable ASCII (they cannot be MIME-encoded)', async () => {
+    const headers = {
+      'In-Reply-To': '<réf@x.test>',
+      references: '<ü@x.test> <b@x.test>',
+      'OTP-Token': 'ünï',
+    };
+    const res = await send({ ...base, headers });
+    expect400(res, 'emails', ['headers.In-Reply-To', 'headers.references', 'headers.OTP-Token']);
+    expect(res.json().details[0].message).toBe('must be printable ASCII: this header cannot be MIME-encoded');
+    const ascii = { 'In-Reply-To': '<ref@x.test>', References: '<a@x.test>\t<b@x.test>', 'X-Other': 'ünï' };
+    expect((await send({ ...base, headers: ascii })).statusCode).toBe(200);
+  });
+
   it('html and text both missing is refused; either one is enough', async () => {
     expect400(await send({ to: base.to, subject: 'x' }), 'emails', ['html']);
     // Empty counts as not given (README); spaces are something to send.

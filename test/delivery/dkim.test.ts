@@ -50,6 +50,31 @@ describe.each(storeKinds())('DKIM on %s', (kind) => {
     expect(bad.results[0]?.status.result).not.toBe('pass');
   });
 
+  it('signs bodies with bare CRs and one-click unsubscribe headers so that the signature verifies', async () => {
+    const { t, auth, sink } = d;
+    const id = await sendEmail(t, auth, {
+      to: ['dora@example.org'],
+      subject: 'Bare CR',
+      // Line endings converted twice (\r\r\n), a lone CR, and in QP-encoded text: the wire makes each CR a
+      // line break after nodemailer signed the body.
+      text: 'abc\r\r\nx é\ry',
+      html: '<p>a</p>\r<p>b</p>',
+      headers: {
+        'List-Unsubscribe': '<https://mailroom.test/u?id=1>',
+        'List-Unsubscribe-Post': 'List-Unsubscribe=One-Click',
+      },
+    });
+    expect((await settled(t, auth, id)).status).toBe('sent');
+    const { raw } = sink.messages[0]!;
+    const result = await dkimVerify(raw, { resolver });
+    expect(result.results[0]?.status.result).toBe('pass');
+    // RFC 8058: one-click unsubscribe is honoured only when both headers are signed.
+    const signed = /^DKIM-Signature:[^]*?\bh=([^;]+);/im.exec(raw.toString('latin1'))![1]!.replace(/\s/g, '');
+    expect(signed.toLowerCase().split(':')).toEqual(
+      expect.arrayContaining(['list-unsubscribe', 'list-unsubscribe-post']),
+    );
+  });
+
   it('refuses to start with a DKIM key that is not a usable private key', () => {
     expect(
       () =>
