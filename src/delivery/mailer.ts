@@ -100,19 +100,30 @@ function literal(text: string): string {
  * Custom headers as the API took them. A value of printable ASCII goes out as written, folded at its spaces
  * as nodemailer folds every header: left to nodemailer, any value with a `"` went out as an encoded-word
  * (`X-SMTPAPI: =?UTF-8?Q?=7B=22category=22...`), which relays reading JSON metadata headers and filters
- * reading `List-Id` cannot read, and In-Reply-To was rewritten into a `<…>` id (`<a@x> (note)>`). Other
- * values (non-ASCII, control characters) are nodemailer's to encode. References is nodemailer's to write
- * either way (it takes no prepared value): each of its ids is given the angle brackets it lacks.
+ * reading `List-Id` cannot read. Left to nodemailer as before: values with other characters (it
+ * MIME-encodes them), with what reads as an encoded-word (`=?`: written out, readers would decode it to
+ * other text than was sent, as for subjects), with spaces at either end (parsers drop them; encoded they
+ * stay) or a run of spaces folding could turn into a line of spaces alone; and In-Reply-To and References,
+ * which nodemailer writes as message ids, with the angle brackets an id lacks.
  */
 function customHeaders(headers: Record<string, string>): Mail.Headers {
   const out: Record<string, string | { prepared: true; foldLines: true; value: string }> = {};
   for (const [name, value] of Object.entries(headers)) {
-    const verbatim = PRINTABLE_ASCII.test(value) && name.toLowerCase() !== 'references';
-    out[name] = verbatim ? { prepared: true, foldLines: true, value } : value;
+    out[name] = verbatim(name, value) ? { prepared: true, foldLines: true, value } : value;
   }
   return out as Mail.Headers;
 }
-const PRINTABLE_ASCII = /^[\x20-\x7e\t]*$/;
+
+const MESSAGE_ID_HEADERS = new Set(['in-reply-to', 'references']);
+
+function verbatim(name: string, value: string): boolean {
+  return (
+    /^[\x20-\x7e\t]*$/.test(value) &&
+    !value.includes('=?') &&
+    !/^[ \t]|[ \t]$|[ \t]{60}/.test(value) &&
+    !MESSAGE_ID_HEADERS.has(name.toLowerCase())
+  );
+}
 
 /**
  * A body whose bare CRs are line breaks (CRLF), as the SMTP client makes them on the wire anyway: nodemailer

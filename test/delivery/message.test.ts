@@ -63,14 +63,16 @@ describe.each(storeKinds())('message content on %s', (kind) => {
 
   it('sends printable ASCII header values as written, quotes and all; encodes the others', async () => {
     const { t, sink, auth } = d;
-    const headers = {
+    const verbatim = {
       'X-SMTPAPI': '{"category":["receipt"],"unique_args":{"order":"42"}}',
       'List-Id': '"Acme News" <news.acme.test>',
-      'In-Reply-To': 'abc@x.test',
       'X-Quote': 'say "hi"',
-      'X-Accents': 'ünï "q"',
-      References: '<a@x.test> b@y.test',
     };
+    // Encoded as before: non-ASCII; what reads as an encoded-word (readers would show "a b"); spaces at an
+    // end, which parsers drop from a value written out.
+    const encoded = { 'X-Accents': 'ünï "q"', 'X-Look': '=?utf-8?q?a b?= "x"', 'X-Trail': 'say "hi" ' };
+    const ids = { 'In-Reply-To': 'abc@x.test', References: '<a@x.test> b@y.test' };
+    const headers = { ...verbatim, ...encoded, ...ids };
     const id = await sendEmail(t, auth, { to: 'ann@example.org', subject: 'Headers', text: 'x', headers });
     expect((await settled(t, auth, id)).status).toBe('sent');
     const { raw } = sink.messages[0]!;
@@ -78,17 +80,16 @@ describe.each(storeKinds())('message content on %s', (kind) => {
       .toString('latin1')
       .split('\r\n\r\n')[0]!
       .replace(/\r\n[ \t]/g, ' ');
-    for (const [name, value] of Object.entries(headers).slice(0, 4)) {
-      expect(unfolded).toMatch(
-        new RegExp(`^${name}: ${value.replace(/[[\]{}()"*+?.\\^$|]/g, '\\$&')}$`, 'im'),
-      );
+    const valueOf = (name: string) => new RegExp(`^${name}: (.*)$`, 'im').exec(unfolded)![1];
+    for (const [name, value] of Object.entries(verbatim)) expect(valueOf(name)).toBe(value);
+    for (const [name, value] of Object.entries(encoded)) {
+      const word = /^=\?UTF-8\?Q\?(\S+)\?=$/.exec(valueOf(name)!)![1]!;
+      const bytes = word.replace(/_/g, '%20').replace(/=([0-9A-F]{2})/g, '%$1');
+      expect(decodeURIComponent(bytes.replace(/[^%\w]/g, encodeURIComponent))).toBe(value);
     }
-    // References' ids get the angle brackets they lack (README).
-    expect(unfolded).toMatch(/^References: <a@x\.test> <b@y\.test>$/im);
-    // Non-ASCII is MIME-encoded, and decodes to what was sent.
-    const word = /^X-Accents: =\?UTF-8\?Q\?(\S+)\?=$/im.exec(unfolded)![1]!;
-    const bytes = word.replace(/_/g, ' ').replace(/=([0-9A-F]{2})/g, (_, hex: string) => `%${hex}`);
-    expect(decodeURIComponent(bytes.replace(/[^%\w ]/g, encodeURIComponent))).toBe('ünï "q"');
+    // Message ids get the angle brackets they lack (README).
+    expect(valueOf('In-Reply-To')).toBe('<abc@x.test>');
+    expect(valueOf('References')).toBe('<a@x.test> <b@y.test>');
   });
 
   it('round-trips unicode and never writes a line over 998 octets', async () => {
