@@ -84,12 +84,23 @@ export function parseMailbox(input: string): ParsedAddress | string {
     return 'display name with special characters must be quoted';
   }
   if (longerThan(name, 256)) return 'display name must be at most 256 characters';
+  // nodemailer drops them from the name it writes: the recipient would read another name than was stored.
+  if (hasControl(name)) return 'display name must not contain control characters';
   // Mail clients decode `=?UTF-8?B?QWRtaW4=?=` to "Admin"; sent encoded again, it may not be quoted (RFC
   // 2047), so it could not arrive as written either way. Names are plain text; Mailroom encodes them.
   if (ENCODED_WORD.test(name)) {
     return 'display name must be plain text, not a MIME encoded-word (=?charset?B?…?=): Mailroom encodes it';
   }
   return { name: name === '' ? undefined : name, address };
+}
+
+/** Whether the text holds a C0 control character other than a tab, or DEL. */
+function hasControl(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if ((code < 0x20 && code !== 0x09) || code === 0x7f) return true;
+  }
+  return false;
 }
 
 export function formatMailbox(m: ParsedAddress): string {

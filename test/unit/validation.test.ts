@@ -33,6 +33,9 @@ describe('addresses', () => {
     '"a\\\\" b" <a@example.com>',
     '"a" b" <a@example.com>',
     '"\\" <a@example.com>',
+    // Control characters nodemailer would drop from the name it writes.
+    'A\u0001B <a@example.com>',
+    '"A\u007fB" <a@example.com>',
   ])('refuses %j', (input) => {
     expect(typeof parseMailbox(input)).toBe('string');
   });
