@@ -142,7 +142,10 @@ export async function buildApp(
     // open connections against it every half timeout, so a stalled one is cut within 1.5 × the timeout.
     requestTimeout: config.requestTimeoutMs,
     http: { connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2) },
-    connectionTimeout: 60_000,
+    // A connection with nothing arriving is cut (with no answer) after this: never before the request
+    // timeout's 408 could be written, 1.5 × REQUEST_TIMEOUT_MS at worst (above). A fixed 60 s cut a body
+    // paused under a longer REQUEST_TIMEOUT_MS without its 408.
+    connectionTimeout: Math.max(60_000, 2 * config.requestTimeoutMs),
     keepAliveTimeout: 72_000,
     // Requests arriving while the server closes get the contract's 503 from the hook below instead.
     return503OnClosing: false,

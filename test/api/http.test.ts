@@ -625,3 +625,21 @@ describe('the client address behind a proxy (TRUST_PROXY)', () => {
     expect(await statuses(env, '192.0.2.8', twoClients)).toEqual([401, 401, 429]);
   });
 });
+
+describe("a connection's idle cut", () => {
+  it('never comes before the 408 of a longer REQUEST_TIMEOUT_MS could be written', async () => {
+    // Node cuts a connection quiet for server.timeout without an answer; a body paused past 60 s under
+    // REQUEST_TIMEOUT_MS=120000 was cut so, with no 408. The 408 comes within 1.5 × the request timeout.
+    for (const [timeout, idle] of [
+      ['30000', 60_000],
+      ['120000', 240_000],
+    ] as const) {
+      const t = await createTestApp('sqlite', { REQUEST_TIMEOUT_MS: timeout });
+      try {
+        expect(t.app.server.timeout).toBe(idle);
+      } finally {
+        await t.close();
+      }
+    }
+  });
+});
