@@ -28,6 +28,9 @@ export function useJsonBodies(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, raw, done) => {
+    // An unknown route is a 404 whatever it was sent, and its body is not parsed: parsing 10 MiB of JSON
+    // holds the event loop for seconds, and no key is asked for there.
+    if (req.is404) return done(null, undefined);
     const bytes = raw as Buffer;
     const coding = contentCoding(req);
     if (coding !== undefined) {
@@ -76,9 +79,12 @@ export function useJsonBodies(app: FastifyInstance): void {
     parseJson(req, body, (err, value) => {
       // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong. Only
       // text that is valid JSON was refused for its keys: `{"constructor":1,}` is just broken JSON.
-      const parsed = err && /"(__proto__|constructor)"\s*:/.test(body) ? plainParse(body) : undefined;
-      if (parsed) {
-        const field = forbiddenKey(parsed.value) ?? 'body';
+      const refused = err !== null && /"(__proto__|constructor)"\s*:/.test(body);
+      // Named only in a body small enough to parse again and walk: a second parse and a walk of every key
+      // of a 10 MiB body held the event loop for seconds (a valid body holds a few hundred entries).
+      const parsed = refused && body.length <= NAMED_KEYS_MAX_BYTES ? plainParse(body) : undefined;
+      if (parsed || (refused && body.length > NAMED_KEYS_MAX_BYTES)) {
+        const field = (parsed && forbiddenKey(parsed.value)) ?? 'body';
         const message =
           field === 'body'
             ? 'must not contain __proto__ or constructor.prototype keys'
@@ -92,6 +98,9 @@ export function useJsonBodies(app: FastifyInstance): void {
     });
   });
 }
+
+/** The largest body whose forbidden key is named by its path (above it, `body` is named). */
+const NAMED_KEYS_MAX_BYTES = 64 * 1024;
 
 /** The body's content coding, unless it is none (`identity`, or no header). */
 function contentCoding(req: FastifyRequest): string | undefined {
