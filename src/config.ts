@@ -137,6 +137,16 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
 }
 
 /**
+ * What a URL held past where it should have ended, quoted for the error, unless it holds an `@`: then it is
+ * most likely the end of a password with an unescaped `#`, `?` or `/`, and is not repeated (errors are logged).
+ */
+function got(rest: string): string {
+  return rest.includes('@')
+    ? ', got part of the user or password (a "#", "?" or "/" in it must be %-escaped)'
+    : `, got "${rest}"`;
+}
+
+/**
  * REDIS_URL's database is its path: none, or a whole number. ioredis would send anything else to Redis as
  * `SELECT NaN`, whose refusal it does not catch: the process fell over a second after it began listening.
  */
@@ -146,13 +156,13 @@ function redisUrl(env: Env): string | undefined {
   const parsed = new URL(raw);
   if (!/^\/?(\d{1,9})?$/.test(parsed.pathname)) {
     throw new ConfigError(
-      `REDIS_URL's path must be a database number (redis://host:6379/2), got "${parsed.pathname}"`,
+      `REDIS_URL's path must be a database number (redis://host:6379/2)${got(parsed.pathname)}`,
     );
   }
   // ioredis takes the database from `?db=` too.
   const db = parsed.searchParams.get('db');
   if (db !== null && !/^\d{1,9}$/.test(db)) {
-    throw new ConfigError(`REDIS_URL's db must be a database number, got "${db}"`);
+    throw new ConfigError(`REDIS_URL's db must be a database number${got(db)}`);
   }
   return raw;
 }
@@ -207,7 +217,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     const rest = /^[a-z]+:\/\/(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^/?#:]*)(?::\d*)?(.*)$/is.exec(smtpUrl)?.[1] ?? '';
     if (rest !== '' && rest !== '/') {
       throw new ConfigError(
-        `SMTP_URL takes a user, a password, a host and a port only, got "${rest}" after them`,
+        `SMTP_URL takes a user, a password, a host and a port only${got(rest)} after them`,
       );
     }
   }

@@ -152,6 +152,20 @@ describe('configuration from the environment', () => {
     expect(text).not.toContain('\n');
   });
 
+  it('does not repeat a password whose unescaped #, ? or / cut the URL short', () => {
+    const envs: Record<string, string>[] = [
+      { SMTP_URL: 'smtp://mailer:#Hunter2secret@smtp.example.com:587', MAIL_FROM: 'a@b.test' },
+      { SMTP_URL: 'smtp://mailer:/Hunter2secret@smtp.example.com:587', MAIL_FROM: 'a@b.test' },
+      { REDIS_URL: 'redis://u:?db=Hunter2secret@127.0.0.1:6379' },
+      { REDIS_URL: 'redis://u:/Hunter2secret@127.0.0.1:6379' },
+    ];
+    for (const env of envs) {
+      const text = refusal(env);
+      expect(text).toContain('got part of the user or password (a "#", "?" or "/" in it must be %-escaped)');
+      expect(text).not.toContain('Hunter2');
+    }
+  });
+
   it('takes TRUST_PROXY as a number of hops or the proxies’ addresses and ranges, and nothing else', () => {
     expect(loadConfig({}).trustProxy).toBe(false);
     expect(loadConfig({ TRUST_PROXY: ' ' }).trustProxy).toBe(false);
