@@ -150,6 +150,10 @@ export async function buildApp(
     // Requests arriving while the server closes get the contract's 503 from the hook below instead.
     return503OnClosing: false,
     genReqId: nextRequestId,
+    // A request target in absolute form (`GET http://host/api/v1/contacts`, RFC 9112 3.2.2) is routed by its
+    // path as any other: read as written, it missed every check of the path (`Cache-Control: no-store` on
+    // /api/, the key's rate limit on unknown /api/ routes) while the router still served it.
+    rewriteUrl: (req) => originForm(req.url ?? '/'),
     // One line a request instead of Fastify's two (logAnswer below).
     logController: new LogController({ disableRequestLogging: true }),
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
@@ -348,6 +352,16 @@ export async function buildApp(
 let counter = 0;
 const bootId = Math.random().toString(36).slice(2, 8);
 /** Request ids unique across restarts of the process, cheap enough for every request. */
+/** The path and query of a request target in absolute form (`http://host/p?q` → `/p?q`); others as they are. */
+export function originForm(target: string): string {
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(target);
+  if (!scheme) return target;
+  const rest = target.slice(scheme[0].length);
+  const start = rest.search(/[/?]/);
+  if (start < 0) return '/';
+  return rest[start] === '?' ? `/${rest.slice(start)}` : rest.slice(start);
+}
+
 function nextRequestId(): string {
   counter = (counter + 1) % Number.MAX_SAFE_INTEGER;
   return `req-${bootId}-${counter.toString(36)}`;

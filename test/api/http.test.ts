@@ -1,7 +1,8 @@
 // The HTTP envelope: unknown routes, content types, bad JSON, body limit, rate-limit headers and 429.
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { routeTable } from '../../src/app.js';
+import net from 'node:net';
+import { originForm, routeTable } from '../../src/app.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
@@ -640,6 +641,41 @@ describe("a connection's idle cut", () => {
       } finally {
         await t.close();
       }
+    }
+  });
+});
+
+describe('a request target in absolute form (RFC 9112 3.2.2)', () => {
+  it('is read by its path: no-store on /api/, and the key counted on unknown /api/ routes', async () => {
+    const t = await createTestApp('sqlite', { RATE_LIMIT_PER_MINUTE: '5' });
+    try {
+      const { auth } = await t.newKey();
+      await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = t.app.server.address() as net.AddressInfo;
+      const ask = (target: string) =>
+        new Promise<string>((resolve, reject) => {
+          const socket = net.connect(port, '127.0.0.1');
+          let answer = '';
+          socket.on('data', (c: Buffer) => (answer += c.toString()));
+          socket.on('end', () => resolve(answer));
+          socket.on('error', reject);
+          socket.write(
+            `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: ${auth}\r\nConnection: close\r\n\r\n`,
+          );
+        });
+      const listed = await ask(`http://127.0.0.1:${port}/api/v1/contacts?limit=1`);
+      expect(listed).toMatch(/^HTTP\/1\.1 200 /);
+      expect(listed).toMatch(/^cache-control: no-store\r$/im);
+      const unknown = await ask(`http://127.0.0.1:${port}/api/v1/nope`);
+      expect(unknown).toMatch(/^HTTP\/1\.1 404 /);
+      expect(unknown).toMatch(/^cache-control: no-store\r$/im);
+      // Counted against the key, as the same path in origin form is: the key's third request.
+      expect(unknown).toMatch(/^x-ratelimit-remaining: 3\r$/im);
+      expect(originForm('https://h')).toBe('/');
+      expect(originForm('http://h?x=1')).toBe('/?x=1');
+      expect(originForm('/api/v1/lists')).toBe('/api/v1/lists');
+    } finally {
+      await t.close();
     }
   });
 });
