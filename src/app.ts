@@ -20,7 +20,7 @@ import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 import { Unauthorized, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
-import { clientErrorHandler, writeLastAnswer } from './http/client-errors.js';
+import { clientErrorHandler, originForm, writeLastAnswer } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
@@ -352,16 +352,6 @@ export async function buildApp(
 let counter = 0;
 const bootId = Math.random().toString(36).slice(2, 8);
 /** Request ids unique across restarts of the process, cheap enough for every request. */
-/** The path and query of a request target in absolute form (`http://host/p?q` → `/p?q`); others as they are. */
-export function originForm(target: string): string {
-  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(target);
-  if (!scheme) return target;
-  const rest = target.slice(scheme[0].length);
-  const start = rest.search(/[/?]/);
-  if (start < 0) return '/';
-  return rest[start] === '?' ? `/${rest.slice(start)}` : rest.slice(start);
-}
-
 function nextRequestId(): string {
   counter = (counter + 1) % Number.MAX_SAFE_INTEGER;
   return `req-${bootId}-${counter.toString(36)}`;

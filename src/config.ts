@@ -137,11 +137,14 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
 }
 
 /**
- * What a URL held past where it should have ended, quoted for the error, unless it holds an `@`: then it is
- * most likely the end of a password with an unescaped `#`, `?` or `/`, and is not repeated (errors are logged).
+ * What a URL held past where it should have ended, quoted for the error, unless `url` holds an `@` where it
+ * should not: then a password with an unescaped `#`, `?` or `/` was most likely cut short, and none of it
+ * is repeated (errors are logged). `url` is the text after the host and port, or the whole URL when its
+ * parts are the URL parser's (a password holding `/` and then `#` leaves its `@` in the fragment).
  */
-function got(rest: string): string {
-  return rest.includes('@')
+function got(rest: string, url: string): string {
+  const misplacedAt = url === rest ? url.includes('@') : /[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''));
+  return misplacedAt
     ? ', got part of the user or password (a "#", "?" or "/" in it must be %-escaped)'
     : `, got "${rest}"`;
 }
@@ -156,13 +159,13 @@ function redisUrl(env: Env): string | undefined {
   const parsed = new URL(raw);
   if (!/^\/?(\d{1,9})?$/.test(parsed.pathname)) {
     throw new ConfigError(
-      `REDIS_URL's path must be a database number (redis://host:6379/2)${got(parsed.pathname)}`,
+      `REDIS_URL's path must be a database number (redis://host:6379/2)${got(parsed.pathname, raw)}`,
     );
   }
   // ioredis takes the database from `?db=` too.
   const db = parsed.searchParams.get('db');
   if (db !== null && !/^\d{1,9}$/.test(db)) {
-    throw new ConfigError(`REDIS_URL's db must be a database number${got(db)}`);
+    throw new ConfigError(`REDIS_URL's db must be a database number${got(db, raw)}`);
   }
   return raw;
 }
@@ -217,7 +220,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     const rest = /^[a-z]+:\/\/(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^/?#:]*)(?::\d*)?(.*)$/is.exec(smtpUrl)?.[1] ?? '';
     if (rest !== '' && rest !== '/') {
       throw new ConfigError(
-        `SMTP_URL takes a user, a password, a host and a port only${got(rest)} after them`,
+        `SMTP_URL takes a user, a password, a host and a port only${got(rest, rest)} after them`,
       );
     }
   }

@@ -18,8 +18,19 @@ type ClientError = Omit<ConnectionError, 'rawPacket'> & { rawPacket?: Buffer };
  */
 function pathOf(err: ClientError): string {
   const raw = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.subarray(0, 8192).toString('latin1') : '';
-  const line = /^[A-Z]+ (\/\S*)/.exec(raw);
-  return line?.[1] ?? '/';
+  const target = /^[A-Z]+ (\S+)/.exec(raw)?.[1];
+  const path = target === undefined ? undefined : originForm(target);
+  return path?.startsWith('/') ? path : '/';
+}
+
+/** The path and query of a request target in absolute form (`http://host/p?q` → `/p?q`); others as they are. */
+export function originForm(target: string): string {
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(target);
+  if (!scheme) return target;
+  const rest = target.slice(scheme[0].length);
+  const start = rest.search(/[/?]/);
+  if (start < 0) return '/';
+  return rest[start] === '?' ? `/${rest.slice(start)}` : rest.slice(start);
 }
 
 function appErrorOf(err: ClientError): AppError {

@@ -377,6 +377,10 @@ describe.each(storeKinds())('edges on %s', (kind) => {
     const big = await raw(`{"email":"p@example.com","x":[${'{},'.repeat(30_000)}{"__proto__":1}]}`);
     expect400(big, 'contacts', ['body']);
     expect(big.json().error).toMatch(/forbidden key/);
+    // A big body that is broken JSON is broken JSON, whatever keys it holds.
+    const bigBroken = await raw(`{"email":"p@example.com","constructor":"x","n":"${'a'.repeat(70_000)}",}`);
+    expect400(bigBroken, 'contacts', ['body']);
+    expect(bigBroken.json().error).toBe('Request body is not valid JSON');
   });
 
   it('answers an unknown route 404 without parsing its JSON body, whatever it holds', async () => {

@@ -2,7 +2,8 @@
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import net from 'node:net';
-import { originForm, routeTable } from '../../src/app.js';
+import { routeTable } from '../../src/app.js';
+import { originForm } from '../../src/http/client-errors.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';

@@ -83,6 +83,8 @@ describe.each(storeKinds())('a header section too large on %s', (kind) => {
     for (const [path, body] of [
       ['/api/v1/emails', { error: expect.any(String) }],
       ['/api/v1/lists?page=1', { success: false, error: expect.any(String) }],
+      // A target in absolute form is read by its path too.
+      ['http://x/api/v1/emails', { error: expect.any(String) }],
     ] as const) {
       const answer = await rawExchange(port, `GET ${path} HTTP/1.1\r\nHost: x\r\n${big}\r\n`);
       const [head, text] = answer.split('\r\n\r\n');

@@ -158,6 +158,10 @@ describe('configuration from the environment', () => {
       { SMTP_URL: 'smtp://mailer:/Hunter2secret@smtp.example.com:587', MAIL_FROM: 'a@b.test' },
       { REDIS_URL: 'redis://u:?db=Hunter2secret@127.0.0.1:6379' },
       { REDIS_URL: 'redis://u:/Hunter2secret@127.0.0.1:6379' },
+      // The URL parser ends the path at the # or ?, leaving the @ in the fragment or query.
+      { REDIS_URL: 'redis://default:/Hunter2#x@127.0.0.1:6379' },
+      { REDIS_URL: 'redis://default:42/Hunter2?rest@127.0.0.1:6379' },
+      { REDIS_URL: 'redis://u:12?db=Hunter2#@127.0.0.1:6379' },
     ];
     for (const env of envs) {
       const text = refusal(env);
