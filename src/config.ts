@@ -137,14 +137,12 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
 }
 
 /**
- * What a URL held past where it should have ended, quoted for the error, unless `url` holds an `@` where it
- * should not: then a password with an unescaped `#`, `?` or `/` was most likely cut short, and none of it
- * is repeated (errors are logged). `url` is the text after the host and port, or the whole URL when its
- * parts are the URL parser's (a password holding `/` and then `#` leaves its `@` in the fragment).
+ * What a URL held past where it should have ended, quoted for the error, unless `url` has an `@` after a
+ * `/`, `?` or `#`: a password with one of those unescaped was cut short there, and none of it is repeated
+ * (errors are logged).
  */
 function got(rest: string, url: string): string {
-  const misplacedAt = url === rest ? url.includes('@') : /[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''));
-  return misplacedAt
+  return /[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''))
     ? ', got part of the user or password (a "#", "?" or "/" in it must be %-escaped)'
     : `, got "${rest}"`;
 }
@@ -220,7 +218,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     const rest = /^[a-z]+:\/\/(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^/?#:]*)(?::\d*)?(.*)$/is.exec(smtpUrl)?.[1] ?? '';
     if (rest !== '' && rest !== '/') {
       throw new ConfigError(
-        `SMTP_URL takes a user, a password, a host and a port only${got(rest, rest)} after them`,
+        `SMTP_URL takes a user, a password, a host and a port only${got(rest, smtpUrl)} after them`,
       );
     }
   }

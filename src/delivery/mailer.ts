@@ -4,6 +4,7 @@
 import type Mail from 'nodemailer/lib/mailer/index.js';
 import { encodeWord } from 'nodemailer/lib/mime-funcs';
 import { ENCODED_WORD } from '../validation/addresses.js';
+import { isPrintableAscii } from '../validation/characters.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -118,7 +119,7 @@ const MESSAGE_ID_HEADERS = new Set(['in-reply-to', 'references']);
 
 function verbatim(name: string, value: string): boolean {
   return (
-    /^[\x20-\x7e\t]*$/.test(value) &&
+    isPrintableAscii(value) &&
     !value.includes('=?') &&
     !/^[ \t]|[ \t]$|[ \t]{60}/.test(value) &&
     !MESSAGE_ID_HEADERS.has(name.toLowerCase())

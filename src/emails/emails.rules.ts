@@ -3,6 +3,7 @@
 import type { Static } from 'typebox';
 import { DetailCollector, type ErrorDetail } from '../errors.js';
 import { type ParsedAddress, domainOf, formatMailbox, parseMailbox } from '../validation/addresses.js';
+import { isPrintableAscii } from '../validation/characters.js';
 import { isObject } from '../validation/guards.js';
 import type { SendEmailBody } from './emails.schemas.js';
 
@@ -139,7 +140,7 @@ function checkRules(body: Loose, errors: DetailCollector) {
       errors.add(field, `is the header ${first} again (header names are case-insensitive): give it once`);
     } else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
-    else if (UNENCODABLE_HEADERS.has(name.toLowerCase()) && !/^[\x20-\x7e\t]*$/.test(value)) {
+    else if (UNENCODABLE_HEADERS.has(name.toLowerCase()) && !isPrintableAscii(value)) {
       errors.add(field, 'must be printable ASCII: this header cannot be MIME-encoded');
     } else headers[name] = value;
   }

@@ -21,6 +21,11 @@ function pathOf(node: Node): string {
   return out;
 }
 
+/** Whether the text is printable US-ASCII (and tabs) only: what a mail header can carry unencoded. */
+export function isPrintableAscii(text: string): boolean {
+  return /^[\x20-\x7e\t]*$/.test(text);
+}
+
 // Node 20 has String.prototype.isWellFormed; the ES2022 lib this project compiles against does not declare it.
 type WellFormed = string & { isWellFormed(): boolean };
 
