@@ -292,6 +292,13 @@ export async function buildApp(
 
   app.addHook('preParsing', (req, reply, _payload, done) => {
     absoluteReset(reply);
+    // An unknown route is answered before its body is read, once counted (per key under /api/, else per
+    // address): read first, a body up to BODY_LIMIT_BYTES was held in memory for a 404, with no key asked
+    // for, and a client that expects 100-continue was asked to send it. Unread, it is dropped as it arrives.
+    if (req.is404) {
+      late.limit!(req, reply).then(() => done(routeNotFound(req)), done);
+      return;
+    }
     const fault = permissionFault(req);
     if (!fault) sendContinue(req, reply, config.bodyLimitBytes);
     done(fault);
@@ -302,9 +309,10 @@ export async function buildApp(
     done(null, payload);
   });
 
-  app.setNotFoundHandler({ preHandler: limiter }, (req, reply) => {
-    const { status, body } = renderError(routeNotFound(req), req.url, req.id);
-    return reply.code(status).send(body);
+  // Never reached: the preParsing hook above answers every unknown route. Set so that Fastify's own 404,
+  // in another body shape, cannot be either.
+  app.setNotFoundHandler((req) => {
+    throw routeNotFound(req);
   });
 
   // Not rate-limited (contract.md): a probe is never refused, nor counted. Like every answer (api-v1.md 8)

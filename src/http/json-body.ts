@@ -15,8 +15,6 @@ export function useJsonBodies(app: FastifyInstance): void {
   // Any other media type: a body in it is a 415, refused unread. One of Content-Length 0 (or none) is no
   // body, as without the header: a DELETE from a client that puts its form Content-Type on every call.
   app.addContentTypeParser('*', (req, _payload, done) => {
-    // An unknown route is a 404 whatever it was sent, as it was before this parser matched everything.
-    if (req.is404) return done(null, undefined);
     const length = req.headers['content-length'];
     if ((length === undefined || length === '0') && req.headers['transfer-encoding'] === undefined) {
       return done(null, undefined);
@@ -28,9 +26,6 @@ export function useJsonBodies(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, raw, done) => {
-    // An unknown route is a 404 whatever it was sent, and its body is not parsed: parsing 10 MiB of JSON
-    // holds the event loop for seconds, and no key is asked for there.
-    if (req.is404) return done(null, undefined);
     const bytes = raw as Buffer;
     const coding = contentCoding(req);
     if (coding !== undefined) {

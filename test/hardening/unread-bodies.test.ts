@@ -110,6 +110,38 @@ describe.each(storeKinds())('bodies refused unread on %s', (kind) => {
     await ok.closed;
     expect(statuses(ok.answer())).toEqual([100, 201]);
   });
+
+  it('an unknown route is answered before its body is sent, counted, and its body dropped unread', async () => {
+    await listen();
+    for (const [url, key] of [
+      ['/api/v1/nope', auth],
+      ['/nope', undefined],
+    ] as const) {
+      const lines = (extra: string[]) =>
+        `POST ${url} HTTP/1.1\r\nHost: x\r\n${key ? `Authorization: ${key}\r\n` : ''}${extra.join('\r\n')}\r\n\r\n`;
+      // Its 404 comes while the body is still on its way (read first, it waited for the whole of it), and a
+      // body over the limit is a 404 too, not a 413.
+      for (const size of [LIMIT, BIG]) {
+        const c = connect(port);
+        await c.write(lines(['Content-Type: application/json', `Content-Length: ${size}`]));
+        await c.write(chunk.subarray(0, 1000));
+        await c.until(/^HTTP\/1\.1 404 /);
+        const { answer, error } = await sendAll(c, async (write) => {
+          for (let sent = 1000; sent < size; sent += chunk.length)
+            await write(chunk.subarray(0, Math.min(chunk.length, size - sent)));
+        });
+        expect([url, size, statuses(answer), error]).toEqual([url, size, [404, 200], undefined]);
+        expect(answer).toMatch(/\r\nx-ratelimit-remaining: \d+\r\n/);
+      }
+      // Asked first, it is refused without being asked for the body.
+      const asked = connect(port);
+      await asked.write(
+        lines(['Content-Type: application/json', 'Content-Length: 12', 'Expect: 100-continue']),
+      );
+      expect(await asked.closed).toBeUndefined();
+      expect([url, statuses(asked.answer())]).toEqual([url, [404]]);
+    }
+  });
 });
 
 // The server in a process of its own, as clients meet it: in one process with the client, the event loop
