@@ -3,6 +3,11 @@ import { v7 as uuidv7 } from 'uuid';
 
 export interface Clock {
   now(): Date;
+  /**
+   * How far this clock runs ahead of the host's (`Date.now()`), in ms, when it is not the host's (the
+   * database's: store/store-clock.ts). A deadline read by this clock is that much later by the host's.
+   */
+  aheadMs?(): number;
 }
 
 export interface Ids {

@@ -7,7 +7,7 @@ import path from 'node:path';
 import type { Redis } from 'ioredis';
 import { loadIoredis } from './optional-packages.js';
 import pino, { type Logger } from 'pino';
-import { systemClock, uuidIds } from './clock.js';
+import { type Clock, uuidIds } from './clock.js';
 import { type Config, ConfigError } from './config.js';
 import { FileOutboxMailer } from './delivery/file-outbox.js';
 import type { Mailer } from './delivery/mailer.js';
@@ -133,11 +133,17 @@ export function createMailer(config: Config): Mailer {
   return new FileOutboxMailer(path.join(config.dataDir, 'outbox'), config.dkim);
 }
 
-export function createWorker(config: Config, store: Store, mailer: Mailer, logger: Logger): DeliveryWorker {
+export function createWorker(
+  config: Config,
+  store: Store,
+  mailer: Mailer,
+  logger: Logger,
+  clock: Clock,
+): DeliveryWorker {
   return new DeliveryWorker({
     store,
     mailer,
-    clock: systemClock,
+    clock,
     ids: uuidIds,
     logger: logger.child({ component: 'delivery' }),
     retryBaseMs: config.deliveryRetryBaseMs,

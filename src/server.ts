@@ -4,6 +4,7 @@ import { buildApp } from './app.js';
 import type { Config } from './config.js';
 import type { Mailer } from './delivery/mailer.js';
 import { takeStartSignal } from './cli/start-signals.js';
+import { processClock } from './store/store-clock.js';
 import {
   createLogger,
   createMailer,
@@ -33,8 +34,9 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
     'store open',
   );
 
+  const clock = await processClock(store, logger);
   const mailer = options.worker ? createMailer(config) : undefined;
-  const worker = mailer ? createWorker(config, store, mailer, logger) : undefined;
+  const worker = mailer ? createWorker(config, store, mailer, logger, clock) : undefined;
   if (mailer) logDelivery(config, mailer, logger);
   if (!options.worker && !config.mailFromGiven) {
     // The From address and the Message-ID's domain are fixed when an email is accepted, by this process.
@@ -43,14 +45,23 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
     );
   }
   const redis = await createRedis(config, logger).catch(async (err: unknown) => {
+    clock.stop?.();
     await store.close();
     throw err;
   });
-  const app = await buildApp({ config, store, logger, redis, onEmailQueued: () => worker?.notify() });
+  const app = await buildApp({
+    config,
+    store,
+    logger,
+    redis,
+    clock,
+    onEmailQueued: () => worker?.notify(),
+  });
   const { connections } = app;
   try {
     await app.listen({ port: config.port, host });
   } catch (err) {
+    clock.stop?.();
     await store.close();
     throw listenError(err, config);
   }
@@ -61,6 +72,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
     await worker?.stop();
     await mailer?.close();
     redis?.disconnect();
+    clock.stop?.();
     await store.close();
   });
   const address = app.server.address();
@@ -80,13 +92,15 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
   const { store } = await openMigratedStore(config, { logger, use: 'worker' });
+  const clock = await processClock(store, logger);
   const mailer = createMailer(config);
-  const worker = createWorker(config, store, mailer, logger);
+  const worker = createWorker(config, store, mailer, logger, clock);
   logDelivery(config, mailer, logger);
   worker.start();
   onShutdown(logger, signals, async () => {
     await worker.stop();
     await mailer.close();
+    clock.stop?.();
     await store.close();
   });
 }

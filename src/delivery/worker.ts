@@ -111,7 +111,7 @@ export class DeliveryWorker {
       logger,
       owner: this.owner,
       leaseMs: this.leaseMs,
-      onRenewed: (emailIds, until) => o.mailer.extend?.(emailIds, until - this.leaseMargin),
+      onRenewed: (emailIds, until) => o.mailer.extend?.(emailIds, this.startBy(until)),
     });
   }
 
@@ -228,11 +228,19 @@ export class DeliveryWorker {
   private deliver(email: EmailRow, recipients: RecipientRow[], leaseUntil: number): void {
     this.leases.hold(email.id);
     this.sending++;
-    const attempt = this.attempt(email, recipients, leaseUntil - this.leaseMargin).finally(() => {
+    const attempt = this.attempt(email, recipients, this.startBy(leaseUntil)).finally(() => {
       this.leases.release(email.id);
       this.inflight.delete(attempt);
     });
     this.inflight.add(attempt);
+  }
+
+  /**
+   * By when (the host's epoch ms, as the mailer reads it) a send under a lease ending at `leaseUntil` (the
+   * worker's clock: on PostgreSQL the database's) may still begin.
+   */
+  private startBy(leaseUntil: number): number {
+    return leaseUntil - this.leaseMargin - (this.o.clock.aheadMs?.() ?? 0);
   }
 
   private async attempt(email: EmailRow, recipients: RecipientRow[], startBy: number): Promise<void> {

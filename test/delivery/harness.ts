@@ -109,19 +109,19 @@ export interface DeliveryContext {
 
 /**
  * Registers hooks for a suite that delivers to a real SMTP sink: app and store, sink, pooled SmtpMailer and
- * a running worker. Fields are filled in beforeAll; `worker` may be replaced by a test. The sink is
- * emptied after each test.
+ * a running worker (none with `worker: false`: the suite's tests start their own). Fields are filled in
+ * beforeAll; `worker` may be replaced by a test. The sink is emptied after each test.
  */
 export function useDelivery(
   kind: StoreKind,
-  options: { worker?: Partial<WorkerOptions>; mailer?: Omit<SmtpMailerOptions, 'url'> } = {},
+  options: { worker?: Partial<WorkerOptions> | false; mailer?: Omit<SmtpMailerOptions, 'url'> } = {},
 ): DeliveryContext {
   const ctx = { script: {} } as DeliveryContext;
   beforeAll(async () => {
     ctx.t = await createTestApp(kind, TEST_ENV);
     ctx.sink = await startSmtpSink(ctx.script);
     ctx.mailer = new SmtpMailer({ ...options.mailer, url: ctx.sink.url });
-    ctx.worker = startWorker(ctx.t, ctx.mailer, options.worker);
+    if (options.worker !== false) ctx.worker = startWorker(ctx.t, ctx.mailer, options.worker);
     ctx.auth = (await ctx.t.newKey()).auth;
   });
   afterEach(() => {
@@ -129,7 +129,7 @@ export function useDelivery(
     ctx.sink.messages.length = 0;
   });
   afterAll(async () => {
-    await ctx.worker.stop();
+    await (ctx.worker as DeliveryWorker | undefined)?.stop();
     await ctx.mailer.close();
     await ctx.sink.close();
     await ctx.t.close();

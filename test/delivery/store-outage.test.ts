@@ -7,15 +7,15 @@
 import Database from 'better-sqlite3';
 import path from 'node:path';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { type Mailer, NotStartedError } from '../../src/delivery/mailer.js';
 import { ResultRecorder } from '../../src/delivery/recorder.js';
-import { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
+import type { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
 import type { Store } from '../../src/store/store.js';
-import { type TestApp, createTestApp } from '../helpers/app.js';
-import { type SmtpSink, eventually, startSmtpSink } from '../helpers/smtp.js';
+import type { TestApp } from '../helpers/app.js';
+import { type SmtpSink, eventually } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
-import { TEST_ENV, basicEmail, sendEmail, settled, startWorker } from './harness.js';
+import { basicEmail, sendEmail, settled, startWorker, useDelivery } from './harness.js';
 
 /**
  * The store, except that `batch` (claims, leases, results) fails while `down` is set, or `failNext` times.
@@ -135,17 +135,10 @@ const leaseOf = (t: TestApp, id: string) =>
     .executeTakeFirstOrThrow();
 
 describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
+  const ctx = useDelivery(kind, { worker: false });
   let t: TestApp, sink: SmtpSink, mailer: SmtpMailer, auth: string;
-  beforeAll(async () => {
-    t = await createTestApp(kind, TEST_ENV);
-    sink = await startSmtpSink();
-    mailer = new SmtpMailer({ url: sink.url });
-    auth = (await t.newKey()).auth;
-  });
-  afterAll(async () => {
-    await mailer.close();
-    await sink.close();
-    await t.close();
+  beforeAll(() => {
+    ({ t, sink, mailer, auth } = ctx);
   });
 
   it('backs off, logs once, and delivers when the store is back', async () => {

@@ -1,0 +1,101 @@
+// On PostgreSQL, processes on several hosts share one database: leases, retry times and every timestamp
+// they write are compared with each other's. Read by each host's own clock, a worker whose clock ran ahead
+// by most of a lease took over emails another worker was still sending (and sent them twice). So each
+// process reads time as the database's clock, measured against its own now and then: the host's clock
+// plus the offset last measured. On SQLite every process is on the one host: its clock is the host's.
+import { sql } from 'kysely';
+import type { Logger } from 'pino';
+import { type Clock, systemClock } from '../clock.js';
+import type { Store } from './store.js';
+
+/** How often the offset is measured again. */
+export const CLOCK_SYNC_EVERY_MS = 60_000;
+/** An offset larger than this is logged: when it appears, when it moves by as much again, and when it ends. */
+export const CLOCK_WARN_MS = 1_000;
+/** Round trips measured at each sync; the quickest one's reading is kept. */
+const SAMPLES = 3;
+
+export class StoreClock implements Clock {
+  private offset = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private logged = 0;
+
+  constructor(
+    private readonly readMs: () => Promise<number>,
+    private readonly logger: Logger,
+    private readonly base: Clock = systemClock,
+  ) {}
+
+  now(): Date {
+    return new Date(this.base.now().getTime() + this.offset);
+  }
+
+  /** How far this clock is ahead of the host's (ms): a deadline in its time is this much later locally. */
+  aheadMs(): number {
+    return this.offset;
+  }
+
+  /**
+   * Measures the offset again: the database's reading against the middle of the quickest round trip. A
+   * failed measurement keeps the last offset (the store's outage is reported by what needs the store).
+   */
+  async sync(): Promise<void> {
+    let best: { rtt: number; offset: number } | undefined;
+    try {
+      for (let i = 0; i < SAMPLES; i++) {
+        const sent = this.base.now().getTime();
+        const at = await this.readMs();
+        const back = this.base.now().getTime();
+        const sample = { rtt: back - sent, offset: at - (sent + back) / 2 };
+        if (!best || sample.rtt < best.rtt) best = sample;
+      }
+    } catch (err) {
+      if (!best) {
+        this.logger.debug({ err }, "clock: the database's time could not be read; the last offset stands");
+        return;
+      }
+    }
+    this.offset = Math.round(best!.offset);
+    const off = Math.abs(this.offset) > CLOCK_WARN_MS;
+    if (off && Math.abs(this.offset - this.logged) > CLOCK_WARN_MS) {
+      this.logged = this.offset;
+      this.logger.warn(
+        { offsetMs: this.offset },
+        "clock: this host's clock is off the database's; leases and timestamps follow the database's",
+      );
+    } else if (!off && this.logged !== 0) {
+      this.logged = 0;
+      this.logger.info(
+        { offsetMs: this.offset },
+        "clock: this host's clock is in step with the database's again",
+      );
+    }
+  }
+
+  /** Measures now, then every CLOCK_SYNC_EVERY_MS until stop(). */
+  async start(): Promise<void> {
+    await this.sync();
+    this.timer = setInterval(() => void this.sync(), CLOCK_SYNC_EVERY_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}
+
+/** The database's clock, in epoch milliseconds (PostgreSQL's clock_timestamp(), not the transaction's). */
+export async function databaseTimeMs(store: Store): Promise<number> {
+  const { rows } = await sql<{
+    ms: string | number;
+  }>`select (extract(epoch from clock_timestamp()) * 1000)::float8 as ms`.execute(store.db);
+  return Number(rows[0]!.ms);
+}
+
+/** The clock a process reads time by: the database's on PostgreSQL (started), the host's on SQLite. */
+export async function processClock(store: Store, logger: Logger): Promise<Clock & { stop?(): void }> {
+  if (store.dialect !== 'postgres') return systemClock;
+  const clock = new StoreClock(() => databaseTimeMs(store), logger);
+  await clock.start();
+  return clock;
+}
