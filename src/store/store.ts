@@ -248,6 +248,13 @@ async function createTrigramIndex(databaseUrl: string): Promise<void> {
   const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
   await client.connect();
   try {
+    // Looked up first: `create index if not exists` takes its SHARE lock on the table before it finds the
+    // index there, so every start and CLI command waited behind any open write of contacts, and every
+    // contact write of every process then queued behind it (a stalled writer held them all up).
+    const { rows } = await client.query<{ done: boolean }>(
+      "select to_regclass('contact_addresses_trgm') is not null and to_regclass('contacts_email_trgm') is null as done",
+    );
+    if (rows[0]?.done) return;
     await client.query('begin');
     await client.query('select pg_advisory_xact_lock($1)', [TRGM_LOCK]);
     await client.query('create extension if not exists pg_trgm');

@@ -167,6 +167,36 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     }
   });
 
+  it('migrate a migrated store again (every start, every CLI command) without waiting on open writes of contacts', async () => {
+    // A write of contacts left open, as by a process stopped mid-transaction.
+    const writer = new pg.Client({ connectionString: ts.databaseUrl });
+    const watcher = new pg.Client({ connectionString: ts.databaseUrl });
+    await Promise.all([writer.connect(), watcher.connect()]);
+    const store = ts.reopen();
+    try {
+      await writer.query('begin');
+      await writer.query('lock table contact_addresses in row exclusive mode');
+      let migrated = false;
+      const migrating = store.migrate().then(() => (migrated = true));
+      // Either the migration is done, or something of it waits for a lock (then for as long as the writer
+      // stays open, and every other process's contact writes behind it).
+      let waiting = false;
+      while (!migrated && !waiting) {
+        const { rows } = await watcher.query(
+          "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+        );
+        waiting = rows[0].n > 0;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect({ migrated, waiting }).toEqual({ migrated: true, waiting: false });
+      await migrating;
+    } finally {
+      await writer.query('rollback');
+      await Promise.all([writer.end(), watcher.end()]);
+      await store.close();
+    }
+  });
+
   it('migrate for a role that may not create pg_trgm, and then search without the index', async () => {
     const db = await createTestDatabase();
     const role = `mailroom_restricted_${randomBytes(4).toString('hex')}`;
