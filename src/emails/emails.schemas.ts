@@ -13,6 +13,7 @@ import {
 } from '../http/schemas.js';
 import { withRules } from '../validation/ajv.js';
 import { MAX_MAILBOX } from '../validation/addresses.js';
+import { TAG_CHARACTERS } from '../validation/characters.js';
 import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
 
 export { MAX_CC_BCC, MAX_TO };
@@ -33,13 +34,9 @@ const Mailboxes = (max: number, minItems = 0) =>
     description: `One address, or an array of at most ${max}`,
   });
 
-const Tag = Type.Object(
-  {
-    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$' }),
-    value: Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$' }),
-  },
-  { additionalProperties: false },
-);
+// contract.md's `^[A-Za-z0-9_-]{1,256}$`, its length apart: a value too long is told its limit.
+const TagText = () => Type.String({ minLength: 1, maxLength: 256, pattern: TAG_CHARACTERS });
+const Tag = Type.Object({ name: TagText(), value: TagText() }, { additionalProperties: false });
 
 export const SendEmailBody = withRules(
   Type.Object(

@@ -1,6 +1,7 @@
 // Ajv's errors as the contract's details: {field, message} with the field written as the client wrote it
 // (`to[1]`, `tags[0].value`, `customFields.plan`) and a message in the API's words, ranked by what it says.
 import type { ErrorObject } from 'ajv';
+import { TAG_CHARACTERS } from './characters.js';
 import { isObject } from './guards.js';
 import { RANK, type Ranked } from './ranks.js';
 
@@ -80,7 +81,9 @@ function messageOf(e: ErrorObject): string {
     case 'format':
       return `must be a valid ${String(p.format)}`;
     case 'pattern':
-      return p.pattern === '\\S' ? 'must not be blank' : 'has an invalid format';
+      if (p.pattern === '\\S') return 'must not be blank';
+      if (p.pattern === TAG_CHARACTERS) return 'must hold only letters (A-Z, a-z), digits, _ and -';
+      return `must match ${String(p.pattern)}`;
     case 'uniqueItems':
       return 'must not contain duplicates';
     default:

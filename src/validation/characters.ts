@@ -5,6 +5,9 @@ import { RANK, type Ranked } from './ranks.js';
 /** Deeper than any body or query the API takes; the walk below stops there instead of following an attack. */
 export const MAX_DEPTH = 32;
 
+/** What an email tag's name and value may hold (contract.md), their length apart. */
+export const TAG_CHARACTERS = '^[A-Za-z0-9_-]*$';
+
 interface Node {
   value: unknown;
   parent: Node | undefined;

@@ -267,6 +267,18 @@ describe.each(storeKinds())('emails on %s', (kind) => {
         'tags[0].value',
       ]);
       expect400(await send({ ...base, tags: [{ name: x(257), value: 'v' }] }), 'emails', ['tags[0].name']);
+      // Each told what is wrong with it: its length, or its characters.
+      const told = async (tag: { name: string; value: string }) =>
+        (await send({ ...base, tags: [tag] })).json().details as { field: string; message: string }[];
+      expect(await told({ name: 'a', value: x(257) })).toEqual([
+        { field: 'tags[0].value', message: 'must be at most 256 characters' },
+      ]);
+      expect(await told({ name: '', value: 'v' })).toEqual([
+        { field: 'tags[0].name', message: 'must not be empty' },
+      ]);
+      expect(await told({ name: 'a.b', value: 'v' })).toEqual([
+        { field: 'tags[0].name', message: 'must hold only letters (A-Z, a-z), digits, _ and -' },
+      ]);
       expect((await send({ ...base, tags: [{ name: x(256), value: x(256) }] })).statusCode).toBe(200);
       expect400(await send({ ...base, tags: [{ name: 'a' }] }), 'emails', ['tags[0].value']);
       expect400(await send({ ...base, tags: [{ name: 'a', value: 'b', extra: 1 }] }), 'emails', [
