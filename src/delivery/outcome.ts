@@ -118,7 +118,9 @@ export function settle(
 /**
  * A relay's answer as a store can hold it: PostgreSQL refuses a NUL in text, and a relay may send one
  * (`250 queued as \0ABC`). Refused, the result could never be recorded, and the email stayed `sending`.
+ * On one line: an event's detail has a line per recipient, and the lines of a reply in several
+ * (`550-The account … does not exist.\n550 https://…`) read as other recipients'.
  */
 function storable(text: string): string {
-  return text.replaceAll('\0', '\uFFFD');
+  return text.replaceAll('\0', '\uFFFD').replace(/\s*(?:\r\n|\r|\n)\s*/g, ' ');
 }

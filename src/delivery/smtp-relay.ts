@@ -51,12 +51,16 @@ export class SmtpRelay {
   private active = 0;
   /** Sends handed to nodemailer, by email id: cancel() aborts them. */
   private readonly begun = new Map<string, AbortController>();
-  /** What the relay and nodemailer say, as stored for the organisation (withoutAddress). */
+  /** What the relay and nodemailer say of the connection, as stored for the organisation (withoutAddress). */
   private readonly scrub: (text: string) => string;
+  /** The relay's replies about the message itself (RCPT TO, DATA), as stored (withoutHost). */
+  private readonly scrubReply: (text: string) => string;
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
-    this.scrub = (text) => withoutAddress(text, url.hostname.replace(/^\[|\]$/g, ''));
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    this.scrub = (text) => withoutAddress(text, host);
+    this.scrubReply = (text) => withoutHost(text, host);
     this.maxConnections = options.maxConnections ?? 5;
     this.transport = nodemailer.createTransport({
       pool: true,
@@ -137,12 +141,12 @@ export class SmtpRelay {
       const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
       const info = await this.transport.sendMail(options);
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
-        toFailure(e, this.scrub),
+        toFailure(e, this.scrubReply),
       );
       return {
         accepted: (info.accepted ?? []).map(String),
         rejected: rejectedErrors,
-        response: this.scrub(info.response ?? ''),
+        response: this.scrubReply(info.response ?? ''),
       };
     } catch (err) {
       const e = err as SmtpError;
@@ -150,11 +154,15 @@ export class SmtpRelay {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
         return {
           accepted: [],
-          rejected: e.rejectedErrors.map((r) => toFailure(r, this.scrub)),
-          response: this.scrub(e.response ?? e.message),
+          rejected: e.rejectedErrors.map((r) => toFailure(r, this.scrubReply)),
+          response: this.scrubReply(e.response ?? e.message),
         };
       }
-      throw new DeliveryError(this.scrub(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), isPermanent(e));
+      const reply = e.response !== undefined && (e.command === 'DATA' || e.command === 'RCPT TO');
+      throw new DeliveryError(
+        reply ? this.scrubReply(e.response!) : this.scrub(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`),
+        isPermanent(e),
+      );
     }
   }
 
@@ -199,17 +207,12 @@ export function coalesced(): Transform {
 
 /**
  * A socket error's text without the relay's address (`connect ECONNREFUSED 10.0.0.7:25`): it is stored as
- * the email's lastError, which every key of the organisation can read, and the relay is the operator's.
+ * the email's lastError, which every key of the organisation can read, and the relay is the operator's. So
+ * is what the relay says of the connection (its greeting, EHLO, AUTH, MAIL FROM): every address in it goes.
  */
 export function withoutAddress(message: string, host = ''): string {
-  let text = message;
-  // The configured host name, wherever it appears (a greeting, a TLS name check, a DNS failure).
-  if (host !== '') {
-    const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-    text = text.replace(new RegExp(`${literal}(?::\\d+)?`, 'g'), '(the relay)');
-  }
   return (
-    text
+    withoutHost(message, host)
       .replace(/^((?:connect|getaddrinfo|query[A-Za-z]*) E[A-Z_]+) (?!\(the relay\))\S+/, '$1 (the relay)')
       .replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b/g, '(the relay)')
       // IPv6: compressed (`fd00::7`, `::1`) or with at least five groups, so that a time (12:34:56) stays.
@@ -218,6 +221,18 @@ export function withoutAddress(message: string, host = ''): string {
         '(the relay)',
       )
   );
+}
+
+/**
+ * The relay's reply about the message (to RCPT TO, to its data) without the configured host name: its other
+ * addresses are not the relay's (`Client host [198.51.100.7] blocked`, Mailroom's own; `queued as
+ * 8a3f::2b1c`, the id a relay's operator traces the message by), and stay as the relay wrote them.
+ */
+export function withoutHost(message: string, host: string): string {
+  if (host === '') return message;
+  // Wherever it appears (a greeting, a TLS name check, a DNS failure, a reply).
+  const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return message.replace(new RegExp(`${literal}(?::\\d+)?`, 'g'), '(the relay)');
 }
 
 /**

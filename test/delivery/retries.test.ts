@@ -407,6 +407,33 @@ describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
       expect(email.recipients[0]).toMatchObject({ status: 'sent', response: '250 queued as \uFFFDABC' });
     }));
 
+  it("records a reply of several lines on one line, and the addresses in the relay's replies that are not its own", () =>
+    withRelay(async ({ t, auth, ...r }) => {
+      // A multi-line reply, as Gmail's to an unknown account; its queue id and the client's address stay.
+      const relay = await r.rawRelay(
+        '250-2.0.0 Ok: queued as 8a3f::2b1c\r\n250 2.0.0 from client [198.51.100.7] see https://relay.example/q',
+      );
+      const first = r.worker(r.mailer({ url: `smtp://127.0.0.1:${relay.port}` }), { retryBaseMs: 60_000 });
+      const id = await sendEmail(t, auth, basicEmail('lines@example.org', { cc: ['two@example.org'] }));
+      const email = await settled(t, auth, id);
+      const reply =
+        '250-2.0.0 Ok: queued as 8a3f::2b1c 250 2.0.0 from client [198.51.100.7] see https://relay.example/q';
+      expect(email.recipients.map((x) => x.response)).toEqual([reply, reply]);
+      // One line a recipient.
+      expect(email.events.find((e) => e.type === 'sent')?.detail).toBe(
+        `lines@example.org: ${reply}\ntwo@example.org: ${reply}`,
+      );
+      // A refusal at RCPT TO naming the sending host keeps its address; the relay's own (here 127.0.0.1,
+      // configured by address) does not appear.
+      await first.stop();
+      const sink = await r.sink({
+        onRcpt: () => ({ code: 554, message: '5.7.1 Client host [198.51.100.7] blocked; ask 127.0.0.1' }),
+      });
+      r.worker(r.mailer({ url: sink.url }), { retryBaseMs: 60_000 });
+      const refused = await settled(t, auth, await sendEmail(t, auth, basicEmail('blocked@example.org')));
+      expect(refused.lastError).toBe('554 5.7.1 Client host [198.51.100.7] blocked; ask (the relay)');
+    }));
+
   it('defers when the relay goes quiet after the message data (socket timeout)', () =>
     withRelay(async ({ t, auth, ...r }) => {
       const sink = await r.sink({ hold: never });

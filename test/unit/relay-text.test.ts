@@ -1,6 +1,6 @@
 // What an organisation may read of a relay failure: the error, never where the operator's relay is.
 import { describe, expect, it } from 'vitest';
-import { withoutAddress } from '../../src/delivery/smtp-relay.js';
+import { withoutAddress, withoutHost } from '../../src/delivery/smtp-relay.js';
 
 describe('withoutAddress', () => {
   it('takes out IPv4 and IPv6 addresses and the configured host name', () => {
@@ -28,6 +28,17 @@ describe('withoutAddress', () => {
       'ETIMEDOUT: Greeting never received',
     ]) {
       expect(withoutAddress(message, 'relay.corp.internal')).toBe(message);
+    }
+  });
+
+  it("keeps in a reply about the message the addresses that are not the relay's, and takes out its name", () => {
+    const host = 'relay.corp.internal';
+    for (const [message, shown] of [
+      ['554 5.7.1 Client host [198.51.100.7] blocked using zen.spamhaus.org', undefined],
+      ['250 2.0.0 Ok: queued as 8a3f::2b1c', undefined],
+      ['550 5.1.1 relay.corp.internal:25 says no', '550 5.1.1 (the relay) says no'],
+    ]) {
+      expect(withoutHost(message!, host)).toBe(shown ?? message);
     }
   });
 });
