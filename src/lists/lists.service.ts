@@ -31,7 +31,7 @@ export class ListsService {
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly ids: Ids,
-    /** Memberships removed a commit when a list is deleted on SQLite (about 10 ms of its writer). */
+    /** Memberships removed a commit when a list is deleted (about 10 ms of SQLite's writer). */
     private readonly deleteSlice = DELETE_SLICE,
   ) {}
 
@@ -86,15 +86,10 @@ export class ListsService {
    * writes go on; members added meanwhile go with the list. Another organisation's list loses nothing.
    */
   async delete(orgId: string, id: string): Promise<void> {
-    // On SQLite the memberships go first, a slice a commit, so that no other write waits long for its one
-    // write lock; a delete cut off mid-way can leave the list with fewer members. PostgreSQL has no such
-    // lock: one commit, the memberships going with the list (on delete cascade), all or nothing.
-    if (this.store.dialect === 'sqlite') {
-      let removed: number;
-      do {
-        removed = await this.store.write((trx) => repo.removeSomeMembers(trx, orgId, id, this.deleteSlice));
-      } while (removed === this.deleteSlice);
-    }
+    let removed: number;
+    do {
+      removed = await this.store.write((trx) => repo.removeSomeMembers(trx, orgId, id, this.deleteSlice));
+    } while (removed === this.deleteSlice);
     const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
     if (!deleted) throw notFound(id);
   }

@@ -1,7 +1,6 @@
-// Deleting a list with many members: on SQLite its memberships go a slice a commit (other writes go on
-// between them), on PostgreSQL in the list's one commit; the contacts and other lists stay, and on
-// PostgreSQL contactCount is kept once per statement (migration 0014), since the row trigger made one
-// statement's cost grow with the square of its rows.
+// Deleting a list with many members: its memberships go a slice a commit (other writes go on between
+// them), the contacts and other lists stay, and on PostgreSQL contactCount is kept once per statement
+// (migration 0014), since the row trigger made one statement's cost grow with the square of its rows.
 import { afterEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -79,9 +78,8 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
 
     const before = writes();
     await lists.delete('org-a', doomed.id);
-    // SQLite: 10 + 10 + 5 memberships, each slice its own transaction, then the list's row. PostgreSQL: one
-    // transaction, all or nothing (the memberships go with the list).
-    expect(writes() - before).toBe(kind === 'sqlite' ? 4 : 1);
+    // 10 + 10 + 5 memberships, each slice its own transaction, then the list's row.
+    expect(writes() - before).toBe(4);
     await expect(lists.get('org-a', doomed.id)).rejects.toMatchObject({ code: 'LIST_NOT_FOUND' });
     expect(await members(store.db, doomed.id)).toBe(0);
     expect(await members(store.db, kept.id)).toBe(25);
@@ -120,8 +118,8 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
     );
     expect(refused).toBeInstanceOf(AppError);
     expect(refused).toMatchObject({ code: 'LIST_NOT_FOUND' });
-    // SQLite: one empty slice, then the list's delete that found nothing; PostgreSQL: that delete alone.
-    expect(writes() - before).toBe(kind === 'sqlite' ? 2 : 1);
+    // One empty slice, then the list's delete that found nothing.
+    expect(writes() - before).toBe(2);
     expect(await members(store.db, list.id)).toBe(25);
     expect(await contactCount(store.db, list.id)).toBe(25);
   });
