@@ -9,6 +9,7 @@ import { AppError } from '../../src/errors.js';
 import { ListsService } from '../../src/lists/lists.service.js';
 import type { Executor, Store } from '../../src/store/store.js';
 import { contactRow } from '../helpers/rows.js';
+import { eventually } from '../helpers/smtp.js';
 import { noPostgres, olderStore, storeKinds, type TestStore, createTestStore } from '../helpers/stores.js';
 
 const SLICE = 10;
@@ -122,6 +123,71 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
     expect(writes() - before).toBe(2);
     expect(await members(store.db, list.id)).toBe(25);
     expect(await contactCount(store.db, list.id)).toBe(25);
+  });
+});
+
+describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes of its members', () => {
+  it('deadlocks with none: a membership locked first, then removed with its count, while the delete waits', async () => {
+    // Other writers lock a membership, then the list's row (the count's statement trigger): a contact's
+    // delete, a removal from the list. Deleting the list in one statement locked the list's row first and
+    // then its memberships, the other order: one of the two was killed as a deadlock (a review saw a 500).
+    const ts = await createTestStore('postgres');
+    const other = new pg.Client({ connectionString: ts.databaseUrl });
+    const watcher = new pg.Client({ connectionString: ts.databaseUrl });
+    try {
+      await Promise.all([other.connect(), watcher.connect()]);
+      // What the delete's statements throw, retried or not (a deadlock is retried, and may then succeed).
+      const thrown: unknown[] = [];
+      const store: Store = Object.create(ts.store) as Store;
+      store.write = (fn) =>
+        ts.store.write(async (trx) => {
+          try {
+            return await fn(trx);
+          } catch (err) {
+            thrown.push(err);
+            throw err;
+          }
+        });
+      const lists = new ListsService(store, systemClock, uuidIds, SLICE);
+      const contacts = await ts.store.write((trx) => seedOrg(trx, 'org-a', 25));
+      const list = await lists.create('org-a', { name: 'Busy' });
+      await lists.addContacts('org-a', list.id, contacts);
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM list_members WHERE list_id = $1 AND contact_id = $2 FOR UPDATE', [
+        list.id,
+        contacts[0],
+      ]);
+      const deleting = lists.delete('org-a', list.id).then(
+        () => 'deleted',
+        (err: unknown) => err,
+      );
+      await eventually(
+        async () => {
+          const { rows } = await watcher.query(
+            "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+          );
+          return rows[0].n > 0;
+        },
+        10_000,
+        'the delete waiting for the locked membership',
+      );
+      // The other writer goes on to remove it, its count's trigger taking the list's row.
+      const removed = await other
+        .query('DELETE FROM list_members WHERE list_id = $1 AND contact_id = $2', [list.id, contacts[0]])
+        .then(
+          (r) => r.rowCount,
+          (err: unknown) => err,
+        );
+      await other.query('COMMIT');
+      expect(removed).toBe(1);
+      expect(await deleting).toBe('deleted');
+      expect(thrown).toEqual([]);
+      expect(await members(ts.store.db, list.id)).toBe(0);
+      expect(await contactCount(ts.store.db, list.id)).toBeUndefined();
+    } finally {
+      await Promise.all([other.end(), watcher.end()]).catch(() => undefined);
+      await ts.destroy();
+    }
   });
 });
 
