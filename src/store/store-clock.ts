@@ -14,11 +14,22 @@ export const CLOCK_SYNC_EVERY_MS = 60_000;
 export const CLOCK_WARN_MS = 1_000;
 /** Round trips measured at each sync; the quickest one's reading is kept. */
 const SAMPLES = 3;
+/**
+ * A reading whose round trip took longer than this is not used: the time a query waits for a pool
+ * connection comes before it is sent, and would shift the offset by half that wait.
+ */
+export const CLOCK_MAX_RTT_MS = 250;
+/** Until a first reading is used, one is tried this often. */
+export const CLOCK_RETRY_MS = 5_000;
 
 export class StoreClock implements Clock {
   private offset = 0;
   private timer: NodeJS.Timeout | undefined;
   private logged = 0;
+  private measured = false;
+  /** Whether the host's clock being used for want of a reading was said (once). */
+  private warnedUnmeasured = false;
+  private stopped = false;
 
   constructor(
     private readonly readMs: () => Promise<number>,
@@ -36,11 +47,13 @@ export class StoreClock implements Clock {
   }
 
   /**
-   * Measures the offset again: the database's reading against the middle of the quickest round trip. A
-   * failed measurement keeps the last offset (the store's outage is reported by what needs the store).
+   * Measures the offset again: the database's reading against the middle of the quickest round trip, if
+   * that trip was quick. Otherwise (the store down, or slow to hand out a connection) the last offset
+   * stands; until a first one is measured that is none, the host's clock, and a warning says so.
    */
   async sync(): Promise<void> {
     let best: { rtt: number; offset: number } | undefined;
+    let failure: unknown;
     try {
       for (let i = 0; i < SAMPLES; i++) {
         const sent = this.base.now().getTime();
@@ -50,12 +63,20 @@ export class StoreClock implements Clock {
         if (!best || sample.rtt < best.rtt) best = sample;
       }
     } catch (err) {
-      if (!best) {
-        this.logger.debug({ err }, "clock: the database's time could not be read; the last offset stands");
-        return;
-      }
+      failure = err;
     }
-    this.offset = Math.round(best!.offset);
+    if (!best || best.rtt > CLOCK_MAX_RTT_MS) {
+      if (!this.measured && !this.warnedUnmeasured) {
+        this.warnedUnmeasured = true;
+        this.logger.warn(
+          { err: failure, roundTripMs: best?.rtt },
+          "clock: the database's time could not be read quickly; this host's clock is used until it can",
+        );
+      }
+      return;
+    }
+    this.measured = true;
+    this.offset = Math.round(best.offset);
     const off = Math.abs(this.offset) > CLOCK_WARN_MS;
     if (off && Math.abs(this.offset - this.logged) > CLOCK_WARN_MS) {
       this.logged = this.offset;
@@ -72,15 +93,26 @@ export class StoreClock implements Clock {
     }
   }
 
-  /** Measures now, then every CLOCK_SYNC_EVERY_MS until stop(). */
+  /**
+   * Measures now, then every CLOCK_SYNC_EVERY_MS until stop(); every CLOCK_RETRY_MS while no reading has
+   * been used yet.
+   */
   async start(): Promise<void> {
     await this.sync();
-    this.timer = setInterval(() => void this.sync(), CLOCK_SYNC_EVERY_MS);
-    this.timer.unref();
+    const next = () => {
+      if (this.stopped) return;
+      this.timer = setTimeout(
+        () => void this.sync().then(next),
+        this.measured ? CLOCK_SYNC_EVERY_MS : CLOCK_RETRY_MS,
+      );
+      this.timer.unref();
+    };
+    next();
   }
 
   stop(): void {
-    clearInterval(this.timer);
+    this.stopped = true;
+    clearTimeout(this.timer);
   }
 }
 

@@ -83,7 +83,7 @@ function messageOf(e: ErrorObject): string {
     case 'pattern':
       if (p.pattern === '\\S') return 'must not be blank';
       if (p.pattern === TAG_CHARACTERS) return 'must hold only letters (A-Z, a-z), digits, _ and -';
-      return `must match ${String(p.pattern)}`;
+      return 'has an invalid format';
     case 'uniqueItems':
       return 'must not contain duplicates';
     default:

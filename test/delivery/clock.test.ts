@@ -2,11 +2,19 @@
 // against their own (store/store-clock.ts), so a host whose clock runs ahead does not take over emails another
 // worker still sends. A send's deadline for beginning is handed to the mailer in the host's time.
 import pino from 'pino';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Clock } from '../../src/clock.js';
 import type { Mailer } from '../../src/delivery/mailer.js';
 import type { SmtpMailer } from '../../src/delivery/smtp-mailer.js';
-import { CLOCK_WARN_MS, StoreClock, databaseTimeMs, processClock } from '../../src/store/store-clock.js';
+import {
+  CLOCK_MAX_RTT_MS,
+  CLOCK_RETRY_MS,
+  CLOCK_SYNC_EVERY_MS,
+  CLOCK_WARN_MS,
+  StoreClock,
+  databaseTimeMs,
+  processClock,
+} from '../../src/store/store-clock.js';
 import type { TestApp } from '../helpers/app.js';
 import { type SmtpSink, eventually } from '../helpers/smtp.js';
 import { storeKinds } from '../helpers/stores.js';
@@ -52,6 +60,46 @@ describe('the store clock', () => {
     failing = true;
     await clock.sync();
     expect(clock.aheadMs()).toBe(5_000);
+  });
+
+  it("uses no slow reading, and tries again soon while it has none, warning once that it runs on the host's clock", async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const { lines, logger } = capturing();
+    let now = 1_000_000;
+    let trip = CLOCK_MAX_RTT_MS + 50;
+    let reads = 0;
+    // The database 5 s ahead; a reading's round trip as long as `trip` (a pool slow to hand out a connection).
+    const clock = new StoreClock(
+      async () => {
+        reads++;
+        now += trip / 2;
+        const at = now + 5_000;
+        now += trip / 2;
+        return at;
+      },
+      logger,
+      { now: () => new Date(now) },
+    );
+    try {
+      await clock.start();
+      expect([clock.aheadMs(), reads]).toEqual([0, 3]);
+      expect(lines.map((l) => l.level)).toEqual([40]);
+      // Tried again after CLOCK_RETRY_MS (still slow: no second warning), then quick.
+      await vi.advanceTimersByTimeAsync(CLOCK_RETRY_MS);
+      expect([clock.aheadMs(), reads, lines.length]).toEqual([0, 6, 1]);
+      trip = 2;
+      await vi.advanceTimersByTimeAsync(CLOCK_RETRY_MS);
+      expect([clock.aheadMs(), reads]).toEqual([5_000, 9]);
+      // Measured: the next sync a minute later, not sooner; a slow one then keeps the offset.
+      trip = CLOCK_MAX_RTT_MS + 50;
+      await vi.advanceTimersByTimeAsync(CLOCK_SYNC_EVERY_MS - 1);
+      expect(reads).toBe(9);
+      await vi.advanceTimersByTimeAsync(1);
+      expect([clock.aheadMs(), reads]).toEqual([5_000, 12]);
+    } finally {
+      clock.stop();
+      vi.useRealTimers();
+    }
   });
 
   it('logs an offset over a second when it appears, when it moves as much again, and when it ends', async () => {
