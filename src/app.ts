@@ -309,8 +309,8 @@ export async function buildApp(
     done(null, payload);
   });
 
-  // Never reached: the preParsing hook above answers every unknown route. Set so that Fastify's own 404,
-  // in another body shape, cannot be either.
+  // Every other unknown route is answered by the preParsing hook above; this handler only by a route that
+  // calls reply.callNotFound() (the docs page, for a file it does not have), already counted by that route.
   app.setNotFoundHandler((req) => {
     throw routeNotFound(req);
   });
