@@ -14,7 +14,7 @@ import {
   mailOptions,
 } from './mailer.js';
 
-interface SmtpError extends Error {
+export interface SmtpError extends Error {
   code?: string;
   responseCode?: number;
   response?: string;
@@ -51,16 +51,12 @@ export class SmtpRelay {
   private active = 0;
   /** Sends handed to nodemailer, by email id: cancel() aborts them. */
   private readonly begun = new Map<string, AbortController>();
-  /** What the relay and nodemailer say of the connection, as stored for the organisation (withoutAddress). */
-  private readonly scrub: (text: string) => string;
-  /** The relay's replies about the message itself (RCPT TO, DATA), as stored (withoutHost). */
-  private readonly scrubReply: (text: string) => string;
+  /** The relay's host as configured, kept out of what is stored (relayText). */
+  private readonly host: string;
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
-    const host = url.hostname.replace(/^\[|\]$/g, '');
-    this.scrub = (text) => withoutAddress(text, host);
-    this.scrubReply = (text) => withoutHost(text, host);
+    this.host = url.hostname.replace(/^\[|\]$/g, '');
     this.maxConnections = options.maxConnections ?? 5;
     this.transport = nodemailer.createTransport({
       pool: true,
@@ -141,12 +137,13 @@ export class SmtpRelay {
       const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
       const info = await this.transport.sendMail(options);
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
-        toFailure(e, this.scrubReply),
+        toFailure(e, this.host),
       );
       return {
         accepted: (info.accepted ?? []).map(String),
         rejected: rejectedErrors,
-        response: this.scrubReply(info.response ?? ''),
+        // The relay's answer to the message's data.
+        response: withoutHost(info.response ?? '', this.host),
       };
     } catch (err) {
       const e = err as SmtpError;
@@ -154,15 +151,11 @@ export class SmtpRelay {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
         return {
           accepted: [],
-          rejected: e.rejectedErrors.map((r) => toFailure(r, this.scrubReply)),
-          response: this.scrubReply(e.response ?? e.message),
+          rejected: e.rejectedErrors.map((r) => toFailure(r, this.host)),
+          response: relayText(e, this.host),
         };
       }
-      const reply = e.response !== undefined && (e.command === 'DATA' || e.command === 'RCPT TO');
-      throw new DeliveryError(
-        reply ? this.scrubReply(e.response!) : this.scrub(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`),
-        isPermanent(e),
-      );
+      throw new DeliveryError(relayText(e, this.host), isPermanent(e));
     }
   }
 
@@ -230,9 +223,13 @@ export function withoutAddress(message: string, host = ''): string {
  */
 export function withoutHost(message: string, host: string): string {
   if (host === '') return message;
-  // Wherever it appears (a greeting, a TLS name check, a DNS failure, a reply).
+  // Wherever it appears (a greeting, a TLS name check, a DNS failure, a reply), in any case, as a name or
+  // address of its own: not `mail` in `bob@mail.example.org` or `mailbox`, nor 10.0.0.7 in 10.0.0.71.
   const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-  return message.replace(new RegExp(`${literal}(?::\\d+)?`, 'g'), '(the relay)');
+  return message.replace(
+    new RegExp(`(?<![\\w.-])${literal}(?::\\d+)?(?![\\w-]|\\.\\w)`, 'gi'),
+    '(the relay)',
+  );
 }
 
 /**
@@ -248,10 +245,23 @@ function isPermanent(e: SmtpError): boolean {
   return typeof e.responseCode !== 'number' || e.responseCode >= 500;
 }
 
-function toFailure(e: SmtpError, scrub: (text: string) => string): RecipientFailure {
+/**
+ * What a failure of nodemailer's says, as stored for the organisation. The relay's reply about the message
+ * itself (to RCPT TO, to its data) without its configured host name (withoutHost); anything else without
+ * any address (withoutAddress): a fault of the connection, the relay's greeting, EHLO, AUTH and MAIL FROM
+ * replies, and a 421 at any stage (the relay closing the connection speaks of itself).
+ */
+export function relayText(e: SmtpError, host: string): string {
+  const aboutMessage =
+    e.response !== undefined && (e.command === 'RCPT TO' || e.command === 'DATA') && e.responseCode !== 421;
+  if (aboutMessage) return withoutHost(e.response!, host);
+  return withoutAddress(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`, host);
+}
+
+function toFailure(e: SmtpError, host: string): RecipientFailure {
   return {
     address: e.recipient ?? '',
-    response: scrub(e.response ?? e.message),
+    response: relayText(e, host),
     permanent: typeof e.responseCode === 'number' && e.responseCode >= 500,
   };
 }

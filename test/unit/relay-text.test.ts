@@ -1,8 +1,8 @@
 // What an organisation may read of a relay failure: the error, never where the operator's relay is.
 import { describe, expect, it } from 'vitest';
-import { withoutAddress, withoutHost } from '../../src/delivery/smtp-relay.js';
+import { type SmtpError, relayText, withoutAddress, withoutHost } from '../../src/delivery/smtp-relay.js';
 
-describe('withoutAddress', () => {
+describe('what is stored of what the relay and nodemailer say', () => {
   it('takes out IPv4 and IPv6 addresses and the configured host name', () => {
     const host = 'relay.corp.internal';
     for (const [message, shown] of [
@@ -40,5 +40,42 @@ describe('withoutAddress', () => {
     ]) {
       expect(withoutHost(message!, host)).toBe(shown ?? message);
     }
+  });
+
+  it('takes the relay out of a reply only as a name or address of its own, in any case', () => {
+    for (const [message, host, shown] of [
+      ['421 [10.0.0.71] busy', '10.0.0.7', undefined],
+      ['550 <bob@mail.example.org>: mailbox full', 'mail', undefined],
+      ['421 mail says: try later', 'mail', '421 (the relay) says: try later'],
+      ['421 RELAY.Corp.Internal:25 busy', 'relay.corp.internal', '421 (the relay) busy'],
+      ['250 ok from relay.corp.internal.', 'relay.corp.internal', '250 ok from (the relay).'],
+    ]) {
+      expect(withoutHost(message!, host!)).toBe(shown ?? message);
+    }
+  });
+
+  it('keeps the addresses of a reply about the message, and of nothing else', () => {
+    const host = 'relay.corp.internal';
+    const failure = (fields: Partial<SmtpError>) =>
+      relayText(Object.assign(new Error(fields.message ?? 'failed'), fields) as SmtpError, host);
+    const blocked = '554 5.7.1 Client host [198.51.100.7] blocked';
+    // A recipient refused, or the data: as the relay said it.
+    expect(failure({ command: 'RCPT TO', responseCode: 554, response: blocked })).toBe(blocked);
+    expect(failure({ code: 'EMESSAGE', command: 'DATA', responseCode: 554, response: blocked })).toBe(
+      blocked,
+    );
+    // The relay closing the connection (421), even at RCPT TO or DATA; its other replies; connection faults.
+    for (const fields of [
+      { command: 'DATA', responseCode: 421, response: '421 4.3.2 relay.corp.internal [10.0.0.7] closing' },
+      { command: 'RCPT TO', responseCode: 421, response: '421 4.3.2 relay.corp.internal [10.0.0.7] closing' },
+      { command: 'MAIL FROM', responseCode: 550, response: '550 10.0.0.7 refuses [198.51.100.7]' },
+      { command: 'CONN', code: 'ESOCKET', message: 'connect ECONNREFUSED 10.0.0.7:25' },
+    ]) {
+      const shown = failure(fields);
+      expect([shown, shown.includes('10.0.0.7') || shown.includes('relay.corp')]).toEqual([shown, false]);
+    }
+    expect(failure({ command: 'CONN', code: 'ESOCKET', message: 'read ECONNRESET' })).toBe(
+      'ESOCKET: read ECONNRESET',
+    );
   });
 });
