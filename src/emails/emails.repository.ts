@@ -100,11 +100,14 @@ export function listRecipients(db: Executor, emailId: string): Promise<Recipient
   return recipientsByEmail.all(db, emailId);
 }
 
+// Oldest first by `at`, the time each event gives (on PostgreSQL the database's clock, whichever process
+// wrote it); ties by id. The ids alone follow each writing host's clock.
 const eventsByEmail = prepared((db, emailId: string) =>
   db
     .selectFrom('email_events')
     .select(['id', 'email_id', 'type', 'at', 'detail'])
     .where('email_id', '=', emailId)
+    .orderBy('at')
     .orderBy('id'),
 );
 

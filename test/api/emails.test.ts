@@ -84,6 +84,25 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect(body.events[0].at).toMatch(ISO_MS);
   });
 
+  it("lists an email's events by the time each gives, whichever host's clock made its id", async () => {
+    const { id } = (await send({ to: 'events@example.com', subject: 'Order', text: 't' })).json();
+    // As a worker whose host's clock ran behind would write it: an id older than the email's, a later time.
+    await t.ts.store.write((trx) =>
+      trx
+        .insertInto('email_events')
+        .values({
+          id: '00000000-0000-7000-8000-000000000001',
+          email_id: id,
+          type: 'sending',
+          at: '2999-01-01T00:00:00.000Z',
+          detail: 'attempt 1',
+        })
+        .execute(),
+    );
+    const res = await t.call({ method: 'GET', url: `/api/v1/emails/${id}`, auth });
+    expect(res.json().events.map((e: { type: string }) => e.type)).toEqual(['queued', 'sending']);
+  });
+
   it('GET an email by its id in upper case answers its record, its id as made (lower case)', async () => {
     const { id } = (await send({ to: 'upper@example.com', subject: 'Case', text: 't' })).json();
     const upper = await t.call({ method: 'GET', url: `/api/v1/emails/${String(id).toUpperCase()}`, auth });
