@@ -63,8 +63,15 @@ export class GroupCommit<DB> {
               await sql`release savepoint w`.execute(conn);
               outcomes.push({ ok: true, value });
             } catch (err) {
-              await sql`rollback to savepoint w`.execute(conn);
-              await sql`release savepoint w`.execute(conn);
+              try {
+                await sql`rollback to savepoint w`.execute(conn);
+                await sql`release savepoint w`.execute(conn);
+              } catch {
+                // The write's failure ended the whole transaction (SQLite rolls it all back when a statement
+                // cannot write its undo journal: a full disk, an I/O error), savepoint included: every write
+                // of the batch fails with that failure, not with the savepoint's absence (a 500, not a 503).
+                throw err;
+              }
               outcomes.push({ ok: false, value: err });
             }
           }

@@ -145,6 +145,47 @@ describe.each(storeKinds())('store writes on %s', (kind: StoreKind) => {
   });
 });
 
+describe('group commit on sqlite', () => {
+  let ts: TestStore;
+  afterEach(() => ts.destroy());
+
+  it("fails the batch with a write's own error when that error ended the whole transaction (a full disk)", async () => {
+    // SQLite rolls the whole transaction back when a statement cannot write its undo journal (a full disk,
+    // an I/O error): the savepoint is gone, and rolling back to it failed with "no such savepoint: w",
+    // which every write of the batch then got instead of SQLITE_FULL (a 500 where the store's 503 was due).
+    ts = await createTestStore('sqlite');
+    const full = Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+    const results = await Promise.allSettled(
+      Array.from({ length: 10 }, (_, i) =>
+        ts.store.write(async (trx) => {
+          await trx
+            .insertInto('organizations')
+            .values({ id: `f${i}`, name: `n${i}`, created_at: ORG.created_at })
+            .execute();
+          if (i === 3) {
+            await sql`rollback`.execute(trx);
+            throw full;
+          }
+          return i;
+        }),
+      ),
+    );
+    const refused = results.flatMap((r, i) => (r.status === 'rejected' ? [[i, r.reason]] : []));
+    expect(refused.map(([i]) => i)).toContain(3);
+    for (const [i, reason] of refused)
+      expect([i, (reason as { code?: string }).code]).toEqual([i, 'SQLITE_FULL']);
+    // What was refused is not there; what was answered is.
+    const rows = await ts.store.db
+      .selectFrom('organizations')
+      .select('id')
+      .where('id', 'like', 'f%')
+      .execute();
+    expect(rows.map((r) => r.id).sort()).toEqual(
+      results.flatMap((r, i) => (r.status === 'fulfilled' ? [`f${i}`] : [])).sort(),
+    );
+  });
+});
+
 describe('sqlite settings', () => {
   it('creates DATA_DIR for the owner only, and the database and search index with their WAL files 0600', async () => {
     const parent = mkdtempSync(path.join(tmpdir(), 'mailroom-mode-'));
