@@ -11,6 +11,7 @@ import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
+import { isStoreUnavailable } from '../store/dialect.js';
 
 const USAGE = `Usage: mailroom <command> [options] [--json]
 
@@ -293,12 +294,18 @@ async function run(argv: string[]): Promise<void> {
 const argv = process.argv.slice(2);
 run(argv).catch((err: unknown) => {
   const json = argv.some((arg) => arg === '--json' || arg.startsWith('--json='));
+  // The store refusing the command (a full disk, PostgreSQL down) is said in a line, as the server says it.
+  const unavailable = isStoreUnavailable(err);
   const known =
+    unavailable ||
     err instanceof ConfigError ||
     err instanceof UsageError ||
     err instanceof AppError ||
     (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS');
-  const message = err instanceof Error ? err.message : String(err);
+  const said = err instanceof Error ? err.message : String(err);
+  const message = unavailable
+    ? `the store is unavailable (${said}): the command may not have taken effect; run it again`
+    : said;
   // The JSON line says what went wrong; the usage text is for whoever reads stderr.
   if (json) console.log(JSON.stringify({ error: message }));
   const usage = err instanceof UsageError && err.showUsage ? `\n\n${USAGE}` : '';

@@ -1,5 +1,7 @@
 // The store a Config describes, opened (and migrated) for what the process does with it. The CLI loads
 // this without the server's logger, mailer, worker and Redis (runtime.ts).
+import fs from 'node:fs';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import { type Config, ConfigError } from '../config.js';
 import { type Store, createStore } from './store.js';
@@ -45,8 +47,23 @@ export async function openMigratedStore(
     return { store, applied: await store.migrate() };
   } catch (err) {
     await store?.close().catch(() => undefined);
-    throw new ConfigError(
-      `${setting}: cannot open the store: ${err instanceof Error ? err.message : String(err)}`,
-    );
+    const why = err instanceof Error ? err.message : String(err);
+    // SQLite says "disk I/O error" when it cannot make its shared-memory file on a full disk.
+    const full = !config.databaseUrl && diskFull(config.dataDir) ? ': the disk DATA_DIR is on is full' : '';
+    throw new ConfigError(`${setting}: cannot open the store: ${why}${full}`);
+  }
+}
+
+/**
+ * Whether the file system that holds `dir`, or would (its nearest existing ancestor), has no space left
+ * for this process; false if it cannot tell.
+ */
+function diskFull(dir: string): boolean {
+  try {
+    let at = path.resolve(dir);
+    while (!fs.existsSync(at) && path.dirname(at) !== at) at = path.dirname(at);
+    return fs.statfsSync(at).bavail === 0;
+  } catch {
+    return false;
   }
 }

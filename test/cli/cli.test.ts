@@ -6,12 +6,13 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
 import { MAIN, baseEnv, scratchDir, startProcess } from '../helpers/process.js';
 import { eventually, freePort } from '../helpers/smtp.js';
-import { createTestDatabase, storeKinds } from '../helpers/stores.js';
+import { createTestDatabase, noPostgres, storeKinds } from '../helpers/stores.js';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -281,6 +282,42 @@ describe('mailroom CLI usage errors', () => {
       expect([res.code, res.json], cases[i]![0].join(' ')).toEqual([2, { error: cases[i]![1] }]);
     });
   }, 60_000);
+});
+
+describe.skipIf(noPostgres())('mailroom CLI when the store refuses its write', () => {
+  // As on a full disk: one line, not a stack trace (a helper filled the disk under a SQLite store and got
+  // a page of kysely frames for `keys create` and `keys revoke`), and no word that the key was revoked.
+  it('says so in one line naming the fault, and exits 1', async () => {
+    const db = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: db.url });
+    try {
+      const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'silent' };
+      await run(process.execPath, [...MAIN, 'migrate'], { cwd: ROOT, env });
+      await admin.connect();
+      await admin.query(
+        "create function refuse() returns trigger language plpgsql as $$ begin raise exception 'could not extend file: No space left on device' using errcode = '53100'; end $$",
+      );
+      await admin.query(
+        'create trigger refuse before insert on api_keys for each row execute function refuse()',
+      );
+      const done = await run(
+        process.execPath,
+        [...MAIN, 'keys', 'create', '--name', 'k', '--permissions', 'readContacts', '--json'],
+        { cwd: ROOT, env },
+      ).then(
+        (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+        (e: { code: number; stdout: string; stderr: string }) => e,
+      );
+      const error =
+        'the store is unavailable (could not extend file: No space left on device): the command may not have taken effect; run it again';
+      expect(done.code).toBe(1);
+      expect(JSON.parse(done.stdout.trim().split('\n').at(-1)!)).toStrictEqual({ error });
+      expect(done.stderr.trim().split('\n')).toEqual([`mailroom: ${error}`]);
+    } finally {
+      await admin.end();
+      await db.drop();
+    }
+  }, 30_000);
 });
 
 describe('mailroom CLI with a DATA_DIR it cannot make', () => {

@@ -1,8 +1,10 @@
 // The environment is read once; a bad value stops start-up with one line that names the variable.
 import { generateKeyPairSync } from 'node:crypto';
 import { tmpdir } from 'node:os';
-import { describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import { describe, expect, it, vi } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
+import { openMigratedStore } from '../../src/store/from-config.js';
 
 const refusal = (env: Record<string, string>) => {
   try {
@@ -194,6 +196,26 @@ describe('configuration from the environment', () => {
       expect(refusal({ TRUST_PROXY: bad })).toMatch(
         /^TRUST_PROXY must be a number of proxy hops \(1-10\) or proxy addresses \/ CIDR ranges/,
       );
+    }
+  });
+});
+
+describe('opening the store DATA_DIR names', () => {
+  // SQLite says "disk I/O error" when a full disk keeps it from making its files: the line says which.
+  it('says when the disk DATA_DIR is on is full, and only then', async () => {
+    const statfs = vi.spyOn(fs, 'statfsSync').mockReturnValue({ bavail: 0 } as fs.StatsFs);
+    try {
+      const config = loadConfig({ DATA_DIR: '/proc/mailroom-full/data', LOG_LEVEL: 'silent' });
+      const opening = () => openMigratedStore(config, { use: 'one-shot' });
+      await expect(opening()).rejects.toThrow(
+        /^DATA_DIR \(\/proc\/mailroom-full\/data\): cannot open the store: .+: the disk DATA_DIR is on is full$/,
+      );
+      statfs.mockReturnValue({ bavail: 1_000 } as fs.StatsFs);
+      const refused = await opening().catch((err: unknown) => err);
+      expect(refused).toBeInstanceOf(ConfigError);
+      expect((refused as Error).message).not.toMatch(/is full/);
+    } finally {
+      statfs.mockRestore();
     }
   });
 });
