@@ -60,6 +60,8 @@ export class StoreClock implements Clock {
         const at = await this.readMs();
         const back = this.base.now().getTime();
         const sample = { rtt: back - sent, offset: at - (sent + back) / 2 };
+        // The host's clock stepped back meanwhile: no reading (stepped forward, the trip looks slow).
+        if (sample.rtt < 0) continue;
         if (!best || sample.rtt < best.rtt) best = sample;
       }
     } catch (err) {

@@ -60,6 +60,18 @@ describe('the store clock', () => {
     failing = true;
     await clock.sync();
     expect(clock.aheadMs()).toBe(5_000);
+    // A step back of the host's clock during a trip makes no reading: the offset stands.
+    failing = false;
+    const stepped = new StoreClock(
+      async () => {
+        now -= 60_000;
+        return now + 5_000;
+      },
+      pino({ level: 'silent' }),
+      base,
+    );
+    await stepped.sync();
+    expect(stepped.aheadMs()).toBe(0);
   });
 
   it("uses no slow reading, and tries again soon while it has none, warning once that it runs on the host's clock", async () => {
