@@ -122,5 +122,15 @@ export function settle(
  * (`550-The account … does not exist.\n550 https://…`) read as other recipients'.
  */
 function storable(text: string): string {
-  return text.replaceAll('\0', '\uFFFD').replace(/\s*(?:\r\n|\r|\n)\s*/g, ' ');
+  // Split and trimmed, not one regex around the line break: that took time in the square of a run of
+  // spaces, and a relay may send a reply of a megabyte (seconds of the event loop).
+  const oneLine =
+    text.includes('\n') || text.includes('\r')
+      ? text
+          .split(/\r\n|\r|\n/)
+          .map((line) => line.trim())
+          .filter((line) => line !== '')
+          .join(' ')
+      : text;
+  return oneLine.replaceAll('\0', '\uFFFD');
 }

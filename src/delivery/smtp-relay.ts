@@ -143,7 +143,7 @@ export class SmtpRelay {
         accepted: (info.accepted ?? []).map(String),
         rejected: rejectedErrors,
         // The relay's answer to the message's data.
-        response: withoutHost(info.response ?? '', this.host),
+        response: withoutHost(clipped(info.response ?? ''), this.host),
       };
     } catch (err) {
       const e = err as SmtpError;
@@ -225,9 +225,11 @@ export function withoutHost(message: string, host: string): string {
   if (host === '') return message;
   // Wherever it appears (a greeting, a TLS name check, a DNS failure, a reply), in any case, as a name or
   // address of its own: not `mail` in `bob@mail.example.org` or `mailbox`, nor 10.0.0.7 in 10.0.0.71.
+  // An IPv6 address takes no port here: `fd00::7:1234` is another address. Not the local part of an address.
   const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const port = host.includes(':') ? '' : '(?::\\d+)?';
   return message.replace(
-    new RegExp(`(?<![\\w.-])${literal}(?::\\d+)?(?![\\w-]|\\.\\w)`, 'gi'),
+    new RegExp(`(?<![\\w.:-])${literal}${port}(?![\\w@-]|[.:]\\w)`, 'gi'),
     '(the relay)',
   );
 }
@@ -254,8 +256,15 @@ function isPermanent(e: SmtpError): boolean {
 export function relayText(e: SmtpError, host: string): string {
   const aboutMessage =
     e.response !== undefined && (e.command === 'RCPT TO' || e.command === 'DATA') && e.responseCode !== 421;
-  if (aboutMessage) return withoutHost(e.response!, host);
-  return withoutAddress(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`, host);
+  if (aboutMessage) return withoutHost(clipped(e.response!), host);
+  return withoutAddress(clipped(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), host);
+}
+
+/** The most of a relay's reply that is kept (RFC 5321 lets a line be 512 octets; nodemailer takes a megabyte). */
+export const MAX_REPLY_CHARS = 2_000;
+
+function clipped(text: string): string {
+  return text.length > MAX_REPLY_CHARS ? `${text.slice(0, MAX_REPLY_CHARS)}…` : text;
 }
 
 function toFailure(e: SmtpError, host: string): RecipientFailure {

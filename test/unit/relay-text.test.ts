@@ -1,6 +1,13 @@
 // What an organisation may read of a relay failure: the error, never where the operator's relay is.
 import { describe, expect, it } from 'vitest';
-import { type SmtpError, relayText, withoutAddress, withoutHost } from '../../src/delivery/smtp-relay.js';
+import { settle } from '../../src/delivery/outcome.js';
+import {
+  MAX_REPLY_CHARS,
+  type SmtpError,
+  relayText,
+  withoutAddress,
+  withoutHost,
+} from '../../src/delivery/smtp-relay.js';
 
 describe('what is stored of what the relay and nodemailer say', () => {
   it('takes out IPv4 and IPv6 addresses and the configured host name', () => {
@@ -49,6 +56,12 @@ describe('what is stored of what the relay and nodemailer say', () => {
       ['421 mail says: try later', 'mail', '421 (the relay) says: try later'],
       ['421 RELAY.Corp.Internal:25 busy', 'relay.corp.internal', '421 (the relay) busy'],
       ['250 ok from relay.corp.internal.', 'relay.corp.internal', '250 ok from (the relay).'],
+      // An IPv6 relay: another address that starts with its own, or its own in brackets.
+      ['421 [fd00::7:1234] busy', 'fd00::7', undefined],
+      ['421 [fd00::7] busy', 'fd00::7', '421 [(the relay)] busy'],
+      // Its name as an address's local part is not the relay; as the domain it is.
+      ['550 <relay.corp@example.org> unknown', 'relay.corp', undefined],
+      ['550 ask postmaster@relay.corp', 'relay.corp', '550 ask postmaster@(the relay)'],
     ]) {
       expect(withoutHost(message!, host!)).toBe(shown ?? message);
     }
@@ -77,5 +90,39 @@ describe('what is stored of what the relay and nodemailer say', () => {
     expect(failure({ command: 'CONN', code: 'ESOCKET', message: 'read ECONNRESET' })).toBe(
       'ESOCKET: read ECONNRESET',
     );
+  });
+
+  it('keeps at most MAX_REPLY_CHARS of a reply, and stores a reply of several lines on one', () => {
+    const long = relayText(
+      Object.assign(new Error('x'), {
+        command: 'DATA',
+        responseCode: 250,
+        response: `250 ${' '.repeat(100_000)}queued`,
+      }) as SmtpError,
+      'relay.corp',
+    );
+    expect(long).toBe(`250 ${' '.repeat(MAX_REPLY_CHARS - 4)}…`);
+    const recipients = ['a@example.org', 'b@example.org'].map((address, position) => ({
+      email_id: 'e',
+      position,
+      kind: 'to',
+      address,
+      status: 'queued',
+      response: null,
+      updated_at: '2031-01-01T00:00:00.000Z',
+    }));
+    const reply = '550-5.1.1 The account does not exist.\r\n\r\n550-Please check it. \n550 5.1.1 https://x';
+    const { details, lastError } = settle(
+      recipients,
+      new Map([
+        [0, { status: 'failed' as const, response: reply }],
+        [1, { status: 'failed' as const, response: ` ${' '.repeat(50_000)}\n 550 no ` }],
+      ]),
+      1,
+      5,
+    );
+    const joined = '550-5.1.1 The account does not exist. 550-Please check it. 550 5.1.1 https://x';
+    expect(details.failed).toBe(`a@example.org: ${joined}\nb@example.org: 550 no`);
+    expect(lastError).toBe('550 no');
   });
 });
