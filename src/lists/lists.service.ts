@@ -84,15 +84,18 @@ export class ListsService {
    * The list's memberships go first, a slice a commit, then the list: one statement cascading to 300,000
    * memberships held SQLite's writer, and so every other write, for about a second. Between slices other
    * writes go on; members added meanwhile go with the list. Another organisation's list loses nothing.
-   * Slices go on until one finds nothing: on PostgreSQL a slice comes back short when another transaction
-   * removed one of its rows meanwhile, and stopping there left the rest to the list's cascade, which locks
-   * the list before its memberships, the other order from a contact's delete or a removal (a deadlock).
+   * Slices go on while they remove more than half a slice: on PostgreSQL a slice comes back a little short
+   * when another transaction removed one of its rows meanwhile, and stopping at any short one left the
+   * rest (up to the whole list) to the list's cascade, which locks the list before its memberships, the
+   * other order from a contact's delete or a removal: they deadlocked. Going on until a slice found none
+   * never ended while members kept being added. What the cascade meets now is at most half a slice
+   * added meanwhile; a deadlock there is retried.
    */
   async delete(orgId: string, id: string): Promise<void> {
     let removed: number;
     do {
       removed = await this.store.write((trx) => repo.removeSomeMembers(trx, orgId, id, this.deleteSlice));
-    } while (removed > 0);
+    } while (removed > this.deleteSlice / 2);
     const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
     if (!deleted) throw notFound(id);
   }

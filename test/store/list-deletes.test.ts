@@ -79,8 +79,8 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
 
     const before = writes();
     await lists.delete('org-a', doomed.id);
-    // 10 + 10 + 5 memberships, each slice its own transaction, a slice that finds none, then the list's row.
-    expect(writes() - before).toBe(5);
+    // 10 + 10 + 5 memberships, each slice its own transaction, then the list's row.
+    expect(writes() - before).toBe(4);
     await expect(lists.get('org-a', doomed.id)).rejects.toMatchObject({ code: 'LIST_NOT_FOUND' });
     expect(await members(store.db, doomed.id)).toBe(0);
     expect(await members(store.db, kept.id)).toBe(25);
@@ -102,6 +102,38 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
     await lists.delete('org-a', list.id);
     expect(await contactCount(store.db, list.id)).toBeUndefined();
     expect(await members(store.db, list.id)).toBe(0);
+  });
+
+  it('ends while members keep being added to the list, one after each slice', async () => {
+    ts = await createTestStore(kind);
+    const inner = ts.store;
+    const contacts = await inner.write((trx) => seedOrg(trx, 'org-a', 60));
+    let next = 25;
+    const slices: unknown[] = [];
+    // After each slice, another request adds a member (sliced until one found none, this never ended).
+    const store: Store = Object.create(inner) as Store;
+    store.write = async (fn) => {
+      const result = await inner.write(fn);
+      if (typeof result === 'number' && slices.push(result) < 30 && next < contacts.length) {
+        const contact = contacts[next++]!;
+        await inner.write((trx) =>
+          trx
+            .insertInto('list_members')
+            .values({ list_id: list.id, contact_id: contact, created_at: '2026' })
+            .execute(),
+        );
+      }
+      return result;
+    };
+    const lists = new ListsService(store, systemClock, uuidIds, SLICE);
+    const list = await lists.create('org-a', { name: 'Growing' });
+    await lists.addContacts('org-a', list.id, contacts.slice(0, 25));
+    await lists.delete('org-a', list.id);
+    // 10, 10, then 7 (5 + the two added), then 1: under half a slice, so the list goes, with the one
+    // added after.
+    expect(slices).toEqual([10, 10, 7, 1]);
+    expect(await members(inner.db, list.id)).toBe(0);
+    expect(await contactCount(inner.db, list.id)).toBeUndefined();
   });
 
   it("another organisation's list is a 404 and loses no member", async () => {
@@ -188,8 +220,8 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
       expect(await deleting).toBe('deleted');
       expect(thrown).toEqual([]);
       // The first slice came back short (its locked membership went meanwhile); the slices went on, so
-      // the list's own delete had no membership left to lock after it.
-      expect(results).toEqual([9, 10, 5, 0, true]);
+      // the list's own delete had no membership left to lock after it (of those there before it began).
+      expect(results).toEqual([9, 10, 5, true]);
       expect(await members(ts.store.db, list.id)).toBe(0);
       expect(await contactCount(ts.store.db, list.id)).toBeUndefined();
     } finally {
