@@ -24,6 +24,8 @@ export const CLOCK_RETRY_MS = 5_000;
 
 export class StoreClock implements Clock {
   private offset = 0;
+  /** The last time now() gave (epoch ms). */
+  private last = -Infinity;
   private timer: NodeJS.Timeout | undefined;
   private logged = 0;
   private measured = false;
@@ -38,7 +40,13 @@ export class StoreClock implements Clock {
   ) {}
 
   now(): Date {
-    return new Date(this.base.now().getTime() + this.offset);
+    let at = this.base.now().getTime() + this.offset;
+    // A new offset a little below the last (a reading is off by up to half its round trip) would turn
+    // time back, and events, listed by their time, out of order: time stands still instead until it has
+    // caught up. A larger step back (the host's clock corrected) is taken at once: leases follow it.
+    if (at < this.last && this.last - at <= CLOCK_MAX_RTT_MS) at = this.last;
+    this.last = at;
+    return new Date(at);
   }
 
   /** How far this clock is ahead of the host's (ms): a deadline in its time is this much later locally. */

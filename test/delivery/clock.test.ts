@@ -114,6 +114,29 @@ describe('the store clock', () => {
     }
   });
 
+  it("never turns back by a reading's error, and takes a larger step back at once", async () => {
+    let now = 1_000_000;
+    let skew = 5_000;
+    const clock = new StoreClock(async () => now + skew, pino({ level: 'silent' }), {
+      now: () => new Date(now),
+    });
+    await clock.sync();
+    const first = clock.now().getTime();
+    expect(first).toBe(1_005_000);
+    // A reading 100 ms lower: time stands still until the host's clock has caught up, then runs on.
+    skew = 4_900;
+    await clock.sync();
+    expect(clock.now().getTime()).toBe(first);
+    now += 60;
+    expect(clock.now().getTime()).toBe(first);
+    now += 60;
+    expect(clock.now().getTime()).toBe(first + 20);
+    // Five seconds lower: taken at once.
+    skew = -100;
+    await clock.sync();
+    expect(clock.now().getTime()).toBe(now - 100);
+  });
+
   it('logs an offset over a second when it appears, when it moves as much again, and when it ends', async () => {
     const { lines, logger } = capturing();
     let skew = 200;
