@@ -295,7 +295,8 @@ const argv = process.argv.slice(2);
 run(argv).catch((err: unknown) => {
   const json = argv.some((arg) => arg === '--json' || arg.startsWith('--json='));
   // The store refusing the command (a full disk, PostgreSQL down) is said in a line, as the server says it.
-  const unavailable = isStoreUnavailable(err);
+  // Not a fault at opening the store, which says what it is already (and nothing was done).
+  const unavailable = !(err instanceof ConfigError) && isStoreUnavailable(err);
   const known =
     unavailable ||
     err instanceof ConfigError ||

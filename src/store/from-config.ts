@@ -55,14 +55,17 @@ export async function openMigratedStore(
 }
 
 /**
- * Whether the file system that holds `dir`, or would (its nearest existing ancestor), has no space left
- * for this process; false if it cannot tell.
+ * Whether the file system that holds `dir`, or would (its nearest existing ancestor), has no room left
+ * for this process (blocks or inodes); false if it cannot tell.
  */
 function diskFull(dir: string): boolean {
   try {
     let at = path.resolve(dir);
     while (!fs.existsSync(at) && path.dirname(at) !== at) at = path.dirname(at);
-    return fs.statfsSync(at).bavail === 0;
+    const disk = fs.statfsSync(at);
+    // Root may write into the blocks kept back for it; no inode left is as full as no block.
+    const blocks = process.getuid?.() === 0 ? disk.bfree : disk.bavail;
+    return blocks === 0 || disk.ffree === 0;
   } catch {
     return false;
   }

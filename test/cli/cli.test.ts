@@ -320,6 +320,33 @@ describe.skipIf(noPostgres())('mailroom CLI when the store refuses its write', (
   }, 30_000);
 });
 
+describe('mailroom CLI with a DATABASE_URL whose server hangs up', () => {
+  // A fault at opening the store is said as such: nothing was done, so no "may not have taken effect".
+  it('exits 1 with one line naming DATABASE_URL', async () => {
+    const server = net.createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as net.AddressInfo;
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        DATABASE_URL: `postgres://mailroom:secret@127.0.0.1:${port}/mailroom`,
+        LOG_LEVEL: 'silent',
+      };
+      const done = await run(process.execPath, [...MAIN, 'orgs', 'list', '--json'], { cwd: ROOT, env }).then(
+        () => ({ code: 0, stdout: '', stderr: '' }),
+        (e: { code: number; stdout: string; stderr: string }) => e,
+      );
+      expect(done.code).toBe(1);
+      const { error } = JSON.parse(done.stdout.trim().split('\n').at(-1)!) as { error: string };
+      expect(error).toMatch(/^DATABASE_URL: cannot open the store: /);
+      expect(done.stderr.trim().split('\n')).toEqual([`mailroom: ${error}`]);
+      expect(done.stderr).not.toContain('secret');
+    } finally {
+      server.close();
+    }
+  }, 30_000);
+});
+
 describe('mailroom CLI with a DATA_DIR it cannot make', () => {
   // mkdir under /proc says ENOENT although /proc exists; Node's recursive mkdir retried that for ever,
   // a core busy, and the command never ended.
