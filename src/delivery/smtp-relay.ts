@@ -143,7 +143,7 @@ export class SmtpRelay {
         accepted: (info.accepted ?? []).map(String),
         rejected: rejectedErrors,
         // The relay's answer to the message's data.
-        response: withoutHost(clipped(info.response ?? ''), this.host),
+        response: clipped(withoutHost(window(info.response ?? ''), this.host)),
       };
     } catch (err) {
       const e = err as SmtpError;
@@ -227,11 +227,10 @@ export function withoutHost(message: string, host: string): string {
   // address of its own: not `mail` in `bob@mail.example.org` or `mailbox`, nor 10.0.0.7 in 10.0.0.71.
   // An IPv6 address takes no port here: `fd00::7:1234` is another address. Not the local part of an address.
   const literal = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-  const port = host.includes(':') ? '' : '(?::\\d+)?';
-  return message.replace(
-    new RegExp(`(?<![\\w.:-])${literal}${port}(?![\\w@-]|[.:]\\w)`, 'gi'),
-    '(the relay)',
-  );
+  const pattern = host.includes(':')
+    ? `(?<![\\w.:-])${literal}(?![\\w@-]|[.:]\\w)`
+    : `(?<![\\w.-])${literal}(?::\\d+)?(?![\\w@-]|\\.\\w)`;
+  return message.replace(new RegExp(pattern, 'gi'), '(the relay)');
 }
 
 /**
@@ -256,12 +255,20 @@ function isPermanent(e: SmtpError): boolean {
 export function relayText(e: SmtpError, host: string): string {
   const aboutMessage =
     e.response !== undefined && (e.command === 'RCPT TO' || e.command === 'DATA') && e.responseCode !== 421;
-  if (aboutMessage) return withoutHost(clipped(e.response!), host);
-  return withoutAddress(clipped(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), host);
+  if (aboutMessage) return clipped(withoutHost(window(e.response!), host));
+  return clipped(withoutAddress(window(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), host));
 }
 
 /** The most of a relay's reply that is kept (RFC 5321 lets a line be 512 octets; nodemailer takes a megabyte). */
 export const MAX_REPLY_CHARS = 2_000;
+
+/**
+ * What of a reply the scrubbing regexes read: bounded (some take time in the square of a run of text), and
+ * longer than what is kept, so that no address is cut in two at the clip and left half shown.
+ */
+function window(text: string): string {
+  return text.slice(0, 2 * MAX_REPLY_CHARS);
+}
 
 function clipped(text: string): string {
   return text.length > MAX_REPLY_CHARS ? `${text.slice(0, MAX_REPLY_CHARS)}…` : text;

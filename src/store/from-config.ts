@@ -63,9 +63,9 @@ function diskFull(dir: string): boolean {
     let at = path.resolve(dir);
     while (!fs.existsSync(at) && path.dirname(at) !== at) at = path.dirname(at);
     const disk = fs.statfsSync(at);
-    // Root may write into the blocks kept back for it; no inode left is as full as no block.
-    const blocks = process.getuid?.() === 0 ? disk.bfree : disk.bavail;
-    return blocks === 0 || disk.ffree === 0;
+    // Blocks left to anyone (ext4 keeps some back even from root, and root in a container may use none of
+    // them); no inode left is as full, where the file system counts inodes at all (btrfs does not).
+    return disk.bavail === 0 || (disk.files > 0 && disk.ffree === 0);
   } catch {
     return false;
   }

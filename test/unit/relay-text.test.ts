@@ -62,6 +62,9 @@ describe('what is stored of what the relay and nodemailer say', () => {
       // Its name as an address's local part is not the relay; as the domain it is.
       ['550 <relay.corp@example.org> unknown', 'relay.corp', undefined],
       ['550 ask postmaster@relay.corp', 'relay.corp', '550 ask postmaster@(the relay)'],
+      // A name beside a colon is still the relay's.
+      ['421 relay.corp:Service not available', 'relay.corp', '421 (the relay):Service not available'],
+      ['550 rejected by host:relay.corp', 'relay.corp', '550 rejected by host:(the relay)'],
     ]) {
       expect(withoutHost(message!, host!)).toBe(shown ?? message);
     }
@@ -116,13 +119,23 @@ describe('what is stored of what the relay and nodemailer say', () => {
       recipients,
       new Map([
         [0, { status: 'failed' as const, response: reply }],
-        [1, { status: 'failed' as const, response: ` ${' '.repeat(50_000)}\n 550 no ` }],
+        [1, { status: 'failed' as const, response: ` ${' '.repeat(50_000)}x\n 550 no ` }],
       ]),
       1,
       5,
     );
     const joined = '550-5.1.1 The account does not exist. 550-Please check it. 550 5.1.1 https://x';
-    expect(details.failed).toBe(`a@example.org: ${joined}\nb@example.org: 550 no`);
-    expect(lastError).toBe('550 no');
+    expect(details.failed).toBe(`a@example.org: ${joined}\nb@example.org: x 550 no`);
+    expect(lastError).toBe('x 550 no');
+    // The clip comes after the scrub: an address at the clip is not left half shown.
+    const atClip = relayText(
+      Object.assign(new Error('x'), {
+        command: 'MAIL FROM',
+        responseCode: 550,
+        response: `550 ${'a'.repeat(MAX_REPLY_CHARS - 10)} 10.20.30.40 refused`,
+      }) as SmtpError,
+      'relay.corp',
+    );
+    expect(atClip).not.toMatch(/10\.2/);
   });
 });
