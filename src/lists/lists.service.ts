@@ -88,8 +88,10 @@ export class ListsService {
    * when another transaction removed one of its rows meanwhile, and stopping at any short one left the
    * rest (up to the whole list) to the list's cascade, which locks the list before its memberships, the
    * other order from a contact's delete or a removal: they deadlocked. Going on until a slice found none
-   * never ended while members kept being added. What the cascade meets now is at most half a slice
-   * added meanwhile; a deadlock there is retried.
+   * never ended while members kept being added. What the cascade meets now is what was added during the
+   * last slice, and any a slice passed over while another transaction removed it; a deadlock there is
+   * retried. (A slice and a removal of several members can still deadlock, each locking in its own order;
+   * retried too.)
    */
   async delete(orgId: string, id: string): Promise<void> {
     let removed: number;
