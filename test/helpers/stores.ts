@@ -59,6 +59,17 @@ function withDatabase(url: string, database: string): string {
   return u.toString();
 }
 
+/**
+ * Whether any connection to the database waits for a lock now, as `watcher` sees it: a connection outside
+ * the transactions watched (inside one, pg_stat_activity shows the same snapshot every time).
+ */
+export async function anyWaitingForLock(watcher: pg.Client): Promise<boolean> {
+  const { rows } = await watcher.query<{ n: number }>(
+    "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+  );
+  return rows[0]!.n > 0;
+}
+
 export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
   const name = `mailroom_test_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });

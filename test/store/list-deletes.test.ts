@@ -10,7 +10,14 @@ import { ListsService } from '../../src/lists/lists.service.js';
 import type { Executor, Store } from '../../src/store/store.js';
 import { contactRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
-import { noPostgres, olderStore, storeKinds, type TestStore, createTestStore } from '../helpers/stores.js';
+import {
+  anyWaitingForLock,
+  noPostgres,
+  olderStore,
+  storeKinds,
+  type TestStore,
+  createTestStore,
+} from '../helpers/stores.js';
 
 const SLICE = 10;
 
@@ -199,12 +206,7 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
         (err: unknown) => err,
       );
       await eventually(
-        async () => {
-          const { rows } = await watcher.query(
-            "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-          );
-          return rows[0].n > 0;
-        },
+        () => anyWaitingForLock(watcher),
         10_000,
         'the delete waiting for the locked membership',
       );

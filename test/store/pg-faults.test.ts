@@ -15,6 +15,7 @@ import { eventually } from '../helpers/smtp.js';
 import {
   TEST_DATABASE_URL,
   type TestStore,
+  anyWaitingForLock,
   createTestDatabase,
   useStore,
   noPostgres,
@@ -145,12 +146,7 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       const migrating = store.migrate();
       // Mailroom's own create waits on the other's uncommitted one; then the other commits.
       await eventually(
-        async () => {
-          const { rows } = await watcher.query(
-            "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-          );
-          return rows[0].n > 0;
-        },
+        () => anyWaitingForLock(watcher),
         10_000,
         'the migration waiting for the other client',
       );
@@ -182,10 +178,7 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       // stays open, and every other process's contact writes behind it).
       let waiting = false;
       while (!migrated && !waiting) {
-        const { rows } = await watcher.query(
-          "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-        );
-        waiting = rows[0].n > 0;
+        waiting = await anyWaitingForLock(watcher);
         await new Promise((r) => setTimeout(r, 20));
       }
       expect({ migrated, waiting }).toEqual({ migrated: true, waiting: false });
