@@ -143,7 +143,7 @@ export class SmtpRelay {
         accepted: (info.accepted ?? []).map(String),
         rejected: rejectedErrors,
         // The relay's answer to the message's data.
-        response: clipped(withoutHost(window(info.response ?? ''), this.host)),
+        response: messageReply(info.response ?? '', this.host),
       };
     } catch (err) {
       const e = err as SmtpError;
@@ -203,7 +203,7 @@ export function coalesced(): Transform {
  * the email's lastError, which every key of the organisation can read, and the relay is the operator's. So
  * is what the relay says of the connection (its greeting, EHLO, AUTH, MAIL FROM): every address in it goes.
  */
-export function withoutAddress(message: string, host = ''): string {
+export function withoutAddress(message: string, host: string): string {
   return (
     withoutHost(message, host)
       .replace(/^((?:connect|getaddrinfo|query[A-Za-z]*) E[A-Z_]+) (?!\(the relay\))\S+/, '$1 (the relay)')
@@ -255,8 +255,13 @@ function isPermanent(e: SmtpError): boolean {
 export function relayText(e: SmtpError, host: string): string {
   const aboutMessage =
     e.response !== undefined && (e.command === 'RCPT TO' || e.command === 'DATA') && e.responseCode !== 421;
-  if (aboutMessage) return clipped(withoutHost(window(e.response!), host));
+  if (aboutMessage) return messageReply(e.response!, host);
   return clipped(withoutAddress(window(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), host));
+}
+
+/** A reply of the relay's about the message itself, as stored (withoutHost). */
+function messageReply(text: string, host: string): string {
+  return clipped(withoutHost(window(text), host));
 }
 
 /** The most of a relay's reply that is kept (RFC 5321 lets a line be 512 octets; nodemailer takes a megabyte). */
