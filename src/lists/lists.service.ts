@@ -83,21 +83,19 @@ export class ListsService {
   /**
    * The list's memberships go first, a slice a commit, then the list: one statement cascading to 300,000
    * memberships held SQLite's writer, and so every other write, for about a second. Between slices other
-   * writes go on; members added meanwhile go with the list. Another organisation's list loses nothing.
-   * Slices go on while they remove more than half a slice: on PostgreSQL a slice comes back a little short
-   * when another transaction removed one of its rows meanwhile, and stopping at any short one left the
-   * rest (up to the whole list) to the list's cascade, which locks the list before its memberships, the
-   * other order from a contact's delete or a removal: they deadlocked. Going on until a slice found none
-   * never ended while members kept being added. What the cascade meets now is what was added during the
-   * last slice, and any a slice passed over while another transaction removed it; a deadlock there is
-   * retried. (A slice and a removal of several members can still deadlock, each locking in its own order;
-   * retried too.)
+   * writes go on. Another organisation's list loses nothing. Slices go on while they remove over half a
+   * slice (adds going on meanwhile cannot keep it going for ever); the list's own delete then takes
+   * what is left (members added behind the slices), locking the list before them, the other order from a
+   * contact's delete or a removal: a deadlock there is retried.
    */
   async delete(orgId: string, id: string): Promise<void> {
-    let removed: number;
+    let slice: { removed: number; last?: string } = { removed: 0 };
     do {
-      removed = await this.store.write((trx) => repo.removeSomeMembers(trx, orgId, id, this.deleteSlice));
-    } while (removed > this.deleteSlice / 2);
+      const after = slice.last;
+      slice = await this.store.write((trx) =>
+        repo.removeSomeMembers(trx, orgId, id, this.deleteSlice, after),
+      );
+    } while (slice.removed > this.deleteSlice / 2);
     const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
     if (!deleted) throw notFound(id);
   }

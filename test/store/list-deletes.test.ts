@@ -46,6 +46,13 @@ async function members(db: Executor, listId: string): Promise<number> {
   return Number(row.n);
 }
 
+/** How many memberships a write removed, if it was one of a list delete's slices. */
+function sliceRemoved(result: unknown): number | undefined {
+  return typeof result === 'object' && result !== null && 'removed' in result
+    ? (result as { removed: number }).removed
+    : undefined;
+}
+
 async function contactCount(db: Executor, listId: string): Promise<number | undefined> {
   const row = await db
     .selectFrom('lists')
@@ -121,7 +128,8 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
     const store: Store = Object.create(inner) as Store;
     store.write = async (fn) => {
       const result = await inner.write(fn);
-      if (typeof result === 'number' && slices.push(result) < 30 && next < contacts.length) {
+      const removed = sliceRemoved(result);
+      if (removed !== undefined && slices.push(removed) < 30 && next < contacts.length) {
         const contact = contacts[next++]!;
         await inner.write((trx) =>
           trx
@@ -136,9 +144,11 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
     const list = await lists.create('org-a', { name: 'Growing' });
     await lists.addContacts('org-a', list.id, contacts.slice(0, 25));
     await lists.delete('org-a', list.id);
-    // 10, 10, then 7 (5 + the two added), then 1: under half a slice, so the list goes, with the one
-    // added after.
-    expect(slices).toEqual([10, 10, 7, 1]);
+    // SQLite, as stored: 10, 10, then 7 (5 + the two added), then 1: under half a slice, so the list
+    // goes, with the one added after. PostgreSQL, in contact id order ('org-a-c0', 'org-a-c1',
+    // 'org-a-c10', …): c25 comes after the first slice's last, c26 and c27 behind the second's (the
+    // list's own delete takes them); the fourth slice finds none.
+    expect(slices).toEqual(kind === 'sqlite' ? [10, 10, 7, 1] : [10, 10, 6, 0]);
     expect(await members(inner.db, list.id)).toBe(0);
     expect(await contactCount(inner.db, list.id)).toBeUndefined();
   });
@@ -166,25 +176,31 @@ describe.each(storeKinds())('deleting a list on %s', (kind) => {
 });
 
 describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes of its members', () => {
-  it('deadlocks with none: a membership locked first, then removed with its count, while a slice waits for it', async () => {
-    // Other writers lock a membership, then the list's row (the count's statement trigger): a contact's
-    // delete, a removal from the list. Deleting the list in one statement locked the list's row first and
-    // then its memberships, the other order: one of the two was killed as a deadlock (a review saw a 500).
+  /**
+   * A list of 25 contacts ('org-a-c0' … 'org-a-c24'), added in the batches `added` names (by index), a
+   * connection `other` that has begun a transaction, and the list's delete, started once `other` holds
+   * what `hold` locks and waiting for it. Returns what the delete's transactions returned (a slice's
+   * count of removed memberships, then the list's delete) and threw (a deadlock is retried, and may then
+   * succeed).
+   */
+  async function deleteBeside(
+    added: number[][],
+    hold: (other: pg.Client, listId: string, contacts: string[]) => Promise<unknown>,
+    then: (other: pg.Client, listId: string, contacts: string[]) => Promise<unknown>,
+  ) {
     const ts = await createTestStore('postgres');
     const other = new pg.Client({ connectionString: ts.databaseUrl });
     const watcher = new pg.Client({ connectionString: ts.databaseUrl });
     try {
       await Promise.all([other.connect(), watcher.connect()]);
-      // What the delete's statements throw, retried or not (a deadlock is retried, and may then succeed).
       const thrown: unknown[] = [];
-      // What each of its transactions returned: the memberships each slice removed, then the list's delete.
       const results: unknown[] = [];
       const store: Store = Object.create(ts.store) as Store;
       store.write = (fn) =>
         ts.store.write(async (trx) => {
           try {
             const result = await fn(trx);
-            results.push(result);
+            results.push(sliceRemoved(result) ?? result);
             return result;
           } catch (err) {
             thrown.push(err);
@@ -194,42 +210,83 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
       const lists = new ListsService(store, systemClock, uuidIds, SLICE);
       const contacts = await ts.store.write((trx) => seedOrg(trx, 'org-a', 25));
       const list = await lists.create('org-a', { name: 'Busy' });
-      await lists.addContacts('org-a', list.id, contacts);
+      for (const batch of added) {
+        await lists.addContacts(
+          'org-a',
+          list.id,
+          batch.map((i) => contacts[i]!),
+        );
+      }
       await other.query('BEGIN');
-      await other.query('SELECT 1 FROM list_members WHERE list_id = $1 AND contact_id = $2 FOR UPDATE', [
-        list.id,
-        contacts[0],
-      ]);
+      await hold(other, list.id, contacts);
       results.length = 0;
       const deleting = lists.delete('org-a', list.id).then(
         () => 'deleted',
         (err: unknown) => err,
       );
-      await eventually(
-        () => anyWaitingForLock(watcher),
-        10_000,
-        'the delete waiting for the locked membership',
+      await eventually(() => anyWaitingForLock(watcher), 10_000, 'the delete waiting for a lock');
+      const after = await then(other, list.id, contacts).then(
+        (r) => r,
+        (err: unknown) => err,
       );
-      // The other writer goes on to remove it, its count's trigger taking the list's row.
-      const removed = await other
-        .query('DELETE FROM list_members WHERE list_id = $1 AND contact_id = $2', [list.id, contacts[0]])
-        .then(
-          (r) => r.rowCount,
-          (err: unknown) => err,
-        );
       await other.query('COMMIT');
-      expect(removed).toBe(1);
-      expect(await deleting).toBe('deleted');
-      expect(thrown).toEqual([]);
-      // The first slice came back short (its locked membership went meanwhile); the slices went on, so
-      // the list's own delete had no membership left to lock after it (of those there before it began).
-      expect(results).toEqual([9, 10, 5, true]);
-      expect(await members(ts.store.db, list.id)).toBe(0);
-      expect(await contactCount(ts.store.db, list.id)).toBeUndefined();
+      return {
+        after,
+        deleted: await deleting,
+        thrown,
+        results,
+        members: await members(ts.store.db, list.id),
+        contactCount: await contactCount(ts.store.db, list.id),
+      };
     } finally {
       await Promise.all([other.end(), watcher.end()]).catch(() => undefined);
       await ts.destroy();
     }
+  }
+
+  const remove = (other: pg.Client, listId: string, contact: string) =>
+    other
+      .query('DELETE FROM list_members WHERE list_id = $1 AND contact_id = $2', [listId, contact])
+      .then((r) => r.rowCount);
+  const everyone = [Array.from({ length: 25 }, (_, i) => i)];
+
+  it('deadlocks with none: a membership locked first, then removed with its count, while a slice waits for it', async () => {
+    // Other writers lock a membership, then the list's row (the count's statement trigger): a contact's
+    // delete, a removal from the list. Deleting the list in one statement locked the list's row first and
+    // then its memberships, the other order: one of the two was killed as a deadlock (a review saw a 500).
+    const outcome = await deleteBeside(
+      everyone,
+      (other, listId, contacts) =>
+        other.query('SELECT 1 FROM list_members WHERE list_id = $1 AND contact_id = $2 FOR UPDATE', [
+          listId,
+          contacts[0],
+        ]),
+      (other, listId, contacts) => remove(other, listId, contacts[0]!),
+    );
+    expect(outcome).toMatchObject({ after: 1, deleted: 'deleted', thrown: [] });
+    // The first slice took the next member in place of the one that went meanwhile; the slices went on,
+    // so the list's own delete had no membership left to lock after it (of those there before it began).
+    expect(outcome.results).toEqual([10, 10, 4, true]);
+    expect(outcome).toMatchObject({ members: 0, contactCount: undefined });
+  });
+
+  it('deadlocks with none: a removal of several members, locking them in contact id order, beside a slice', async () => {
+    // Stored c5 … c9 first, then the rest: a slice taken as stored locked c5 … c9 and waited for c0, which
+    // a removal of c0 and c9 held (it locks in contact id order, c0 < c9) while it waited for c9: one of
+    // the two was killed as a deadlock. Slices now lock in contact id order too, waiting at c0 holding
+    // nothing the removal needs.
+    const outcome = await deleteBeside(
+      [
+        [5, 6, 7, 8, 9],
+        [0, 1, 2, 3, 4, ...Array.from({ length: 15 }, (_, i) => i + 10)],
+      ],
+      (other, listId, contacts) => remove(other, listId, contacts[0]!),
+      (other, listId, contacts) => remove(other, listId, contacts[9]!),
+    );
+    expect(outcome).toMatchObject({ after: 1, deleted: 'deleted', thrown: [] });
+    // In contact id order: c1, c10 … c18 (c0 gone), c19 … c5, then c6 … c8 (c9 gone).
+    expect(outcome.results).toEqual([10, 10, 3, true]);
+    expect(outcome).toMatchObject({ members: 0, contactCount: undefined });
   });
 });
 
