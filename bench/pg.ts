@@ -9,7 +9,7 @@ import os from 'node:os';
 import autocannon from 'autocannon';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { openStore } from '../src/runtime.js';
+import { openStore } from '../src/store/from-config.js';
 import {
   benchDataDir,
   benchEnv,

@@ -13,7 +13,7 @@ import path from 'node:path';
 import autocannon from 'autocannon';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { openStore } from '../src/runtime.js';
+import { openStore } from '../src/store/from-config.js';
 import { SearchIndexer } from '../src/store/search-index.js';
 import { foldAddressChunks, rebuildAddressChunksAlone } from '../src/store/address-chunks-postgres.js';
 import type { Store } from '../src/store/store.js';

@@ -9,7 +9,7 @@ import { renderContact } from '../src/contacts/contact-fields.js';
 import type { ContactRow } from '../src/store/schema.js';
 import { uuidIds } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
-import { openStore } from '../src/runtime.js';
+import { openStore } from '../src/store/from-config.js';
 import { createServices } from '../src/app.js';
 
 const BATCH = 400;

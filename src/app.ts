@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
-import { AppError, idNotFound } from './errors.js';
+import { AppError, idNotFound, requestTimedOut } from './errors.js';
 import type { AnyEndpoint } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
@@ -96,7 +96,7 @@ export async function buildApp(
       const limits = Object.fromEntries(
         Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
       );
-      const timedOut = new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+      const timedOut = requestTimedOut();
       const { status, body } = renderError(timedOut, req.url, req.id);
       writeLastAnswer(req.raw.socket, status, body as object, limits);
     });

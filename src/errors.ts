@@ -31,7 +31,7 @@ export type ErrorCode = keyof typeof STATUS;
 export class AppError extends Error {
   readonly code: ErrorCode;
   readonly details: ErrorDetail[] | undefined;
-  /** A client error of Fastify's own (408, 431, …) keeps its status rather than its code's. */
+  /** A client error of Fastify's own (prototype poisoning, an aborted body) keeps its status rather than its code's. */
   private readonly statusOverride: number | undefined;
 
   constructor(code: ErrorCode, message: string, details?: ErrorDetail[], statusOverride?: number) {
@@ -67,6 +67,16 @@ export function validationError(details: ErrorDetail[], message = 'Validation fa
   return new AppError('VALIDATION_FAILED', message, details);
 }
 
+/** A request whose headers or body did not arrive in time (REQUEST_TIMEOUT_MS): 408. */
+export function requestTimedOut(): AppError {
+  return new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+}
+
+/** Throws the field errors, if there are any, as one 400. */
+export function throwIfAny(details: ErrorDetail[]): void {
+  if (details.length > 0) throw validationError(details);
+}
+
 /** Collects field errors and throws them all at once, so a client sees every problem in one answer. */
 export class DetailCollector {
   readonly details: ErrorDetail[] = [];
@@ -76,6 +86,6 @@ export class DetailCollector {
   }
 
   throwIfAny(): void {
-    if (this.details.length > 0) throw validationError(this.details);
+    throwIfAny(this.details);
   }
 }

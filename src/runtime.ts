@@ -15,9 +15,6 @@ import { SmtpMailer } from './delivery/smtp-mailer.js';
 import { DeliveryWorker } from './delivery/worker.js';
 import type { Store } from './store/store.js';
 
-// Where they were first: tests, benches and the server import them from here.
-export { type StoreOpening, type StoreUse, openMigratedStore, openStore } from './store/from-config.js';
-
 /** Logs go to stdout, or to stderr when stdout is reserved for the CLI's --json answer. */
 export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false): Logger {
   return pino(
@@ -127,7 +124,7 @@ export function listenError(err: unknown, config: Config): Error {
 
 export function createMailer(config: Config): Mailer {
   // At most 10 connections to the relay (relays limit connections per client); further claims in flight
-  // wait in the pool's queue, under leases the worker keeps renewing.
+  // wait for one on the SMTP thread (SmtpRelay), under leases the worker keeps renewing.
   const maxConnections = Math.min(config.deliveryConcurrency, 10);
   if (config.smtpUrl) return new SmtpMailer({ url: config.smtpUrl, dkim: config.dkim, maxConnections });
   return new FileOutboxMailer(path.join(config.dataDir, 'outbox'), config.dkim);

@@ -12,8 +12,8 @@ import {
   createWorker,
   listenAddress,
   listenError,
-  openMigratedStore,
 } from './runtime.js';
+import { openMigratedStore } from './store/from-config.js';
 
 export interface ServeOptions {
   worker: boolean;
@@ -105,8 +105,10 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
   });
 }
 
-/** How long requests in progress at a SIGTERM get to finish, at most; the rest of the shutdown fits in 25 s. */
+/** How long requests in progress at a SIGTERM get to finish, at most. */
 const SHUTDOWN_GRACE_MS = 10_000;
+/** A shutdown still going after this exits with 1: the grace above and closing the store fit in it. */
+const SHUTDOWN_DEADLINE_MS = 25_000;
 
 /**
  * SIGTERM or SIGINT while the process starts (migrating, opening the store) is held, then acted on as soon as
@@ -151,7 +153,7 @@ function onShutdown(
     const force = setTimeout(() => {
       logger.error('shutdown took too long; exiting');
       process.exit(1);
-    }, 25_000);
+    }, SHUTDOWN_DEADLINE_MS);
     force.unref();
     close()
       .then(() => {

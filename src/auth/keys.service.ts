@@ -80,7 +80,9 @@ export class KeysService {
     return { ...toInfo(row), key };
   }
 
+  /** Every key, or an organisation's: an unknown one is an error (as for create), not an empty list. */
   async list(organizationId?: string): Promise<ApiKeyInfo[]> {
+    if (organizationId !== undefined) await this.orgs.get(organizationId);
     return (await repo.listKeys(this.store.db, organizationId)).map(toInfo);
   }
 

@@ -259,12 +259,8 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     case 'keys list': {
-      // An unknown --org is an error, as it is for keys create, not an empty list that looks like "no keys".
       const org = optional(flags.org, 'org');
-      const keys = await withServices(async (s) => {
-        if (org !== undefined) await s.orgs.get(org);
-        return s.keys.list(org);
-      });
+      const keys = await withServices((s) => s.keys.list(org));
       print(
         json,
         { keys },

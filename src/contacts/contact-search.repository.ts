@@ -4,7 +4,7 @@
 // answer is exact either way. The index may still hold keys no contact has any more (deleted or
 // readdressed since); the join to contacts drops them. The index finds every match fast, but a match then
 // costs a row lookup and a place in the sort; when most contacts match, walking the organisation's
-// created_at index (the caller's plain LIKE path) finds a page after a few rows instead. So: count the
+// created_at index (the caller's plain path) finds a page after a few rows instead. So: count the
 // matches up to a cap first, and take the index only when it is the cheaper way. Many matches are
 // counted, and paged when a walk would be long (matches that are all old), through the index file's
 // address chunks instead (contact-chunks.repository.ts). undefined means "use the plain path".

@@ -15,8 +15,6 @@ import {
 import { withRules } from '../validation/ajv.js';
 import { MAX_CUSTOM_FIELDS, MAX_EMAIL_LOOKUP, MAX_TAGS, createRules, updateRules } from './contacts.rules.js';
 
-export { MAX_CUSTOM_FIELDS, MAX_CUSTOM_FIELDS_BYTES, MAX_TAGS } from './contacts.rules.js';
-
 // No maxLength: its limit is on the address once trimmed, which the rules check (contacts.rules.ts).
 const Email = Type.String({
   minLength: 1,

@@ -1,5 +1,5 @@
 import type { Clock, Ids } from '../clock.js';
-import { AppError, DetailCollector, type ErrorDetail, validationError } from '../errors.js';
+import { AppError, DetailCollector, throwIfAny, validationError } from '../errors.js';
 import { type Page, pagination } from '../paging.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
@@ -61,10 +61,6 @@ export const toContact = (r: ContactFields): Contact => ({
 
 const uniqueTags = (tags: string[] | undefined): string[] => [...new Set(tags ?? [])];
 
-function throwIfAny(details: ErrorDetail[]): void {
-  if (details.length > 0) throw validationError(details);
-}
-
 function emailTaken(email: string): AppError {
   return new AppError('CONTACT_EMAIL_TAKEN', `A contact with email ${email} already exists`, [
     { field: 'email', message: 'is already used by another contact' },
@@ -90,10 +86,6 @@ export class ContactsService {
     private readonly clock: Clock,
     private readonly ids: Ids,
   ) {}
-
-  async create(orgId: string, input: CreateContactInput): Promise<Contact> {
-    return toContact(await this.insert(orgId, input));
-  }
 
   /** The new contact as its API JSON text (renderContact): what POST answers, with no object between. */
   async createJson(orgId: string, input: CreateContactInput): Promise<string> {
@@ -251,9 +243,7 @@ export class ContactsService {
 
   async delete(orgId: string, by: { id?: string | undefined; email?: string | undefined }): Promise<void> {
     if (by.id === undefined && by.email === undefined) {
-      throw new AppError('VALIDATION_FAILED', 'Validation failed', [
-        { field: 'id', message: 'id or email is required' },
-      ]);
+      throw validationError([{ field: 'id', message: 'id or email is required' }]);
     }
     await this.store.write(async (trx) => {
       const row = await this.getForWrite(trx, orgId, by);

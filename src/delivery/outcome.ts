@@ -1,7 +1,6 @@
 // Pure rules of one delivery attempt: which message goes out, and what the relay's answer means for each
 // recipient and for the email. No I/O here, so the rules are read (and tested) in one place.
-import type { RecipientRow } from '../emails/emails.repository.js';
-import { parseList } from '../emails/emails.service.js';
+import { type RecipientRow, parseList } from '../emails/emails.repository.js';
 import type { EmailRow } from '../store/schema.js';
 import { parseConfiguredMailbox } from '../validation/addresses.js';
 import { DeliveryError, type DeliveryResult, type OutgoingMessage } from './mailer.js';

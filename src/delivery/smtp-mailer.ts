@@ -135,7 +135,7 @@ export interface ThreadRequest {
   startBy?: number | undefined;
   /** Later startBy for sends not begun yet (Mailer.extend). */
   extend?: { ids: string[]; startBy: number };
-  /** An email whose send, if not begun yet, is dropped (Mailer.cancel). */
+  /** An email whose send is dropped if not begun yet, aborted if it has (Mailer.cancel). */
   cancel?: string;
   close?: boolean;
 }

@@ -217,9 +217,10 @@ export function withoutAddress(message: string, host: string): string {
 }
 
 /**
- * The relay's reply about the message (to RCPT TO, to its data) without the configured host name: its other
- * addresses are not the relay's (`Client host [198.51.100.7] blocked`, Mailroom's own; `queued as
- * 8a3f::2b1c`, the id a relay's operator traces the message by), and stay as the relay wrote them.
+ * `message` without the relay's configured host name, wherever it stands as a name or address of its own.
+ * Alone it is what a reply about the message loses (messageReply): its other addresses are not the relay's
+ * (`Client host [198.51.100.7] blocked`, Mailroom's own; `queued as 8a3f::2b1c`, the id a relay's operator
+ * traces the message by), and stay as the relay wrote them.
  */
 export function withoutHost(message: string, host: string): string {
   if (host === '') return message;

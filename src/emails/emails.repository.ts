@@ -13,6 +13,9 @@ import { type Page, offsetOf } from '../paging.js';
 import { countColumn, maintainedCounts, pageTotal } from '../store/counts.js';
 import { type Window, inWindow, pagedShape, prepared } from '../store/prepared.js';
 
+/** An address list column (to, cc, bcc, reply-to) as `send` stores it: JSON text of an array of strings. */
+export const parseList = (text: string): string[] => JSON.parse(text) as string[];
+
 export type RecipientRow = Selectable<EmailRecipientsTable>;
 
 export type EventRow = Selectable<EmailEventsTable>;

@@ -16,7 +16,6 @@ import { MAX_MAILBOX } from '../validation/addresses.js';
 import { TAG_CHARACTERS } from '../validation/characters.js';
 import { MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
 
-export { MAX_CC_BCC, MAX_TO };
 export const MAX_TAGS = 10;
 export const EMAIL_STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'] as const;
 export type EmailStatus = (typeof EMAIL_STATUSES)[number];

@@ -29,18 +29,15 @@ function stableStringify(value: unknown): string {
   return JSON.stringify(value) ?? 'null';
 }
 
-/** An address list column (to, cc, bcc, reply-to) as `send` stores it: JSON text of an array of strings. */
-export const parseList = (text: string): string[] => JSON.parse(text) as string[];
-
 function toSummary(r: repo.EmailSummaryRow) {
   return {
     id: r.id,
     status: r.status as EmailStatus,
     from: r.from_address,
-    to: parseList(r.to_addresses),
-    cc: parseList(r.cc_addresses),
-    bcc: parseList(r.bcc_addresses),
-    replyTo: parseList(r.reply_to),
+    to: repo.parseList(r.to_addresses),
+    cc: repo.parseList(r.cc_addresses),
+    bcc: repo.parseList(r.bcc_addresses),
+    replyTo: repo.parseList(r.reply_to),
     subject: r.subject,
     tags: JSON.parse(r.tags) as { name: string; value: string }[],
     createdAt: r.created_at,

@@ -5,7 +5,7 @@
 import type { Socket } from 'node:net';
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { ConnectionError } from 'fastify';
-import { AppError } from '../errors.js';
+import { AppError, requestTimedOut } from '../errors.js';
 import { renderError } from './error-handler.js';
 
 // Fastify's type says rawPacket is a JSON-ish {type, data}; Node hands over a Buffer (or nothing).
@@ -35,7 +35,7 @@ export function originForm(target: string): string {
 
 function appErrorOf(err: ClientError): AppError {
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-    return new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive');
+    return requestTimedOut();
   }
   if (err.code === 'HPE_HEADER_OVERFLOW') {
     return new AppError('HEADERS_TOO_LARGE', 'The request headers are larger than the server accepts');

@@ -49,17 +49,18 @@ export function isEmailsPath(url: string): boolean {
   return /^\/api\/v1\/emails(?:[/?#]|$)/.test(url);
 }
 
+/** An error's body: the emails family's has no `success`. */
+type ErrorBody = { success?: false; error: string; details?: ErrorDetail[]; requestId?: string };
+
 export function renderError(
   err: unknown,
   url: string,
   requestId: string,
-): { status: number; body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } } {
+): { status: number; body: ErrorBody } {
   const appErr = classify(err);
   const status = appErr.status;
   // Key order matters to readers: success first, as in the spec's examples.
-  const body: { success?: false; error: string; details?: ErrorDetail[]; requestId?: string } = isEmailsPath(
-    url,
-  )
+  const body: ErrorBody = isEmailsPath(url)
     ? { error: appErr.message }
     : { success: false, error: appErr.message };
   if (appErr.details && appErr.details.length > 0) body.details = appErr.details;

@@ -357,8 +357,8 @@ function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeout
       const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
-      // works without it, only slower. Another client creating the extension at the same moment made
-      // the first try fail: so a failure is tried once more.
+      // works without it, only slower. A client other than Mailroom's (they take turns: TRGM_LOCK)
+      // creating the extension at the same moment makes the first try fail: so a failure is tried once more.
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {
         await trigramIndex().catch(trigramIndex);

@@ -24,15 +24,16 @@ describe.each(storeKinds())('maintained contact counts on %s', (kind) => {
     const org = (await t.services.orgs.create('counts')).id;
     const other = (await t.services.orgs.create('other')).id;
     const { contacts } = t.services;
-    await contacts.create(other, { email: 'x@other.test', tags: ['a'] });
+    await contacts.createJson(other, { email: 'x@other.test', tags: ['a'] });
     const made = await Promise.all(
-      Array.from({ length: 40 }, (_, i) =>
-        contacts.create(org, {
+      Array.from({ length: 40 }, async (_, i) => {
+        const json = await contacts.createJson(org, {
           email: `c${i}@count.test`,
           tags: i % 2 ? ['a', 'b'] : ['b'],
           unsubscribed: i % 3 === 0,
-        }),
-      ),
+        });
+        return JSON.parse(json) as { id: string };
+      }),
     );
     await Promise.all(
       made.slice(0, 10).map((c) => contacts.update(org, { id: c.id, unsubscribed: true, tags: ['c'] })),

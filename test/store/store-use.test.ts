@@ -7,7 +7,7 @@ import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/smtp.js';
 import { loadConfig } from '../../src/config.js';
-import { type StoreUse, openMigratedStore } from '../../src/runtime.js';
+import { type StoreUse, openMigratedStore } from '../../src/store/from-config.js';
 import { SEARCH_FILE } from '../../src/store/search-file.js';
 import type { Store } from '../../src/store/store.js';
 
