@@ -234,6 +234,28 @@ const FOLD_EVERY_MS = 60_000;
 /** How often each process merges the rows the contacts' writes add to the address chunks (0012). */
 const FOLD_CHUNKS_EVERY_MS = 5_000;
 
+/**
+ * The migrations, on a connection of their own without the pool's timeouts (a statement's 14 s, and the
+ * role's own, if it has one): 0016's copy took 3.6 s at a million contacts on a fast day, and these
+ * machines run up to five times slower; a process started beside a migrating one waits for kysely's
+ * advisory lock (up to an hour, kysely's lock_timeout) instead of failing after 14 s with an error that
+ * blamed DATABASE_URL.
+ */
+async function migratePostgres(databaseUrl: string): Promise<string[]> {
+  const pool = new (loadPg().Pool)({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: 5_000 });
+  pool.on('error', () => undefined);
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+    void client.query('set statement_timeout = 0').catch(() => undefined);
+  });
+  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
+  try {
+    return await migrateToLatest(db, 'postgres');
+  } finally {
+    await db.destroy();
+  }
+}
+
 /** The advisory lock that serialises creating the pg_trgm extension and index (any fixed number). */
 const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
 
@@ -247,24 +269,40 @@ const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
 async function createTrigramIndex(databaseUrl: string): Promise<void> {
   const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
   await client.connect();
+  // Looked up before anything is locked: `create index if not exists` takes its SHARE lock on the table
+  // before it finds the index there, so every start and CLI command waited behind any open write of
+  // contacts, and every contact write of every process then queued behind it.
+  const state = async () =>
+    (
+      await client.query<{ built: boolean; old: boolean }>(
+        "select to_regclass('contact_addresses_trgm') is not null as built, to_regclass('contacts_email_trgm') is not null as old",
+      )
+    ).rows[0]!;
   try {
-    // Looked up first: `create index if not exists` takes its SHARE lock on the table before it finds the
-    // index there, so every start and CLI command waited behind any open write of contacts, and every
-    // contact write of every process then queued behind it (a stalled writer held them all up).
-    const { rows } = await client.query<{ done: boolean }>(
-      "select to_regclass('contact_addresses_trgm') is not null and to_regclass('contacts_email_trgm') is null as done",
-    );
-    if (rows[0]?.done) return;
-    await client.query('begin');
-    await client.query('select pg_advisory_xact_lock($1)', [TRGM_LOCK]);
-    await client.query('create extension if not exists pg_trgm');
-    await client.query(
-      'create index if not exists contact_addresses_trgm on contact_addresses using gin (email_lower gin_trgm_ops)',
-    );
-    await client.query('drop index if exists contacts_email_trgm');
-    await client.query('commit');
+    const first = await state();
+    if (first.built && !first.old) return;
+    // Held until the connection ends.
+    await client.query('select pg_advisory_lock($1)', [TRGM_LOCK]);
+    const { built, old } = await state();
+    if (!built) {
+      await client.query('begin');
+      await client.query('create extension if not exists pg_trgm');
+      await client.query(
+        'create index if not exists contact_addresses_trgm on contact_addresses using gin (email_lower gin_trgm_ops)',
+      );
+      await client.query('commit');
+    }
+    // After the new index has committed, concurrently: dropped in its transaction, it locked contacts
+    // after contact_addresses, the other order from a contact write (contacts, then its address through
+    // 0016's triggers), and under writes they always deadlocked: the new index was never built. A drop
+    // that waits 30 s for the transactions using contacts gives up (the index may be left invalid,
+    // unused); the next start drops it.
+    if (old) {
+      await client.query("set lock_timeout = '30s'");
+      await client.query('drop index concurrently if exists contacts_email_trgm').catch(() => undefined);
+    }
   } finally {
-    // After a failure the transaction is rolled back as the connection closes.
+    // After a failure the transaction is rolled back as the connection closes, and the lock let go.
     await client.end();
   }
 }
@@ -354,7 +392,7 @@ function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeout
     snapshot: (fn) =>
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
     async migrate() {
-      const done = await migrateToLatest(db as Kysely<unknown>, 'postgres');
+      const done = await migratePostgres(databaseUrl);
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
       // works without it, only slower. A client other than Mailroom's (they take turns: TRGM_LOCK)

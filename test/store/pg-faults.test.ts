@@ -1,7 +1,9 @@
 // A PostgreSQL backend terminated while Mailroom holds its connection (mid-transaction) must fail that
 // one write as "store unavailable" and leave the process and the pool working. Another client creating
 // pg_trgm while Mailroom migrates must not be taken for an extension Mailroom may not create; a role that
-// may not create it migrates all the same, and email search then works without the trigram index.
+// may not create it migrates all the same, and email search then works without the trigram index. A start
+// waits for another process's migration as long as it takes, and moving the trigram index off contacts
+// goes on beside contact writes.
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -22,6 +24,8 @@ import {
 } from '../helpers/stores.js';
 
 const AT = '2031-07-01T00:00:00.000Z';
+/** The advisory lock kysely's migrator takes on PostgreSQL (its PostgresAdapter). */
+const KYSELY_MIGRATION_LOCK = '3853314791062309107';
 
 describe.skipIf(noPostgres())('PostgreSQL faults', () => {
   let ts: TestStore;
@@ -187,6 +191,84 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       await writer.query('rollback');
       await Promise.all([writer.end(), watcher.end()]);
       await store.close();
+    }
+  });
+
+  it('wait for another process migrating, however much longer than a statement may take', async () => {
+    const db = await createTestDatabase();
+    const other = new pg.Client({ connectionString: db.url });
+    const watcher = new pg.Client({ connectionString: db.url });
+    await Promise.all([other.connect(), watcher.connect()]);
+    // Statements of the pool stopped after 1.8 s: waiting for kysely's migration lock on a pool connection
+    // failed then (14 s by default: a start beside a long migration exited, blaming DATABASE_URL).
+    const store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 2_000 });
+    try {
+      await other.query(`select pg_advisory_lock(${KYSELY_MIGRATION_LOCK})`);
+      let settled = false;
+      const migrating = store.migrate().finally(() => (settled = true));
+      await eventually(() => anyWaitingForLock(watcher), 10_000, 'the migration waiting for the other');
+      await new Promise((r) => setTimeout(r, 3_000));
+      expect(settled).toBe(false);
+      await other.query(`select pg_advisory_unlock(${KYSELY_MIGRATION_LOCK})`);
+      expect(await migrating).toContain('0016_contact_addresses');
+    } finally {
+      await store.close();
+      await Promise.all([other.end(), watcher.end()]);
+      await db.drop();
+    }
+  });
+
+  it('move the trigram index to contact_addresses beside a contact write, deadlocking with none', async () => {
+    // As after a rolling deploy: an older process started after the upgrade built its index on contacts.
+    const db = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: db.url });
+    const writer = new pg.Client({ connectionString: db.url });
+    await Promise.all([admin.connect(), writer.connect()]);
+    const store = createStore({ databaseUrl: db.url, dataDir: '' });
+    const deadlocks = async () => {
+      await admin.query('select pg_stat_clear_snapshot()');
+      const { rows } = await admin.query<{ n: string }>(
+        'select deadlocks as n from pg_stat_database where datname = current_database()',
+      );
+      return Number(rows[0]!.n);
+    };
+    try {
+      await store.migrate();
+      await admin.query('drop index contact_addresses_trgm');
+      await admin.query('create index contacts_email_trgm on contacts using gin (email_lower gin_trgm_ops)');
+      await store.db.insertInto('organizations').values({ id: 'o', name: 'o', created_at: AT }).execute();
+      await insertContacts(store.db, [
+        { row: { ...contactRow('o', 'c1', 'first@move.test', AT), json: null }, tags: [] },
+      ]);
+      const before = await deadlocks();
+      // A contact write under way: contacts locked, then (by 0016's trigger) its address.
+      await writer.query('begin');
+      await writer.query('lock table contacts in row exclusive mode');
+      const migrating = store.migrate();
+      await eventually(() => anyWaitingForLock(admin), 10_000, 'the old index waiting for the write');
+      const updated = await writer
+        .query(
+          "update contacts set email = 'moved@move.test', email_lower = 'moved@move.test' where id = 'c1'",
+        )
+        .then(
+          (r) => r.rowCount,
+          (err: unknown) => err,
+        );
+      await writer.query('commit');
+      expect(updated).toBe(1);
+      expect(await migrating).toEqual([]);
+      const { rows } = await admin.query<{ name: string }>(
+        "select indexname as name from pg_indexes where indexname like '%trgm' order by 1",
+      );
+      expect(rows).toEqual([{ name: 'contact_addresses_trgm' }]);
+      // Dropped with the new index's lock held, the old index waited for the write and the write for
+      // that lock: PostgreSQL killed one of them (the drop, tried again once, which then got through).
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(await deadlocks()).toBe(before);
+    } finally {
+      await store.close();
+      await Promise.all([admin.end(), writer.end()]);
+      await db.drop();
     }
   });
 
