@@ -147,6 +147,7 @@ export function createWorker(
     maxAttempts: config.deliveryMaxAttempts,
     concurrency: config.deliveryConcurrency,
     leaseMs: config.deliveryLeaseMs,
+    retentionDays: config.emailRetentionDays,
   });
 }
 
