@@ -61,7 +61,7 @@ const RECORD_RETRY_FIRST_MS = 100;
 const CLEANUP_EVERY_MS = 10 * 60_000;
 /**
  * Emails past their retention removed a tick, at most, while more are left: 2 commits of 500 (with their
- * recipients and events), a few milliseconds of the store's writer each, every poll (250 ms).
+ * recipients and events), about 10 ms of the store's writer each on either store, every poll (250 ms).
  */
 const PRUNE_SLICES = 2;
 const PRUNE_SLICE = 500;
