@@ -117,10 +117,9 @@ async function pageByTrigrams(
  * costs a third less per contact than a walk with a budget: a deep page of an even term. Up to it, a walk
  * with a budget of twice that goes first, and the matches are looked up when it falls short: matches all
  * older than the rest (an import) make a plain walk pass every newer contact. At a million contacts, 8
- * terms each held by 11,111 contacts older than 890,000 others: page 12 (a walk expected at 21,600, past
- * the 20,000 this was until 2026-11-29) 39-43 ms against 100-115 that way, pages 24-48 46-60 against
- * 100-107; page 12 of the oldest 10,000, which the index narrows, 27 against 168 (2026-11-29). 6eefe0f took
- * this back for the server's RSS after the bench, over 200 MiB; that was the page caches (withSmallCache).
+ * terms each held by 11,111 contacts older than 890,000 others: page 12 (a walk expected at 21,600) 39-43
+ * ms against 100-115 that way, pages 24-48 46-60 against 100-107; page 12 of the oldest 10,000, which the
+ * index narrows, 27 against 168.
  */
 const LONG_WALK = 100_000;
 
