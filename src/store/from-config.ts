@@ -29,6 +29,7 @@ export function openStore(config: Config, { logger, use = 'long-running' }: Stor
     onBackgroundError: logger && ((err, what) => logger.error({ err }, `store: ${what} failed; retrying`)),
     backgroundCheckpoints: use !== 'one-shot',
     backgroundSearchIndex: use === 'long-running',
+    backgroundMigrationWork: use !== 'one-shot',
   });
 }
 

@@ -234,9 +234,35 @@ function initial(dialect: DialectName): Migration {
   };
 }
 
+/**
+ * How long a PostgreSQL migration's statement waits for a lock (another transaction's on a table it
+ * changes) before the run fails, to be tried again (store.ts migratePostgres). Waiting longer held every
+ * other process's writes of that table in the lock's queue behind it for as long: a migration behind one
+ * open transaction stalled contact writes for 40 s.
+ */
+export const MIGRATION_LOCK_TIMEOUT_MS = 5_000;
+
 class StaticProvider implements MigrationProvider {
   constructor(private readonly dialect: DialectName) {}
   async getMigrations(): Promise<Record<string, Migration>> {
+    const all = this.all();
+    if (this.dialect !== 'postgres') return all;
+    // kysely sets lock_timeout to an hour in the run's transaction, for its advisory lock (the wait for
+    // another process's migrations); each migration's own lock waits are short.
+    return Object.fromEntries(
+      Object.entries(all).map(([name, m]) => [
+        name,
+        {
+          async up(db: Kysely<unknown>) {
+            await sql.raw(`set local lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MS}`).execute(db);
+            await m.up(db);
+          },
+        },
+      ]),
+    );
+  }
+
+  private all(): Record<string, Migration> {
     return {
       '0001_initial': initial(this.dialect),
       '0002_contact_counts': contactCounts(this.dialect),

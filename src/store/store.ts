@@ -6,7 +6,7 @@ import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
-import type { PoolClient } from 'pg';
+import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
 import { type DialectName, isRetryableConflict } from './dialect.js';
@@ -15,7 +15,7 @@ import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { WalSync } from './wal-sync.js';
 import { allowSnapshotConnections } from './snapshot.js';
 import { nameStatementsOn } from './named-statements.js';
-import { migrateToLatest } from './migrations.js';
+import { MIGRATION_LOCK_TIMEOUT_MS, migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { foldAddressChunks } from './address-chunks-postgres.js';
 import { gatherReads } from './sqlite-reads.js';
@@ -75,6 +75,12 @@ export interface StoreOptions {
    */
   backgroundSearchIndex?: boolean;
   /**
+   * PostgreSQL: what migrating leaves for later (dropping the trigram index of before 0016) done in the
+   * background, for processes that keep the store open. Default true; a one-shot CLI command leaves it to
+   * the next server or worker.
+   */
+  backgroundMigrationWork?: boolean;
+  /**
    * PostgreSQL: how long the pool waits for an answer to a query (default 15 s); the server stops the
    * statement a moment before (statement_timeout). Shorter in tests.
    */
@@ -83,7 +89,12 @@ export interface StoreOptions {
 
 export function createStore(options: StoreOptions): Store {
   return options.databaseUrl
-    ? createPostgresStore(options.databaseUrl, options.poolSize ?? 10, options.queryTimeoutMs ?? 15_000)
+    ? createPostgresStore(
+        options.databaseUrl,
+        options.poolSize ?? 10,
+        options.queryTimeoutMs ?? 15_000,
+        options.backgroundMigrationWork !== false,
+      )
     : createSqliteStore(options);
 }
 
@@ -234,23 +245,55 @@ const FOLD_EVERY_MS = 60_000;
 /** How often each process merges the rows the contacts' writes add to the address chunks (0012). */
 const FOLD_CHUNKS_EVERY_MS = 5_000;
 
+/** A lock wait that ran past lock_timeout (PostgreSQL's error code). */
+const LOCK_NOT_AVAILABLE = '55P03';
+/** Runs of the migrations tried when one waited too long for a lock, MIGRATION_RETRY_MS apart. */
+const MIGRATION_TRIES = 6;
+const MIGRATION_RETRY_MS = 2_000;
+
 /**
- * The migrations, on a connection of their own without the pool's timeouts (a statement's 14 s, and the
- * role's own, if it has one): 0016's copy took 3.6 s at a million contacts on a fast day, and these
- * machines run up to five times slower; a process started beside a migrating one waits for kysely's
- * advisory lock (up to an hour, kysely's lock_timeout) instead of failing after 14 s with an error that
- * blamed DATABASE_URL.
+ * A connection of Mailroom's own for long statements (migrations, index builds): without the pool's
+ * statement timeout (14 s) or the role's, and with the server checking every second that its client is
+ * still there, so that a statement of a process that was killed stops waiting for its lock (and holding
+ * up every other process's writes in the lock's queue) instead of waiting until it got it.
+ */
+function setUpLongStatements(client: ClientBase): Promise<unknown> {
+  // One query: queued ahead of any caller's, as the pool's own settings are (two at once on a client is
+  // what pg deprecates). client_connection_check_interval is PostgreSQL 14's (README: 14 or later).
+  return client.query("set statement_timeout = 0; set client_connection_check_interval = '1s'");
+}
+
+/**
+ * The migrations, on a connection of their own (setUpLongStatements): 0016's copy took 3.6 s at a million
+ * contacts on a fast day, and these machines run up to five times slower; a process started beside a
+ * migrating one waits for kysely's advisory lock (up to an hour, kysely's lock_timeout) instead of failing
+ * after 14 s with an error that blamed DATABASE_URL. A statement waiting over MIGRATION_LOCK_TIMEOUT_MS
+ * for a lock (a transaction left open on a table it changes) fails the run, which is tried again a few
+ * times, and then fails the start saying so.
  */
 async function migratePostgres(databaseUrl: string): Promise<string[]> {
   const pool = new (loadPg().Pool)({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: 5_000 });
   pool.on('error', () => undefined);
   pool.on('connect', (client) => {
     client.on('error', () => undefined);
-    void client.query('set statement_timeout = 0').catch(() => undefined);
+    void setUpLongStatements(client).catch(() => undefined);
   });
   const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
   try {
-    return await migrateToLatest(db, 'postgres');
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await migrateToLatest(db, 'postgres');
+      } catch (err) {
+        if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE) throw err;
+        if (attempt >= MIGRATION_TRIES) {
+          throw new Error(
+            `a migration waited over ${MIGRATION_LOCK_TIMEOUT_MS / 1000} s for a lock, ${MIGRATION_TRIES} times: another transaction keeps a table it changes locked (pg_stat_activity shows it); start again once that has ended`,
+            { cause: err },
+          );
+        }
+        await new Promise((r) => setTimeout(r, MIGRATION_RETRY_MS));
+      }
+    }
   } finally {
     await db.destroy();
   }
@@ -258,53 +301,109 @@ async function migratePostgres(databaseUrl: string): Promise<string[]> {
 
 /** The advisory lock that serialises creating the pg_trgm extension and index (any fixed number). */
 const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
+/** How long the trigram index's build waits for open writes of contact_addresses, each try. */
+const TRGM_BUILD_LOCK_TIMEOUT = '5s';
+/** How long dropping the old index waits for the transactions that use contacts. */
+const TRGM_DROP_LOCK_TIMEOUT = '30s';
+
+/** Why the trigram index is not there after a start: a line of the migrations' output. */
+export function trigramIndexNote(err: unknown): string {
+  const code = (err as { code?: string }).code;
+  // May not create the extension; the extension is not installed on the server.
+  if (code === '42501' || code === '58P01' || code === '0A000') {
+    return '(pg_trgm unavailable: email substring search scans)';
+  }
+  const why = err instanceof Error ? err.message : String(err);
+  return `(trigram index not built: ${why}; tried again at the next start, email substring search scans meanwhile)`;
+}
+
+async function connectLong(databaseUrl: string): Promise<PgClient> {
+  const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    await setUpLongStatements(client);
+  } catch (err) {
+    await client.end().catch(() => undefined);
+    throw err;
+  }
+  return client;
+}
+
+/** Where the trigram index is: built (on contact_addresses), and the old one (on contacts) still there. */
+async function trigramState(client: PgClient): Promise<{ built: boolean; old: boolean }> {
+  const { rows } = await client.query<{ built: boolean; old: boolean }>(
+    "select to_regclass('contact_addresses_trgm') is not null as built, to_regclass('contacts_email_trgm') is not null as old",
+  );
+  return rows[0]!;
+}
 
 /**
- * The pg_trgm extension and the trigram index of email search, created if missing; the index of before
- * 0016, on contacts, dropped. One Mailroom process at a time: two running `if not exists` together can
- * both decide to create, and the loser's unique violation looked exactly like a role that may not create
- * the extension. On a connection of its own, without the pool's query_timeout (15 s): the index over a
- * million addresses took 2.9 s to build on a fast day, and these machines run up to five times slower.
+ * The pg_trgm extension and the trigram index of email search, created if missing; whether the index of
+ * before 0016, on contacts, is still to be dropped (dropOldTrigramIndex). One Mailroom process at a time:
+ * two running `if not exists` together can both decide to create, and the loser's unique violation looked
+ * exactly like a role that may not create the extension. On a connection of its own
+ * (setUpLongStatements): the index over a million addresses took 2.9 s to build on a fast day, and these
+ * machines run up to five times slower. The build waits TRGM_BUILD_LOCK_TIMEOUT for open writes of
+ * contact_addresses (every contact write queues behind it meanwhile), then fails, for the next start.
  */
-async function createTrigramIndex(databaseUrl: string): Promise<void> {
-  const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
-  await client.connect();
-  // Looked up before anything is locked: `create index if not exists` takes its SHARE lock on the table
-  // before it finds the index there, so every start and CLI command waited behind any open write of
-  // contacts, and every contact write of every process then queued behind it.
-  const state = async () =>
-    (
-      await client.query<{ built: boolean; old: boolean }>(
-        "select to_regclass('contact_addresses_trgm') is not null as built, to_regclass('contacts_email_trgm') is not null as old",
-      )
-    ).rows[0]!;
+async function createTrigramIndex(databaseUrl: string): Promise<{ old: boolean }> {
+  const client = await connectLong(databaseUrl);
   try {
-    const first = await state();
-    if (first.built && !first.old) return;
+    // Looked up before anything is locked: `create index if not exists` takes its SHARE lock on the table
+    // before it finds the index there, so every start and CLI command waited behind any open write of
+    // contacts, and every contact write of every process then queued behind it.
+    const first = await trigramState(client);
+    if (first.built) return first;
     // Held until the connection ends.
     await client.query('select pg_advisory_lock($1)', [TRGM_LOCK]);
-    const { built, old } = await state();
-    if (!built) {
-      await client.query('begin');
-      await client.query('create extension if not exists pg_trgm');
-      await client.query(
-        'create index if not exists contact_addresses_trgm on contact_addresses using gin (email_lower gin_trgm_ops)',
-      );
-      await client.query('commit');
-    }
-    // After the new index has committed, concurrently: dropped in its transaction, it locked contacts
-    // after contact_addresses, the other order from a contact write (contacts, then its address through
-    // 0016's triggers), and under writes they always deadlocked: the new index was never built. A drop
-    // that waits 30 s for the transactions using contacts gives up (the index may be left invalid,
-    // unused); the next start drops it.
-    if (old) {
-      await client.query("set lock_timeout = '30s'");
-      await client.query('drop index concurrently if exists contacts_email_trgm').catch(() => undefined);
-    }
+    const now = await trigramState(client);
+    if (now.built) return now;
+    await client.query(`set lock_timeout = '${TRGM_BUILD_LOCK_TIMEOUT}'`);
+    await client.query('begin');
+    await client.query('create extension if not exists pg_trgm');
+    await client.query(
+      'create index if not exists contact_addresses_trgm on contact_addresses using gin (email_lower gin_trgm_ops)',
+    );
+    await client.query('commit');
+    return now;
   } finally {
     // After a failure the transaction is rolled back as the connection closes, and the lock let go.
     await client.end();
   }
+}
+
+/**
+ * Drops the index of before 0016, on contacts, concurrently, after the new one has committed: dropped in
+ * the new one's transaction, it locked contacts after contact_addresses, the other order from a contact
+ * write (contacts, then its address through 0016's triggers), and under writes they always deadlocked (the
+ * new index was never built). In the background of a long-running process, by one process at a time (the
+ * others pass): it waits for every transaction that uses contacts, holding up no read or write, for up to
+ * TRGM_DROP_LOCK_TIMEOUT; then it gives up for this start, leaving the index invalid but still kept up by
+ * contact writes until a later start drops it. `stop` ends its connection (a drop cut off is dropped later).
+ */
+function dropOldTrigramIndex(databaseUrl: string): { done: Promise<void>; stop: () => void } {
+  let client: PgClient | undefined;
+  let stopped = false;
+  const done = (async () => {
+    client = await connectLong(databaseUrl);
+    if (stopped) return;
+    const { rows } = await client.query<{ mine: boolean }>('select pg_try_advisory_lock($1) as mine', [
+      TRGM_LOCK,
+    ]);
+    if (!rows[0]?.mine || !(await trigramState(client)).old) return;
+    await client.query(`set lock_timeout = '${TRGM_DROP_LOCK_TIMEOUT}'`);
+    await client.query('drop index concurrently if exists contacts_email_trgm');
+  })()
+    .catch(() => undefined)
+    .finally(() => client?.end().catch(() => undefined));
+  return {
+    done,
+    stop: () => {
+      stopped = true;
+      void client?.end().catch(() => undefined);
+    },
+  };
 }
 
 /**
@@ -329,7 +428,14 @@ function endOnReadTimeout(client: PoolClient): void {
   };
 }
 
-function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeoutMs: number): Store {
+/** `background`: a long-running process's store, which may do work of its own after migrating. */
+function createPostgresStore(
+  databaseUrl: string,
+  poolSize: number,
+  queryTimeoutMs: number,
+  background: boolean,
+): Store {
+  let dropping: ReturnType<typeof dropOldTrigramIndex> | undefined;
   const pool = new (loadPg().Pool)({
     connectionString: databaseUrl,
     max: poolSize,
@@ -399,9 +505,10 @@ function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeout
       // creating the extension at the same moment makes the first try fail: so a failure is tried once more.
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {
-        await trigramIndex().catch(trigramIndex);
-      } catch {
-        done.push('(pg_trgm unavailable: email substring search scans)');
+        const { old } = await trigramIndex().catch(trigramIndex);
+        if (old && background) dropping ??= dropOldTrigramIndex(databaseUrl);
+      } catch (err) {
+        done.push(trigramIndexNote(err));
       }
       return done;
     },
@@ -411,6 +518,8 @@ function createPostgresStore(databaseUrl: string, poolSize: number, queryTimeout
     async close() {
       clearInterval(folding);
       clearInterval(foldingChunks);
+      dropping?.stop();
+      await dropping?.done;
       await keyChanges.close();
       await appender.idle();
       await group.idle();

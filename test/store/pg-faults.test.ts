@@ -21,6 +21,7 @@ import {
   createTestDatabase,
   useStore,
   noPostgres,
+  olderStore,
 } from '../helpers/stores.js';
 
 const AT = '2031-07-01T00:00:00.000Z';
@@ -257,10 +258,15 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       await writer.query('commit');
       expect(updated).toBe(1);
       expect(await migrating).toEqual([]);
-      const { rows } = await admin.query<{ name: string }>(
-        "select indexname as name from pg_indexes where indexname like '%trgm' order by 1",
-      );
-      expect(rows).toEqual([{ name: 'contact_addresses_trgm' }]);
+      // The old index goes in the background, once the write has ended.
+      const trigramIndexes = async () =>
+        (
+          await admin.query<{ name: string }>(
+            "select indexname as name from pg_indexes where indexname like '%trgm'",
+          )
+        ).rows;
+      await eventually(async () => (await trigramIndexes()).length === 1, 10_000, 'the old index dropped');
+      expect(await trigramIndexes()).toEqual([{ name: 'contact_addresses_trgm' }]);
       // Dropped with the new index's lock held, the old index waited for the write and the write for
       // that lock: PostgreSQL killed one of them (the drop, tried again once, which then got through).
       await new Promise((r) => setTimeout(r, 1_000));
@@ -268,6 +274,59 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     } finally {
       await store.close();
       await Promise.all([admin.end(), writer.end()]);
+      await db.drop();
+    }
+  });
+
+  it('let other writes through while a migration waits for a transaction left open, and migrate after it', async () => {
+    const old = await olderStore('postgres', '0015_address_chunks_by_domain');
+    await old.db.destroy();
+    const writer = new pg.Client({ connectionString: old.url });
+    const other = new pg.Client({ connectionString: old.url });
+    const watcher = new pg.Client({ connectionString: old.url });
+    await Promise.all([writer.connect(), other.connect(), watcher.connect()]);
+    const store = old.open();
+    try {
+      // A write of contacts left open: 0016 locks contacts, and waits for it.
+      await writer.query('begin');
+      await writer.query('lock table contacts in row exclusive mode');
+      const migrating = store.migrate();
+      await eventually(() => anyWaitingForLock(watcher), 10_000, 'the migration waiting for the writer');
+      // Queued behind the migration's lock for as long as that waited (an hour): now until its lock wait
+      // times out, and it gets through while the migration waits to try again.
+      const through = await Promise.race([
+        other.query('update contacts set updated_at = updated_at where id = $1', ['nobody']).then(() => true),
+        new Promise((r) => setTimeout(() => r(false), 20_000)),
+      ]);
+      expect(through).toBe(true);
+      await writer.query('commit');
+      expect(await migrating).toContain('0016_contact_addresses');
+    } finally {
+      await writer.query('rollback').catch(() => undefined);
+      await store.close();
+      await Promise.all([writer.end(), other.end(), watcher.end()]);
+      await old.drop();
+    }
+  });
+
+  it('build the trigram index whatever statement timeout the role has', async () => {
+    const db = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    const name = new URL(db.url).pathname.slice(1);
+    let store: Store | undefined;
+    try {
+      await admin.query(`alter database ${name} set statement_timeout = '1ms'`);
+      store = createStore({ databaseUrl: db.url, dataDir: '' });
+      const applied = await store.migrate();
+      expect(applied.filter((m) => m.startsWith('('))).toEqual([]);
+      const { rows } = await admin.query(
+        "select 1 from pg_indexes where indexname = 'contact_addresses_trgm'",
+      );
+      expect(rows).toHaveLength(1);
+    } finally {
+      await store?.close();
+      await admin.end();
       await db.drop();
     }
   });
