@@ -60,11 +60,13 @@ const RECORD_RETRY_FIRST_MS = 100;
 /** How often expired idempotency keys, and emails past their retention, are looked for. */
 const CLEANUP_EVERY_MS = 10 * 60_000;
 /**
- * Emails past their retention removed a tick, at most, while more are left: 2 commits of 500 (with their
- * recipients and events), about 10 ms of the store's writer each on either store, every poll (250 ms).
+ * Emails past their retention removed at most every PRUNE_EVERY_MS while more are left, however often a
+ * busy worker ticks: 2 commits of 500 (with their recipients and events), about 10 ms of the store's
+ * writer each on either store.
  */
 const PRUNE_SLICES = 2;
 const PRUNE_SLICE = 500;
+const PRUNE_EVERY_MS = 250;
 const DAY_MS = 86_400_000;
 const DEFAULT_RECORD_RETRY_MAX_MS = 1_000;
 
@@ -99,8 +101,9 @@ export class DeliveryWorker {
   private ticking: Promise<void> | undefined;
   private wanted = false;
   private lastCleanup = -Infinity;
-  /** Emails past their retention may be left after the last tick's share (PRUNE_SLICES). */
+  /** Emails past their retention may be left after the last share (PRUNE_SLICES), taken at lastPrune. */
   private pruneMore = false;
+  private lastPrune = -Infinity;
   /** Emails removed by the run of removals under way, logged as it ends. */
   private pruned = 0;
   /** Claims failed in a row, and when that was last logged. */
@@ -388,7 +391,7 @@ export class DeliveryWorker {
     else log.warn({ lastError: error }, 'failed');
   }
 
-  /** Every CLEANUP_EVERY_MS, and every tick while emails past their retention are left. */
+  /** Every CLEANUP_EVERY_MS, and every PRUNE_EVERY_MS while emails past their retention are left. */
   private async cleanup(): Promise<void> {
     const now = this.o.clock.now();
     const due = now.getTime() - this.lastCleanup >= CLEANUP_EVERY_MS;
@@ -401,7 +404,9 @@ export class DeliveryWorker {
       }
     }
     const days = this.o.retentionDays;
-    if (days === undefined || !(due || this.pruneMore)) return;
+    const pruneDue = this.pruneMore && now.getTime() - this.lastPrune >= PRUNE_EVERY_MS;
+    if (days === undefined || !(due || pruneDue)) return;
+    this.lastPrune = now.getTime();
     try {
       const before = new Date(now.getTime() - days * DAY_MS);
       const { removed, more } = await removeFinishedEmails(this.o.store, before, PRUNE_SLICES, PRUNE_SLICE);
