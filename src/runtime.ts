@@ -147,7 +147,6 @@ export function createWorker(
     maxAttempts: config.deliveryMaxAttempts,
     concurrency: config.deliveryConcurrency,
     leaseMs: config.deliveryLeaseMs,
-    retentionDays: config.emailRetentionDays,
   });
 }
 

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { Clock, Ids } from '../clock.js';
 import { DEFAULT_LEASE_MS } from '../config.js';
 import type { EventRow, RecipientRow } from '../emails/emails.repository.js';
-import { removeExpiredIdempotencyKeys, removeFinishedEmails } from '../emails/emails.service.js';
+import { removeExpiredIdempotencyKeys } from '../emails/emails.service.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import {
@@ -40,8 +40,6 @@ export interface WorkerOptions {
   /** The longest wait between tries to record a result the store refused (RECORD_RETRY_FIRST_MS doubling). */
   recordRetryMaxMs?: number;
   random?: () => number;
-  /** EMAIL_RETENTION_DAYS: emails that ended this many days after they were made are removed. */
-  retentionDays?: number | undefined;
 }
 
 export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
@@ -57,17 +55,6 @@ const MAX_CLAIM_BACKOFF_MS = 5_000;
  * result lands as soon as the store is back. Only a shutdown that gave up waiting (stop) ends the tries.
  */
 const RECORD_RETRY_FIRST_MS = 100;
-/** How often expired idempotency keys, and emails past their retention, are looked for. */
-const CLEANUP_EVERY_MS = 10 * 60_000;
-/**
- * Emails past their retention removed at most every PRUNE_EVERY_MS while more are left, however often a
- * busy worker ticks: 2 commits of 500 (with their recipients and events), about 10 ms of the store's
- * writer each on either store.
- */
-const PRUNE_SLICES = 2;
-const PRUNE_SLICE = 500;
-const PRUNE_EVERY_MS = 250;
-const DAY_MS = 86_400_000;
 const DEFAULT_RECORD_RETRY_MAX_MS = 1_000;
 
 export class DeliveryWorker {
@@ -100,12 +87,7 @@ export class DeliveryWorker {
   private abandoned = false;
   private ticking: Promise<void> | undefined;
   private wanted = false;
-  private lastCleanup = -Infinity;
-  /** Emails past their retention may be left after the last share (PRUNE_SLICES), taken at lastPrune. */
-  private pruneMore = false;
-  private lastPrune = -Infinity;
-  /** Emails removed by the run of removals under way, logged as it ends. */
-  private pruned = 0;
+  private lastCleanup = 0;
   /** Claims failed in a row, and when that was last logged. */
   private failures = 0;
   private failureLoggedAt = 0;
@@ -220,7 +202,11 @@ export class DeliveryWorker {
         this.failures = 0;
       }
     }
-    await this.cleanup();
+    try {
+      await this.cleanupIdempotency();
+    } catch (err) {
+      this.o.logger.warn({ err }, 'delivery: removing expired idempotency keys failed; tried again later');
+    }
   }
 
   private claimFailed(err: unknown): void {
@@ -391,38 +377,11 @@ export class DeliveryWorker {
     else log.warn({ lastError: error }, 'failed');
   }
 
-  /** Every CLEANUP_EVERY_MS, and every PRUNE_EVERY_MS while emails past their retention are left. */
-  private async cleanup(): Promise<void> {
+  private async cleanupIdempotency(): Promise<void> {
     const now = this.o.clock.now();
-    const due = now.getTime() - this.lastCleanup >= CLEANUP_EVERY_MS;
-    if (due) {
-      this.lastCleanup = now.getTime();
-      try {
-        await removeExpiredIdempotencyKeys(this.o.store, now);
-      } catch (err) {
-        this.o.logger.warn({ err }, 'delivery: removing expired idempotency keys failed; tried again later');
-      }
-    }
-    const days = this.o.retentionDays;
-    const pruneDue = this.pruneMore && now.getTime() - this.lastPrune >= PRUNE_EVERY_MS;
-    if (days === undefined || !(due || pruneDue)) return;
-    this.lastPrune = now.getTime();
-    try {
-      const before = new Date(now.getTime() - days * DAY_MS);
-      const { removed, more } = await removeFinishedEmails(this.o.store, before, PRUNE_SLICES, PRUNE_SLICE);
-      this.pruned += removed;
-      this.pruneMore = more;
-    } catch (err) {
-      this.pruneMore = false;
-      this.o.logger.warn({ err }, 'delivery: removing emails past their retention failed; tried again later');
-    }
-    if (!this.pruneMore && this.pruned > 0) {
-      this.o.logger.info(
-        { removed: this.pruned, retentionDays: days },
-        'delivery: removed emails past their retention',
-      );
-      this.pruned = 0;
-    }
+    if (now.getTime() - this.lastCleanup < 10 * 60_000) return;
+    this.lastCleanup = now.getTime();
+    await removeExpiredIdempotencyKeys(this.o.store, now);
   }
 }
 

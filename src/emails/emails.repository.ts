@@ -10,7 +10,6 @@ import type {
   NewEmail,
 } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
-import { dialectOf, rowLocator } from '../store/dialect.js';
 import { countColumn, maintainedCounts, pageTotal } from '../store/counts.js';
 import { type Window, inWindow, pagedShape, prepared } from '../store/prepared.js';
 
@@ -223,49 +222,6 @@ export async function anyExpiredIdempotency(db: Executor, before: string): Promi
     .limit(1)
     .executeTakeFirst();
   return row !== undefined;
-}
-
-/** Whether the organisation has emails in `status` made before `before`; read without a lock. */
-export async function anyMadeBefore(
-  db: Executor,
-  organizationId: string,
-  status: string,
-  before: string,
-): Promise<boolean> {
-  const row = await db
-    .selectFrom('emails')
-    .select('id')
-    .where('organization_id', '=', organizationId)
-    .where('status', '=', status)
-    .where('created_at', '<', before)
-    .limit(1)
-    .executeTakeFirst();
-  return row !== undefined;
-}
-
-/**
- * Deletes up to `limit` of the organisation's emails in `status` made before `before`, with their
- * recipients and events (cascade); how many. On PostgreSQL rows another worker is deleting are passed over.
- */
-export async function deleteSomeMadeBefore(
-  db: Executor,
-  organizationId: string,
-  status: string,
-  before: string,
-  limit: number,
-): Promise<number> {
-  const dialect = dialectOf(db);
-  const at = rowLocator(dialect);
-  let slice = db
-    .selectFrom('emails')
-    .select(at.as('at'))
-    .where('organization_id', '=', organizationId)
-    .where('status', '=', status)
-    .where('created_at', '<', before)
-    .limit(limit);
-  if (dialect === 'postgres') slice = slice.forUpdate().skipLocked();
-  const result = await db.deleteFrom('emails').where(at, 'in', slice).executeTakeFirst();
-  return Number(result.numDeletedRows);
 }
 
 export async function deleteExpiredIdempotency(db: Executor, before: string): Promise<number> {

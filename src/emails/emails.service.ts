@@ -8,7 +8,6 @@ import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validat
 import type { EmailStatus } from './emails.schemas.js';
 import { type SendEmailInput, normalizeEmail } from './emails.rules.js';
 import * as repo from './emails.repository.js';
-import { listOrganizations } from '../orgs/orgs.repository.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 export const QUEUED_MESSAGE = 'Email queued for delivery';
@@ -188,38 +187,6 @@ export class EmailsService {
         : await repo.countEmails(this.store.db, orgId, status));
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }
-}
-
-/** The states an email does not leave: what EMAIL_RETENTION_DAYS removes once old enough. */
-const FINISHED: EmailStatus[] = ['sent', 'failed'];
-
-/**
- * Removes the emails that ended (sent or failed) and were made before `before`, with their recipients and
- * events, a slice of `slice` a commit and at most `slices` commits (so that a first run over years of
- * email holds the store's writer for moments, not minutes); returns how many it removed, and whether some
- * may be left. The delivery worker calls it now and then when EMAIL_RETENTION_DAYS is set.
- */
-export async function removeFinishedEmails(
-  store: Store,
-  before: Date,
-  slices: number,
-  slice: number,
-): Promise<{ removed: number; more: boolean }> {
-  const cutoff = before.toISOString();
-  let removed = 0;
-  let left = slices;
-  for (const org of await listOrganizations(store.db)) {
-    for (const status of FINISHED) {
-      // Asked first, like a delivery poll: most runs find nothing to delete and then take no write lock.
-      if (!(await repo.anyMadeBefore(store.db, org.id, status, cutoff))) continue;
-      for (let n = slice; n === slice; left--) {
-        if (left === 0) return { removed, more: true };
-        n = await store.write((trx) => repo.deleteSomeMadeBefore(trx, org.id, status, cutoff, slice));
-        removed += n;
-      }
-    }
-  }
-  return { removed, more: false };
 }
 
 /** Deletes idempotency records older than IDEMPOTENCY_TTL_MS; the delivery worker calls it now and then. */
