@@ -2,7 +2,7 @@ import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
 import { type Page, pagination } from '../paging.js';
 import type { ListRow } from '../store/schema.js';
-import { isForeignKeyViolation } from '../store/dialect.js';
+import { isForeignKeyViolation, isRetryableConflict } from '../store/dialect.js';
 import type { Executor, Store } from '../store/store.js';
 import * as repo from './lists.repository.js';
 
@@ -25,6 +25,10 @@ export const toList = (r: ListRow): List => ({
 });
 
 const DELETE_SLICE = 2_000;
+/** Walks over a list's members in one round of its delete, at most (PostgreSQL; ListsService.delete). */
+const MAX_WALKS = 3;
+/** Rounds of walks and the list's own delete, while that deadlocks past the store's retries. */
+const DELETE_ROUNDS = 3;
 
 export class ListsService {
   constructor(
@@ -84,17 +88,33 @@ export class ListsService {
    * The list's memberships go first, a slice a commit, then the list: one statement cascading to 300,000
    * memberships held SQLite's writer, and so every other write, for about a second. Between slices other
    * writes go on. Another organisation's list loses nothing. Slices go on while they remove over half a
-   * slice (adds going on meanwhile cannot keep it going for ever). On PostgreSQL the slices walk the
-   * members in contact id order, and members added behind the walk are left: the walk starts again from
-   * the first while the last one removed over half a slice. The list's own delete then takes what is left
-   * (members added during the last walk), locking the list before them, the other order from a contact's
-   * delete or a removal: a deadlock there is retried. (Left to it, thousands added during a walk over
-   * 30,000 members deadlocked more than its retries under a helper's adds and removals: a 500.)
+   * slice. On PostgreSQL the slices walk the members in contact id order, and members added behind the
+   * walk are left: the walk starts again from the first while the last one removed over half a slice, at
+   * most MAX_WALKS times (adds that outpace it cannot keep the delete going for ever). The list's own
+   * delete then takes what is left, locking the list before those members, the other order from an add,
+   * a removal or a contact's delete under way: a deadlock there that outlasts the store's retries sends
+   * the delete back to the walk, at most DELETE_ROUNDS times, and then answers it (a 500).
    */
   async delete(orgId: string, id: string): Promise<void> {
+    for (let round = 1; ; round++) {
+      await this.removeAllMembers(orgId, id);
+      try {
+        const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
+        if (!deleted) throw notFound(id);
+        return;
+      } catch (err) {
+        if (round >= DELETE_ROUNDS || !isRetryableConflict(err)) throw err;
+      }
+    }
+  }
+
+  /** The list's memberships, a slice a commit, walked as delete() says. */
+  private async removeAllMembers(orgId: string, id: string): Promise<void> {
     let walked: number;
     let slice: { removed: number; last?: string };
+    let walks = 0;
     do {
+      walks++;
       walked = 0;
       slice = { removed: 0 };
       do {
@@ -104,9 +124,7 @@ export class ListsService {
         );
         walked += slice.removed;
       } while (slice.removed > this.deleteSlice / 2);
-    } while (slice.last !== undefined && walked > this.deleteSlice / 2);
-    const deleted = await this.store.write((trx) => repo.deleteList(trx, orgId, id));
-    if (!deleted) throw notFound(id);
+    } while (slice.last !== undefined && walked > this.deleteSlice / 2 && walks < MAX_WALKS);
   }
 
   async addContacts(orgId: string, id: string, contactIds: string[]) {
