@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { type Config, ConfigError } from '../config.js';
-import { type Store, createStore } from './store.js';
+import { MigrationWaitError, type Store, createStore } from './store.js';
 
 /**
  * What a process does with the store. A one-shot CLI command closes it again at once and needs no
@@ -48,6 +48,8 @@ export async function openMigratedStore(
     return { store, applied: await store.migrate() };
   } catch (err) {
     await store?.close().catch(() => undefined);
+    // Said as it is: DATABASE_URL is right, another transaction is in the way.
+    if (err instanceof MigrationWaitError) throw new ConfigError(`cannot migrate the store: ${err.message}`);
     const why = err instanceof Error ? err.message : String(err);
     // SQLite says "disk I/O error" when it cannot make its shared-memory file on a full disk.
     const full = !config.databaseUrl && diskFull(config.dataDir) ? ': the disk DATA_DIR is on is full' : '';

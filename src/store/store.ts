@@ -94,6 +94,7 @@ export function createStore(options: StoreOptions): Store {
         options.poolSize ?? 10,
         options.queryTimeoutMs ?? 15_000,
         options.backgroundMigrationWork !== false,
+        options.onBackgroundError,
       )
     : createSqliteStore(options);
 }
@@ -245,6 +246,9 @@ const FOLD_EVERY_MS = 60_000;
 /** How often each process merges the rows the contacts' writes add to the address chunks (0012). */
 const FOLD_CHUNKS_EVERY_MS = 5_000;
 
+/** Migrations that could not get a lock another transaction held: the database's state, not a setting. */
+export class MigrationWaitError extends Error {}
+
 /** A lock wait that ran past lock_timeout (PostgreSQL's error code). */
 const LOCK_NOT_AVAILABLE = '55P03';
 /** Runs of the migrations tried when one waited too long for a lock, MIGRATION_RETRY_MS apart. */
@@ -286,8 +290,8 @@ async function migratePostgres(databaseUrl: string): Promise<string[]> {
       } catch (err) {
         if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE) throw err;
         if (attempt >= MIGRATION_TRIES) {
-          throw new Error(
-            `a migration waited over ${MIGRATION_LOCK_TIMEOUT_MS / 1000} s for a lock, ${MIGRATION_TRIES} times: another transaction keeps a table it changes locked (pg_stat_activity shows it); start again once that has ended`,
+          throw new MigrationWaitError(
+            `a migration waited over ${MIGRATION_LOCK_TIMEOUT_MS / 1000} s for a lock, ${MIGRATION_TRIES} tries ${MIGRATION_RETRY_MS / 1000} s apart: another transaction keeps a table it changes locked (pg_stat_activity shows it); start again once that has ended`,
             { cause: err },
           );
         }
@@ -355,8 +359,13 @@ async function createTrigramIndex(databaseUrl: string): Promise<{ old: boolean }
     // contacts, and every contact write of every process then queued behind it.
     const first = await trigramState(client);
     if (first.built) return first;
-    // Held until the connection ends.
-    await client.query('select pg_advisory_lock($1)', [TRGM_LOCK]);
+    // Held until the connection ends. Another process building it (or dropping the old one) is let be:
+    // waiting for it in turn made starts beside one open write of the addresses wait 5 s each, one
+    // after another, with contact writes queued behind each.
+    const { rows } = await client.query<{ mine: boolean }>('select pg_try_advisory_lock($1) as mine', [
+      TRGM_LOCK,
+    ]);
+    if (!rows[0]?.mine) return { old: false };
     const now = await trigramState(client);
     if (now.built) return now;
     await client.query(`set lock_timeout = '${TRGM_BUILD_LOCK_TIMEOUT}'`);
@@ -382,7 +391,10 @@ async function createTrigramIndex(databaseUrl: string): Promise<{ old: boolean }
  * TRGM_DROP_LOCK_TIMEOUT; then it gives up for this start, leaving the index invalid but still kept up by
  * contact writes until a later start drops it. `stop` ends its connection (a drop cut off is dropped later).
  */
-function dropOldTrigramIndex(databaseUrl: string): { done: Promise<void>; stop: () => void } {
+function dropOldTrigramIndex(
+  databaseUrl: string,
+  onError: (err: unknown) => void,
+): { done: Promise<void>; stop: () => void } {
   let client: PgClient | undefined;
   let stopped = false;
   const done = (async () => {
@@ -395,7 +407,9 @@ function dropOldTrigramIndex(databaseUrl: string): { done: Promise<void>; stop: 
     await client.query(`set lock_timeout = '${TRGM_DROP_LOCK_TIMEOUT}'`);
     await client.query('drop index concurrently if exists contacts_email_trgm');
   })()
-    .catch(() => undefined)
+    .catch((err: unknown) => {
+      if (!stopped) onError(err);
+    })
     .finally(() => client?.end().catch(() => undefined));
   return {
     done,
@@ -434,6 +448,7 @@ function createPostgresStore(
   poolSize: number,
   queryTimeoutMs: number,
   background: boolean,
+  onBackgroundError: StoreOptions['onBackgroundError'],
 ): Store {
   let dropping: ReturnType<typeof dropOldTrigramIndex> | undefined;
   const pool = new (loadPg().Pool)({
@@ -501,12 +516,22 @@ function createPostgresStore(
       const done = await migratePostgres(databaseUrl);
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
-      // works without it, only slower. A client other than Mailroom's (they take turns: TRGM_LOCK)
-      // creating the extension at the same moment makes the first try fail: so a failure is tried once more.
+      // works without it, only slower. Built by a server or worker, or by the command that applied
+      // migrations; other one-shot commands leave it to them (a missing index made each wait for it).
+      // A client other than Mailroom's (they take turns: TRGM_LOCK) creating the extension at the same
+      // moment makes the first try fail: so a failure other than a lock wait is tried once more.
+      if (!background && done.length === 0) return done;
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {
-        const { old } = await trigramIndex().catch(trigramIndex);
-        if (old && background) dropping ??= dropOldTrigramIndex(databaseUrl);
+        const { old } = await trigramIndex().catch((err: unknown) => {
+          if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE) throw err;
+          return trigramIndex();
+        });
+        if (old && background) {
+          dropping ??= dropOldTrigramIndex(databaseUrl, (err) =>
+            onBackgroundError?.(err, 'dropping the trigram index of before migration 0016'),
+          );
+        }
       } catch (err) {
         done.push(trigramIndexNote(err));
       }

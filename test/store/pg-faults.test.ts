@@ -331,6 +331,46 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     }
   });
 
+  it('leave a missing trigram index to the process building it, and one-shot commands to servers, waiting for neither', async () => {
+    const db = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: db.url });
+    const writer = new pg.Client({ connectionString: db.url });
+    const watcher = new pg.Client({ connectionString: db.url });
+    await Promise.all([admin.connect(), writer.connect(), watcher.connect()]);
+    const first = createStore({ databaseUrl: db.url, dataDir: '' });
+    const second = createStore({ databaseUrl: db.url, dataDir: '' });
+    const oneShot = createStore({ databaseUrl: db.url, dataDir: '', backgroundMigrationWork: false });
+    try {
+      await first.migrate();
+      await admin.query('drop index contact_addresses_trgm');
+      // An open write of the addresses: the index's build waits for it (5 s, then left to the next start).
+      await writer.query('begin');
+      await writer.query('lock table contact_addresses in row exclusive mode');
+      const building = first.migrate();
+      await eventually(() => anyWaitingForLock(watcher), 10_000, 'the build waiting for the write');
+      // Neither waits its turn behind the build, nor for the write (each waited 5 s, one after another).
+      let waited = false;
+      const others = Promise.all([second.migrate(), oneShot.migrate()]).finally(() => (waited = true));
+      const [fromSecond, fromOneShot] = await Promise.race([
+        others,
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error('they waited')), 4_000)),
+      ]);
+      expect({ waited, fromSecond, fromOneShot }).toEqual({ waited: true, fromSecond: [], fromOneShot: [] });
+      // Within its 5 s: the build goes on once the write has ended.
+      await writer.query('commit');
+      expect(await building).toEqual([]);
+      const { rows } = await admin.query(
+        "select 1 from pg_indexes where indexname = 'contact_addresses_trgm'",
+      );
+      expect(rows).toHaveLength(1);
+    } finally {
+      await writer.query('rollback').catch(() => undefined);
+      await Promise.all([first.close(), second.close(), oneShot.close()]);
+      await Promise.all([admin.end(), writer.end(), watcher.end()]);
+      await db.drop();
+    }
+  });
+
   it('migrate for a role that may not create pg_trgm, and then search without the index', async () => {
     const db = await createTestDatabase();
     const role = `mailroom_restricted_${randomBytes(4).toString('hex')}`;
