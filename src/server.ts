@@ -91,7 +91,8 @@ function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
-  const { store } = await openMigratedStore(config, { logger, use: 'worker' });
+  const { store, applied } = await openMigratedStore(config, { logger, use: 'worker' });
+  if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   const clock = await processClock(store, logger);
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger, clock);

@@ -309,6 +309,8 @@ const TRGM_LOCK = 0x6d72_7467; // 'mrtg'
 const TRGM_BUILD_LOCK_TIMEOUT = '5s';
 /** How long dropping the old index waits for the transactions that use contacts. */
 const TRGM_DROP_LOCK_TIMEOUT = '30s';
+/** How long after a drop that gave up it is tried again. */
+const TRGM_DROP_RETRY_MS = 10 * 60_000;
 
 /** Why the trigram index is not there after a start: a line of the migrations' output. */
 export function trigramIndexNote(err: unknown): string {
@@ -365,7 +367,8 @@ async function createTrigramIndex(databaseUrl: string): Promise<{ old: boolean }
     const { rows } = await client.query<{ mine: boolean }>('select pg_try_advisory_lock($1) as mine', [
       TRGM_LOCK,
     ]);
-    if (!rows[0]?.mine) return { old: false };
+    // Its old index is then dropped by a long-running process, once that one has it built.
+    if (!rows[0]?.mine) return { old: first.old };
     const now = await trigramState(client);
     if (now.built) return now;
     await client.query(`set lock_timeout = '${TRGM_BUILD_LOCK_TIMEOUT}'`);
@@ -386,10 +389,11 @@ async function createTrigramIndex(databaseUrl: string): Promise<{ old: boolean }
  * Drops the index of before 0016, on contacts, concurrently, after the new one has committed: dropped in
  * the new one's transaction, it locked contacts after contact_addresses, the other order from a contact
  * write (contacts, then its address through 0016's triggers), and under writes they always deadlocked (the
- * new index was never built). In the background of a long-running process, by one process at a time (the
- * others pass): it waits for every transaction that uses contacts, holding up no read or write, for up to
- * TRGM_DROP_LOCK_TIMEOUT; then it gives up for this start, leaving the index invalid but still kept up by
- * contact writes until a later start drops it. `stop` ends its connection (a drop cut off is dropped later).
+ * new index was never built). In the background of a long-running process, one process at a time (it
+ * waits for another building the new index or dropping this one, then finds what is left to do). The drop
+ * waits for every transaction that uses contacts, holding up no read or write, for up to
+ * TRGM_DROP_LOCK_TIMEOUT; then it gives up, leaving the index invalid but still kept up by contact writes,
+ * and is tried again TRGM_DROP_RETRY_MS later. `stop` ends it (a drop cut off is finished later).
  */
 function dropOldTrigramIndex(
   databaseUrl: string,
@@ -397,24 +401,46 @@ function dropOldTrigramIndex(
 ): { done: Promise<void>; stop: () => void } {
   let client: PgClient | undefined;
   let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let wake: (() => void) | undefined;
+  /** One try; true when nothing is left to do. */
+  const attempt = async (): Promise<boolean> => {
+    const c = (client = await connectLong(databaseUrl));
+    try {
+      if (stopped) return true;
+      await c.query('select pg_advisory_lock($1)', [TRGM_LOCK]);
+      const { built, old } = await trigramState(c);
+      // Not built: its build failed, and the next start that builds it drops this one.
+      if (!built || !old) return true;
+      await c.query(`set lock_timeout = '${TRGM_DROP_LOCK_TIMEOUT}'`);
+      await c.query('drop index concurrently if exists contacts_email_trgm');
+      return true;
+    } finally {
+      client = undefined;
+      await c.end().catch(() => undefined);
+    }
+  };
   const done = (async () => {
-    client = await connectLong(databaseUrl);
-    if (stopped) return;
-    const { rows } = await client.query<{ mine: boolean }>('select pg_try_advisory_lock($1) as mine', [
-      TRGM_LOCK,
-    ]);
-    if (!rows[0]?.mine || !(await trigramState(client)).old) return;
-    await client.query(`set lock_timeout = '${TRGM_DROP_LOCK_TIMEOUT}'`);
-    await client.query('drop index concurrently if exists contacts_email_trgm');
-  })()
-    .catch((err: unknown) => {
-      if (!stopped) onError(err);
-    })
-    .finally(() => client?.end().catch(() => undefined));
+    while (!stopped) {
+      try {
+        if (await attempt()) return;
+      } catch (err) {
+        if (stopped) return;
+        onError(err);
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        timer = setTimeout(resolve, TRGM_DROP_RETRY_MS);
+        timer.unref();
+      });
+    }
+  })();
   return {
     done,
     stop: () => {
       stopped = true;
+      clearTimeout(timer);
+      wake?.();
       void client?.end().catch(() => undefined);
     },
   };

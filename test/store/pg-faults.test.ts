@@ -27,6 +27,8 @@ import {
 const AT = '2031-07-01T00:00:00.000Z';
 /** The advisory lock kysely's migrator takes on PostgreSQL (its PostgresAdapter). */
 const KYSELY_MIGRATION_LOCK = '3853314791062309107';
+/** The advisory lock Mailroom takes around the trigram index's build and the old one's drop (store.ts). */
+const TRGM_LOCK = 0x6d72_7467;
 
 describe.skipIf(noPostgres())('PostgreSQL faults', () => {
   let ts: TestStore;
@@ -367,6 +369,39 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
       await writer.query('rollback').catch(() => undefined);
       await Promise.all([first.close(), second.close(), oneShot.close()]);
       await Promise.all([admin.end(), writer.end(), watcher.end()]);
+      await db.drop();
+    }
+  });
+
+  it("drop the old trigram index once another process's build of the new one is done", async () => {
+    const db = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: db.url });
+    const builder = new pg.Client({ connectionString: db.url });
+    await Promise.all([admin.connect(), builder.connect()]);
+    const store = createStore({ databaseUrl: db.url, dataDir: '' });
+    const trigramIndexes = async () =>
+      (
+        await admin.query<{ name: string }>(
+          "select indexname as name from pg_indexes where indexname like '%trgm' order by 1",
+        )
+      ).rows.map((r) => r.name);
+    try {
+      await store.migrate();
+      await admin.query('drop index contact_addresses_trgm');
+      await admin.query('create index contacts_email_trgm on contacts using gin (email_lower gin_trgm_ops)');
+      // Another process (the one-shot `migrate` that applied 0016, say) is building the new index.
+      await builder.query(`select pg_advisory_lock(${TRGM_LOCK})`);
+      expect(await store.migrate()).toEqual([]);
+      await builder.query(
+        'create index contact_addresses_trgm on contact_addresses using gin (email_lower gin_trgm_ops)',
+      );
+      await builder.query(`select pg_advisory_unlock(${TRGM_LOCK})`);
+      // This server, long-running, drops the old one (it waited for the build, and it was left behind).
+      await eventually(async () => (await trigramIndexes()).length === 1, 10_000, 'the old index dropped');
+      expect(await trigramIndexes()).toEqual(['contact_addresses_trgm']);
+    } finally {
+      await store.close();
+      await Promise.all([admin.end(), builder.end()]);
       await db.drop();
     }
   });
