@@ -544,7 +544,7 @@ function createPostgresStore(
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
       // works without it, only slower. Built by a server or worker, or by the command that applied
       // migrations; other one-shot commands leave it to them (a missing index made each wait for it).
-      // A client other than Mailroom's (they take turns: TRGM_LOCK) creating the extension at the same
+      // A client other than Mailroom's (whose processes build it one at a time: TRGM_LOCK) creating the extension at the same
       // moment makes the first try fail: so a failure other than a lock wait is tried once more.
       if (!background && done.length === 0) return done;
       const trigramIndex = () => createTrigramIndex(databaseUrl);
