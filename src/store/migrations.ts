@@ -242,6 +242,18 @@ function initial(dialect: DialectName): Migration {
  */
 export const MIGRATION_LOCK_TIMEOUT_MS = 5_000;
 
+/** A lock wait that ran past lock_timeout (PostgreSQL's error code). */
+const LOCK_NOT_AVAILABLE = '55P03';
+const waitedInMigration = new WeakSet<object>();
+
+/**
+ * Whether `err` is a migration's own lock wait running past MIGRATION_LOCK_TIMEOUT_MS (worth trying the run
+ * again), not kysely's wait for another process's migrations running past its hour.
+ */
+export function isMigrationLockWait(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && waitedInMigration.has(err);
+}
+
 class StaticProvider implements MigrationProvider {
   constructor(private readonly dialect: DialectName) {}
   async getMigrations(): Promise<Record<string, Migration>> {
@@ -255,7 +267,13 @@ class StaticProvider implements MigrationProvider {
         {
           async up(db: Kysely<unknown>) {
             await sql.raw(`set local lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MS}`).execute(db);
-            await m.up(db);
+            try {
+              await m.up(db);
+            } catch (err) {
+              if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE)
+                waitedInMigration.add(err as object);
+              throw err;
+            }
           },
         },
       ]),

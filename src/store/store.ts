@@ -15,7 +15,7 @@ import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { WalSync } from './wal-sync.js';
 import { allowSnapshotConnections } from './snapshot.js';
 import { nameStatementsOn } from './named-statements.js';
-import { MIGRATION_LOCK_TIMEOUT_MS, migrateToLatest } from './migrations.js';
+import { MIGRATION_LOCK_TIMEOUT_MS, isMigrationLockWait, migrateToLatest } from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { foldAddressChunks } from './address-chunks-postgres.js';
 import { gatherReads } from './sqlite-reads.js';
@@ -288,7 +288,7 @@ async function migratePostgres(databaseUrl: string): Promise<string[]> {
       try {
         return await migrateToLatest(db, 'postgres');
       } catch (err) {
-        if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE) throw err;
+        if (!isMigrationLockWait(err)) throw err;
         if (attempt >= MIGRATION_TRIES) {
           throw new MigrationWaitError(
             `a migration waited over ${MIGRATION_LOCK_TIMEOUT_MS / 1000} s for a lock, ${MIGRATION_TRIES} tries ${MIGRATION_RETRY_MS / 1000} s apart: another transaction keeps a table it changes locked (pg_stat_activity shows it); start again once that has ended`,
