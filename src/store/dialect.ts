@@ -94,6 +94,11 @@ export function isRetryableConflict(err: unknown): boolean {
   return code === '40001' || code === '40P01';
 }
 
+/** A PostgreSQL lock wait that ran past lock_timeout. */
+export function isLockTimeout(err: unknown): boolean {
+  return codeOf(err) === '55P03';
+}
+
 /** Which store a kysely instance (or a transaction of it) talks to. */
 export function dialectOf<DB>(db: Kysely<DB>): DialectName {
   return db.getExecutor().adapter instanceof PostgresAdapter ? 'postgres' : 'sqlite';

@@ -3,7 +3,7 @@
 // (count triggers, the search index's tables) are chosen by the `dialect` argument. PostgreSQL's trigram
 // index is not a migration: it needs an extension a restricted role may not create (store.ts, migrate).
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
-import type { DialectName } from './dialect.js';
+import { type DialectName, isLockTimeout } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';
 import { contactSearch } from './migrations-0003.js';
 import { emailCounts } from './migrations-0004.js';
@@ -242,8 +242,6 @@ function initial(dialect: DialectName): Migration {
  */
 export const MIGRATION_LOCK_TIMEOUT_MS = 5_000;
 
-/** A lock wait that ran past lock_timeout (PostgreSQL's error code). */
-const LOCK_NOT_AVAILABLE = '55P03';
 const waitedInMigration = new WeakSet<object>();
 
 /**
@@ -270,8 +268,7 @@ class StaticProvider implements MigrationProvider {
             try {
               await m.up(db);
             } catch (err) {
-              if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE)
-                waitedInMigration.add(err as object);
+              if (isLockTimeout(err)) waitedInMigration.add(err as object);
               throw err;
             }
           },

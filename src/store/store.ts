@@ -9,7 +9,7 @@ import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
-import { type DialectName, isRetryableConflict } from './dialect.js';
+import { type DialectName, isLockTimeout, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { WalSync } from './wal-sync.js';
@@ -249,8 +249,6 @@ const FOLD_CHUNKS_EVERY_MS = 5_000;
 /** Migrations that could not get a lock another transaction held: the database's state, not a setting. */
 export class MigrationWaitError extends Error {}
 
-/** A lock wait that ran past lock_timeout (PostgreSQL's error code). */
-const LOCK_NOT_AVAILABLE = '55P03';
 /** Runs of the migrations tried when one waited too long for a lock, MIGRATION_RETRY_MS apart. */
 const MIGRATION_TRIES = 6;
 const MIGRATION_RETRY_MS = 2_000;
@@ -550,7 +548,7 @@ function createPostgresStore(
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {
         const { old } = await trigramIndex().catch((err: unknown) => {
-          if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE) throw err;
+          if (isLockTimeout(err)) throw err;
           return trigramIndex();
         });
         if (old && background) {
