@@ -17,3 +17,12 @@ export interface Ids {
 
 export const systemClock: Clock = { now: () => new Date() };
 export const uuidIds: Ids = { next: () => uuidv7() };
+
+/**
+ * Text that sorts below every id `uuidIds` makes at `at` or later and above every one it made before:
+ * a UUID v7 begins with its time (ms since the epoch) in 12 hex digits, a hyphen after the eighth.
+ */
+export function firstIdAt(at: Date): string {
+  const hex = Math.max(0, at.getTime()).toString(16).padStart(12, '0');
+  return `${hex.slice(0, 8)}-${hex.slice(8)}`;
+}

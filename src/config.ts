@@ -30,6 +30,8 @@ export interface Config {
   deliveryMaxAttempts: number;
   deliveryConcurrency: number;
   deliveryLeaseMs: number;
+  /** Days after which emails that ended (sent, failed) are removed; undefined keeps them. */
+  emailRetentionDays: number | undefined;
   bodyLimitBytes: number;
   requestTimeoutMs: number;
   /**
@@ -47,9 +49,13 @@ export class ConfigError extends Error {}
 type Env = Record<string, string | undefined>;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  return optionalInt(env, name, min, max) ?? fallback;
+}
+
+function optionalInt(env: Env, name: string, min: number, max: number): number | undefined {
   const raw = env[name];
   // Blank is unset, as for every variable (an env file's `PORT=`).
-  if (raw === undefined || raw.trim() === '') return fallback;
+  if (raw === undefined || raw.trim() === '') return undefined;
   if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
   const n = Number(raw.trim());
   // The text given: a number past 2^53 would be shown rounded.
@@ -269,6 +275,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     deliveryMaxAttempts: int(env, 'DELIVERY_MAX_ATTEMPTS', 12, 1, 100),
     deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),
     deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', DEFAULT_LEASE_MS, 1000, 86_400_000),
+    emailRetentionDays: optionalInt(env, 'EMAIL_RETENTION_DAYS', 1, 36_500),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     requestTimeoutMs: int(env, 'REQUEST_TIMEOUT_MS', 30_000, 1000, 600_000),
     trustProxy: trustProxy(env),

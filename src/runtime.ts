@@ -13,6 +13,7 @@ import { FileOutboxMailer } from './delivery/file-outbox.js';
 import type { Mailer } from './delivery/mailer.js';
 import { SmtpMailer } from './delivery/smtp-mailer.js';
 import { DeliveryWorker } from './delivery/worker.js';
+import { EmailRetention } from './emails/retention.js';
 import type { Store } from './store/store.js';
 
 /** Logs go to stdout, or to stderr when stdout is reserved for the CLI's --json answer. */
@@ -147,6 +148,15 @@ export function createWorker(
     maxAttempts: config.deliveryMaxAttempts,
     concurrency: config.deliveryConcurrency,
     leaseMs: config.deliveryLeaseMs,
+    retention:
+      config.emailRetentionDays === undefined
+        ? undefined
+        : new EmailRetention({
+            store,
+            clock,
+            logger: logger.child({ component: 'retention' }),
+            days: config.emailRetentionDays,
+          }),
   });
 }
 

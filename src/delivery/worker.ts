@@ -6,6 +6,7 @@ import type { Clock, Ids } from '../clock.js';
 import { DEFAULT_LEASE_MS } from '../config.js';
 import type { EventRow, RecipientRow } from '../emails/emails.repository.js';
 import { removeExpiredIdempotencyKeys } from '../emails/emails.service.js';
+import type { EmailRetention } from '../emails/retention.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import {
@@ -40,6 +41,8 @@ export interface WorkerOptions {
   /** The longest wait between tries to record a result the store refused (RECORD_RETRY_FIRST_MS doubling). */
   recordRetryMaxMs?: number;
   random?: () => number;
+  /** EMAIL_RETENTION_DAYS's removals, started and stopped with the worker (on a timer of their own). */
+  retention?: EmailRetention | undefined;
 }
 
 export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
@@ -119,6 +122,7 @@ export class DeliveryWorker {
     if (this.running) return;
     this.running = true;
     this.leases.start();
+    this.o.retention?.start();
     this.notify();
   }
 
@@ -140,6 +144,7 @@ export class DeliveryWorker {
   async stop(timeoutMs = 10_000): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
+    const retention = this.o.retention?.stop();
     const drained = (async () => {
       // A claim in progress turns into sends that must be waited for too.
       await this.ticking;
@@ -152,6 +157,8 @@ export class DeliveryWorker {
     });
     const finished = await Promise.race([drained, timedOut]);
     clearTimeout(deadline);
+    // A removal under way ends after its slice: a commit, never a send.
+    await retention;
     this.leases.stop();
     if (!finished) {
       this.abandoned = true;

@@ -10,6 +10,7 @@ import type {
   NewEmail,
 } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
+import { dialectOf } from '../store/dialect.js';
 import { countColumn, maintainedCounts, pageTotal } from '../store/counts.js';
 import { type Window, inWindow, pagedShape, prepared } from '../store/prepared.js';
 
@@ -226,5 +227,41 @@ export async function anyExpiredIdempotency(db: Executor, before: string): Promi
 
 export async function deleteExpiredIdempotency(db: Executor, before: string): Promise<number> {
   const result = await db.deleteFrom('idempotency_keys').where('created_at', '<', before).executeTakeFirst();
+  return Number(result.numDeletedRows);
+}
+
+/**
+ * Up to `limit` emails whose ids sort after `after` and below `below`, in id order, with their status;
+ * read without a lock.
+ */
+export function emailsInIdOrder(
+  db: Executor,
+  after: string,
+  below: string,
+  limit: number,
+): Promise<{ id: string; status: string }[]> {
+  return db
+    .selectFrom('emails')
+    .select(['id', 'status'])
+    .where('id', '>', after)
+    .where('id', '<', below)
+    .orderBy('id')
+    .limit(limit)
+    .execute();
+}
+
+/**
+ * Deletes those of these emails whose status is one of `statuses`, with their recipients and events
+ * (cascade); how many. On PostgreSQL a row another transaction holds is passed over.
+ */
+export async function deleteEmailsIn(
+  db: Executor,
+  ids: readonly string[],
+  statuses: readonly string[],
+): Promise<number> {
+  if (ids.length === 0) return 0;
+  let rows = db.selectFrom('emails').select('id').where('id', 'in', ids).where('status', 'in', statuses);
+  if (dialectOf(db) === 'postgres') rows = rows.forUpdate().skipLocked();
+  const result = await db.deleteFrom('emails').where('id', 'in', rows).executeTakeFirst();
   return Number(result.numDeletedRows);
 }

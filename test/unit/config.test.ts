@@ -89,6 +89,12 @@ describe('configuration from the environment', () => {
     }
   });
 
+  it('keeps emails unless EMAIL_RETENTION_DAYS says for how many days', () => {
+    expect(loadConfig({}).emailRetentionDays).toBeUndefined();
+    expect(loadConfig({ EMAIL_RETENTION_DAYS: ' ' }).emailRetentionDays).toBeUndefined();
+    expect(loadConfig({ EMAIL_RETENTION_DAYS: '45' }).emailRetentionDays).toBe(45);
+  });
+
   it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
     const config = loadConfig({ PORT: ' ', RATE_LIMIT_PER_MINUTE: '', HOST: ' ', LOG_LEVEL: 'WARN' });
     expect(config).toMatchObject({ port: 3000, rateLimitPerMinute: 600, host: '0.0.0.0', logLevel: 'warn' });
@@ -100,6 +106,8 @@ describe('configuration from the environment', () => {
     [{ PORT: '-1' }, 'PORT must be a whole number'],
     [{ RATE_LIMIT_PER_MINUTE: '0' }, 'RATE_LIMIT_PER_MINUTE must be between 1 and'],
     [{ DELIVERY_LEASE_MS: '10' }, 'DELIVERY_LEASE_MS must be between 1000 and'],
+    [{ EMAIL_RETENTION_DAYS: '0' }, 'EMAIL_RETENTION_DAYS must be between 1 and 36500, got 0'],
+    [{ EMAIL_RETENTION_DAYS: '30d' }, 'EMAIL_RETENTION_DAYS must be a whole number, got "30d"'],
     [{ DATABASE_URL: 'mysql://db/x' }, 'DATABASE_URL must start with postgres:// or postgresql://'],
     [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL is not a valid URL'],
     [{ REDIS_URL: 'http://cache' }, 'REDIS_URL must start with redis:// or rediss://'],

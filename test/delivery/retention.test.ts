@@ -1,0 +1,158 @@
+// EMAIL_RETENTION_DAYS: emails that ended (sent, failed) and were accepted more than that many days ago are
+// removed with their recipients and events, in slices; emails still on their way stay however old, and a
+// delivery worker runs the removal on a timer of its own.
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import type { Clock } from '../../src/clock.js';
+import { DAY_MS, EmailRetention } from '../../src/emails/retention.js';
+import { storeKinds } from '../helpers/stores.js';
+import {
+  basicEmail,
+  getEmail,
+  sendEmail,
+  settled,
+  startWorker,
+  untilStatus,
+  useDelivery,
+} from './harness.js';
+
+const DAYS = 30;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe.each(storeKinds())('emails past their retention on %s', (kind) => {
+  // Retries a minute apart: a deferred email stays deferred for the test.
+  const ctx = useDelivery(kind, { worker: { retryBaseMs: 60_000, maxAttempts: 10 } });
+
+  /** A clock for which `cutoff` (host ms) is exactly DAYS days ago. */
+  const clockAt = (cutoff: number): Clock => ({ now: () => new Date(cutoff + DAYS * DAY_MS) });
+
+  const retention = (cutoff: number, more: { slice?: number; firstRunMs?: number } = {}) =>
+    new EmailRetention({
+      store: ctx.t.ts.store,
+      clock: clockAt(cutoff),
+      logger: pino({ level: 'silent' }),
+      days: DAYS,
+      ...more,
+    });
+
+  /** Emails, recipients and events left of these emails. */
+  async function rowsOf(ids: string[]): Promise<number[]> {
+    const db = ctx.t.ts.store.db;
+    const count = async (table: 'emails' | 'email_recipients' | 'email_events', column: 'id' | 'email_id') =>
+      Number(
+        (
+          await db
+            .selectFrom(table)
+            .select((eb) => eb.fn.countAll<number | string>().as('n'))
+            .where(column, 'in', ids)
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    return [
+      await count('emails', 'id'),
+      await count('email_recipients', 'email_id'),
+      await count('email_events', 'email_id'),
+    ];
+  }
+
+  /** Emails sent and delivered for a new organisation: its key and their ids. */
+  async function sentEmails(n: number, to: string): Promise<{ auth: string; ids: string[] }> {
+    const { auth } = await ctx.t.newKey();
+    const ids: string[] = [];
+    for (let i = 0; i < n; i++)
+      ids.push(await sendEmail(ctx.t, auth, basicEmail(`${to}${i}@retention.test`)));
+    for (const id of ids) await settled(ctx.t, auth, id);
+    return { auth, ids };
+  }
+
+  /** A moment after every id made so far and before every one made later. */
+  async function now(): Promise<number> {
+    await sleep(3);
+    const at = Date.now();
+    await sleep(3);
+    return at;
+  }
+
+  it('removes what ended before the cutoff with its recipients and events, and keeps the rest', async () => {
+    const { t } = ctx;
+    const { auth } = await t.newKey();
+    ctx.script.onRcpt = (address) => {
+      if (address.startsWith('refused')) return { code: 550, message: 'No such user' };
+      if (address.startsWith('later')) return { code: 451, message: 'Try again later' };
+      return undefined;
+    };
+    const sent = await sendEmail(t, auth, basicEmail('old@retention.test'));
+    const failed = await sendEmail(t, auth, basicEmail('refused@retention.test'));
+    // Still on its way (the relay defers it, and the worker retries long after this test): it stays.
+    const waiting = await sendEmail(t, auth, basicEmail('later@retention.test'));
+    await settled(t, auth, sent);
+    expect((await settled(t, auth, failed)).status).toBe('failed');
+    await untilStatus(t, auth, waiting, 'deferred');
+    const cutoff = await now();
+    const recent = await sendEmail(t, auth, basicEmail('recent@retention.test'));
+    await settled(t, auth, recent);
+    expect(await rowsOf([sent, failed])).toEqual([2, 2, expect.any(Number) as number]);
+
+    expect(await retention(cutoff).run()).toBeGreaterThanOrEqual(2);
+    expect(await rowsOf([sent, failed])).toEqual([0, 0, 0]);
+    for (const id of [sent, failed]) {
+      expect((await t.call({ method: 'GET', url: `/api/v1/emails/${id}`, auth })).statusCode).toBe(404);
+    }
+    expect((await getEmail(t, auth, recent)).status).toBe('sent');
+    expect((await getEmail(t, auth, waiting)).status).toBe('deferred');
+    // The organisation's totals follow.
+    const page = await t.call({ method: 'GET', url: '/api/v1/emails', auth });
+    const body = page.json() as { emails: { id: string }[]; pagination: { total: number } };
+    expect(body.emails.map((e) => e.id).sort()).toEqual([recent, waiting].sort());
+    expect(body.pagination.total).toBe(2);
+    const sentOnly = await t.call({ method: 'GET', url: '/api/v1/emails?status=sent', auth });
+    expect((sentOnly.json() as { pagination: { total: number } }).pagination.total).toBe(1);
+  });
+
+  it('walks every slice, across organisations, and leaves what was accepted after the cutoff', async () => {
+    const first = await sentEmails(3, 'first');
+    const second = await sentEmails(4, 'second');
+    const cutoff = await now();
+    const later = await sentEmails(2, 'later');
+    expect(await retention(cutoff, { slice: 2 }).run()).toBeGreaterThanOrEqual(7);
+    expect((await rowsOf([...first.ids, ...second.ids]))[0]).toBe(0);
+    expect((await rowsOf(later.ids))[0]).toBe(2);
+  });
+
+  it('two runs at once remove each email once, and fail nothing', async () => {
+    const { ids } = await sentEmails(6, 'twice');
+    const cutoff = await now();
+    const [a, b] = await Promise.all([
+      retention(cutoff, { slice: 2 }).run(),
+      retention(cutoff, { slice: 2 }).run(),
+    ]);
+    expect((await rowsOf(ids))[0]).toBe(0);
+    // Each email counted by the run that removed it (and other tests' leftovers, if any, likewise).
+    expect(a + b).toBeGreaterThanOrEqual(6);
+  });
+
+  it('a stop ends the run under way between slices', async () => {
+    const { ids } = await sentEmails(6, 'stopped');
+    const cutoff = await now();
+    const r = retention(cutoff, { slice: 1 });
+    const running = r.run();
+    // Each slice's delete is followed by a pause of 20 ms at least: stopped after the first of these.
+    await expect.poll(() => rowsOf(ids).then((n) => n[0]), { interval: 2 }).toBeLessThan(6);
+    await r.stop();
+    const removed = await running;
+    const left = (await rowsOf(ids))[0]!;
+    expect(left).toBeGreaterThan(0);
+    expect(removed).toBeGreaterThanOrEqual(6 - left);
+  });
+
+  it('a worker given the retention runs it on a timer of its own, and stops it with itself', async () => {
+    const { ids } = await sentEmails(2, 'timer');
+    const cutoff = await now();
+    const worker = startWorker(ctx.t, ctx.mailer, { retention: retention(cutoff, { firstRunMs: 10 }) });
+    try {
+      await expect.poll(() => rowsOf(ids).then((n) => n[0]), { timeout: 10_000 }).toBe(0);
+    } finally {
+      await worker.stop();
+    }
+  });
+});
