@@ -10,7 +10,7 @@
 // address chunks instead (contact-chunks.repository.ts). undefined means "use the plain path".
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
-import { type DialectName, containsText, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
+import { containsText, dialectOf, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import { isChunkSearchable } from '../store/address-chunks.js';
 import { countByChunks, pageByChunks } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
@@ -128,13 +128,12 @@ const DEEP_REACH = 2_000;
 
 export async function pageByEmailIndex(
   db: Executor,
-  dialect: DialectName | undefined,
   organizationId: string,
   filter: ContactFilter,
   page: Page,
   knownTotal?: number,
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
-  if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  if (dialectOf(db) !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = matchCase(filter.email);
   const size = await organizationSize(db, organizationId);
   const reach = page.page * page.limit;
@@ -185,11 +184,10 @@ export async function pageByEmailIndex(
 
 export async function countByEmailIndex(
   db: Executor,
-  dialect: DialectName | undefined,
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number | undefined> {
-  if (dialect !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  if (dialectOf(db) !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
   const term = matchCase(filter.email);
   const size = await organizationSize(db, organizationId);
   // The chunks know addresses only: a subscription filter beside the term takes the FTS5 count or a scan.
@@ -218,13 +216,8 @@ export async function countByEmailIndex(
  * SQLite: the highest search key issued and the highest retired id (migration 0009), for every
  * organisation at once. PostgreSQL: the organisation's count of such changes (migration 0011).
  */
-export async function addressesVersion(
-  db: Executor,
-  dialect: DialectName | undefined,
-  organizationId: string,
-): Promise<string | undefined> {
-  if (dialect === 'postgres') return String(await addressChanges(db, organizationId));
-  if (dialect !== 'sqlite') return undefined;
+export async function addressesVersion(db: Executor, organizationId: string): Promise<string | undefined> {
+  if (dialectOf(db) === 'postgres') return String(await addressChanges(db, organizationId));
   const { rows } = await sql<{ v: string }>`select
       (select max(retired_to, (select coalesce(max(search_key), 0) from contacts)) from contacts_search_state)
       || ':' || coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0) as v`.execute(

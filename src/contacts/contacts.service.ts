@@ -133,8 +133,7 @@ export class ContactsService {
     // committed between the two reads may be in what is kept under that version, but it moved the version
     // on: whoever reads that version again began before the write committed, so may see it or not.
     const term = filter.tag === undefined && filter.unsubscribed === undefined ? filter.email : undefined;
-    const version =
-      term === undefined ? undefined : await addressesVersion(this.store.db, this.store.dialect, orgId);
+    const version = term === undefined ? undefined : await addressesVersion(this.store.db, orgId);
     if (term === undefined || version === undefined) return this.readPage(orgId, filter, { page, limit });
     const kept = await this.kept.page(orgId, term, page, limit, version)?.catch(() => undefined);
     if (kept) {
@@ -178,16 +177,15 @@ export class ContactsService {
     search?: { term: string; version: string; after?: { id: string; skip: number } | undefined },
   ) {
     const db = this.store.db;
-    const dialect = this.store.dialect;
     const known = search && this.kept.total(orgId, search.term, search.version);
     const next =
       search?.after === undefined
         ? undefined
-        : await repo.pageAfterContact(db, dialect, orgId, search.term, search.after, { page, limit }, known);
+        : await repo.pageAfterContact(db, orgId, search.term, search.after, { page, limit }, known);
     // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
     const { contacts, total: learned } = next
       ? { contacts: next, total: undefined }
-      : await repo.pageContacts(db, orgId, filter, { page, limit }, dialect, known);
+      : await repo.pageContacts(db, orgId, filter, { page, limit }, { knownTotal: known });
     // A short first page is the whole result: no need to count at all. A maintained count comes with any
     // page that has rows; an empty page past the end reads it alone.
     const total =
@@ -195,8 +193,7 @@ export class ContactsService {
       learned ??
       (page === 1 && contacts.length < limit
         ? contacts.length
-        : ((await findMaintainedCount(db, orgId, filter)) ??
-          (await repo.countContacts(db, orgId, filter, this.store.dialect))));
+        : ((await findMaintainedCount(db, orgId, filter)) ?? (await repo.countContacts(db, orgId, filter))));
     if (search && known === undefined) this.kept.keepTotal(orgId, search.term, search.version, total);
     return { contacts, pagination: pagination({ page, limit }, total) };
   }
@@ -262,8 +259,8 @@ export class ContactsService {
   ): Promise<ContactRow> {
     const row =
       by.id !== undefined
-        ? await repo.findContactById(trx, orgId, by.id, this.store.dialect)
-        : await repo.findContactByEmail(trx, orgId, by.email!.trim(), this.store.dialect);
+        ? await repo.findContactById(trx, orgId, by.id, { lock: true })
+        : await repo.findContactByEmail(trx, orgId, by.email!.trim(), { lock: true });
     if (!row) throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id ?? by.email} not found`);
     return row;
   }

@@ -398,7 +398,6 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
 
   it('reads the page after a kept one from where it stopped, and only what it can answer so', async () => {
     const db = t.ts.store.db;
-    const dialect = t.ts.store.dialect;
     for (const [term, limit] of [
       ['user1', 7],
       ['DOM3.', 20],
@@ -410,7 +409,7 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
         // From the page before it, and from page 1, skipping the pages between.
         for (const from of new Set([page - 1, 1])) {
           const after = { id: want[from * limit - 1]!, skip: (page - 1 - from) * limit };
-          const got = await pageAfterContact(db, dialect, org, term, after, { page, limit }, want.length);
+          const got = await pageAfterContact(db, org, term, after, { page, limit }, want.length);
           expect(idsOf(got), `${term} page ${page} from ${from}`).toEqual(
             want.slice((page - 1) * limit, page * limit),
           );
@@ -421,11 +420,11 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       const last = { page: pages, limit };
       const after = { id: want[(pages - 1) * limit - 1]!, skip: 0 };
       for (const total of [want.length + 1, undefined]) {
-        const got = await pageAfterContact(db, dialect, org, term, after, last, total);
+        const got = await pageAfterContact(db, org, term, after, last, total);
         expect(idsOf(got)).toEqual(want.slice((pages - 1) * limit));
       }
       const gone = { id: 'no-such-contact', skip: 0 };
-      expect(await pageAfterContact(db, dialect, org, term, gone, last, 99)).toBeUndefined();
+      expect(await pageAfterContact(db, org, term, gone, last, 99)).toBeUndefined();
     }
   });
 
@@ -449,11 +448,9 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
       .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id))
       .map((r) => r.id);
     const db = t.ts.store.db;
-    const dialect = t.ts.store.dialect;
     const from = (page: number, limit: number, total: number | undefined) =>
       pageAfterContact(
         db,
-        dialect,
         other,
         'TIE',
         { id: want[(page - 1) * limit - 1]!, skip: 0 },

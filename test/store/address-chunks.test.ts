@@ -81,12 +81,12 @@ describe('counting an email substring in address chunks', () => {
     let byChunks = 0;
     for (const org of [BIG, SMALL]) {
       for (const email of TERMS) {
-        const plain = await countContacts(store.db, org, { email });
-        const indexed = await countByEmailIndex(store.db, 'sqlite', org, { email });
+        const plain = await countContacts(store.db, org, { email }, { searchIndex: false });
+        const indexed = await countByEmailIndex(store.db, org, { email });
         expect(indexed ?? plain, `${org} ${email}`).toBe(plain);
         if (indexed !== undefined) byChunks++;
-        // Through the service's path (dialect given) the answer is the same.
-        expect(await countContacts(store.db, org, { email }, 'sqlite'), `${org} ${email}`).toBe(plain);
+        // Through the service's path (search index on) the answer is the same.
+        expect(await countContacts(store.db, org, { email }), `${org} ${email}`).toBe(plain);
       }
     }
     return byChunks;
@@ -177,28 +177,28 @@ describe('counting an email substring in address chunks', () => {
       await store.write((trx) => insertContacts(trx, rows.slice(i, i + 2000)));
     }
     // 10,001 contacts of another organisation not indexed yet: every count would look them all up.
-    expect(await countByEmailIndex(store.db, 'sqlite', BIG, { email: 'ab' })).toBeUndefined();
-    expect(await countContacts(store.db, BIG, { email: 'ab' }, 'sqlite')).toBe(
-      await countContacts(store.db, BIG, { email: 'ab' }),
+    expect(await countByEmailIndex(store.db, BIG, { email: 'ab' })).toBeUndefined();
+    expect(await countContacts(store.db, BIG, { email: 'ab' })).toBe(
+      await countContacts(store.db, BIG, { email: 'ab' }, { searchIndex: false }),
     );
     catchUp();
     await store.write((trx) => trx.deleteFrom('contacts').where('organization_id', '=', org).execute());
     // 10,001 retired keys wait: the chunk count declines, the plain count answers.
-    expect(await countByEmailIndex(store.db, 'sqlite', BIG, { email: 'example' })).toBeUndefined();
-    expect(await countContacts(store.db, BIG, { email: 'example' }, 'sqlite')).toBe(
-      await countContacts(store.db, BIG, { email: 'example' }),
+    expect(await countByEmailIndex(store.db, BIG, { email: 'example' })).toBeUndefined();
+    expect(await countContacts(store.db, BIG, { email: 'example' })).toBe(
+      await countContacts(store.db, BIG, { email: 'example' }, { searchIndex: false }),
     );
     catchUp();
-    expect(await countByEmailIndex(store.db, 'sqlite', BIG, { email: 'example' })).toBeDefined();
+    expect(await countByEmailIndex(store.db, BIG, { email: 'example' })).toBeDefined();
     expect(await expectCountsExact()).toBeGreaterThan(10);
     expect(chunks().some((e) => e.organizationId === org)).toBe(false);
   });
 
   it('never counts a term holding a newline across two addresses', async () => {
     // Too short for the trigram index, and a newline ends each address in a chunk: it scans.
-    expect(await countByEmailIndex(store.db, 'sqlite', BIG, { email: 'e\n' })).toBeUndefined();
+    expect(await countByEmailIndex(store.db, BIG, { email: 'e\n' })).toBeUndefined();
     for (const email of ['e\n', 'example\nperson', '.example\n']) {
-      expect(await countContacts(store.db, BIG, { email }, 'sqlite'), email).toBe(0);
+      expect(await countContacts(store.db, BIG, { email }), email).toBe(0);
     }
   });
 });
@@ -259,16 +259,16 @@ describe('a page of an email substring from address chunks', () => {
   /** Every term and page, through the chunks, and through the index with and without a known total. */
   async function expectPagesExact(): Promise<void> {
     for (const email of TERMS) {
-      const total = await countContacts(store.db, ORG, { email });
+      const total = await countContacts(store.db, ORG, { email }, { searchIndex: false });
       for (const page of PAGES) {
-        const plain = (await pageContacts(store.db, ORG, { email }, page)).contacts;
+        const plain = (await pageContacts(store.db, ORG, { email }, page, { searchIndex: false })).contacts;
         const what = `${email} page ${page.page} of ${page.limit}`;
         const chunked = await pageByChunks(store.db, ORG, email, page);
         expect(chunked, what).toEqual({ contacts: plain, total });
         const inTwo = await pageByChunksInTwo(store.db, beside(), ORG, email, page);
         expect(inTwo, `${what}, chunks searched in two parts`).toEqual({ contacts: plain, total });
         for (const known of [undefined, total]) {
-          const found = await pageByEmailIndex(store.db, 'sqlite', ORG, { email }, page, known);
+          const found = await pageByEmailIndex(store.db, ORG, { email }, page, known);
           // A deep page without a known total is left to the plain walk (undefined), unless few match.
           const walks = known === undefined && page.page * page.limit > 2000 && found === undefined;
           expect(walks ? plain : found?.contacts, `${what}, total known: ${known}`).toEqual(plain);
@@ -338,9 +338,10 @@ describe('a page of an email substring from address chunks', () => {
   it('searches in two parts only while both see the same chunks and stale keys; otherwise in one', async () => {
     const page = { page: 1, limit: 20 };
     const expectExact = async (found: unknown) => {
-      const total = await countContacts(store.db, ORG, { email: 'site' });
+      const total = await countContacts(store.db, ORG, { email: 'site' }, { searchIndex: false });
       expect(found).toEqual({
-        contacts: (await pageContacts(store.db, ORG, { email: 'site' }, page)).contacts,
+        contacts: (await pageContacts(store.db, ORG, { email: 'site' }, page, { searchIndex: false }))
+          .contacts,
         total,
       });
     };
@@ -366,7 +367,7 @@ describe('a page of an email substring from address chunks', () => {
     expect(await pageByChunksInTwo(store.db, beside({ after: catchUp }), ORG, 'site', page)).toBe(ALONE);
     await expectExact(await pageByChunksInTwo(store.db, beside(), ORG, 'site', page));
     // A count in two parts: the same, in two statements (this thread's counts the tail).
-    const total = () => countContacts(store.db, ORG, { email: 'site' });
+    const total = () => countContacts(store.db, ORG, { email: 'site' }, { searchIndex: false });
     await write([contact(9103, 'tail.four@site.example', 7_000_003)]);
     expect(await countByChunksInTwo(store.db, beside(), ORG, 'site')).toBe(await total());
     expect(await countByChunksInTwo(store.db, beside({ before: gone(35) }), ORG, 'site')).toBe(ALONE);
@@ -392,10 +393,10 @@ describe('a page of an email substring from address chunks', () => {
     catchUp();
     // olddomain (302) and late (200) are read through the index; site (3,900 of 14,198) from the chunks.
     for (const email of ['olddomain', 'late', 'filler99', 'site']) {
-      const total = await countContacts(store.db, ORG, { email });
+      const total = await countContacts(store.db, ORG, { email }, { searchIndex: false });
       for (const page of [PAGES[0]!, PAGES[1]!, { page: 2, limit: 100 }]) {
-        const plain = (await pageContacts(store.db, ORG, { email }, page)).contacts;
-        const found = await pageByEmailIndex(store.db, 'sqlite', ORG, { email }, page, total);
+        const plain = (await pageContacts(store.db, ORG, { email }, page, { searchIndex: false })).contacts;
+        const found = await pageByEmailIndex(store.db, ORG, { email }, page, total);
         expect(found?.contacts, `${email} page ${page.page}`).toEqual(plain);
       }
     }
@@ -410,19 +411,27 @@ describe('a page of an email substring from address chunks', () => {
     expect(await pageByChunks(store.db, ORG, 'tie.example', { page: 1, limit: 20 })).toBeUndefined();
     // In two parts each half carries about half of them, within its own limit: the page is exact.
     expect(await pageByChunksInTwo(store.db, beside(), ORG, 'tie.example', { page: 1, limit: 20 })).toEqual({
-      contacts: (await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 }))
-        .contacts,
+      contacts: (
+        await pageContacts(
+          store.db,
+          ORG,
+          { email: 'tie.example' },
+          { page: 1, limit: 20 },
+          { searchIndex: false },
+        )
+      ).contacts,
       total: many.length,
     });
-    const plain = (await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 }))
-      .contacts;
-    const page = await pageContacts(
-      store.db,
-      ORG,
-      { email: 'tie.example' },
-      { page: 1, limit: 20 },
-      'sqlite',
-    );
+    const plain = (
+      await pageContacts(
+        store.db,
+        ORG,
+        { email: 'tie.example' },
+        { page: 1, limit: 20 },
+        { searchIndex: false },
+      )
+    ).contacts;
+    const page = await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 });
     expect(page.contacts).toEqual(plain);
   });
 
@@ -431,10 +440,10 @@ describe('a page of an email substring from address chunks', () => {
     const size = await organizationSize(store.db, ORG);
     const deep = { page: Math.floor(size / 20), limit: 20 };
     expect(deep.page * deep.limit).toBeGreaterThan(2_000);
-    expect(await pageByEmailIndex(store.db, 'sqlite', ORG, { email: 'e' }, deep)).toBeUndefined();
+    expect(await pageByEmailIndex(store.db, ORG, { email: 'e' }, deep)).toBeUndefined();
     // Past the organisation's contacts there is nothing to walk for (nor to read from the index).
     for (const page of [Math.ceil(size / 20) + 1, 1_000_000]) {
-      expect(await pageByEmailIndex(store.db, 'sqlite', ORG, { email: 'e' }, { page, limit: 20 })).toEqual({
+      expect(await pageByEmailIndex(store.db, ORG, { email: 'e' }, { page, limit: 20 })).toEqual({
         contacts: [],
       });
     }
@@ -456,7 +465,7 @@ describe('a page of an email substring from address chunks', () => {
       ['odd.', 2], // odd-1 ('…00Z') comes before odd-2 ('…00.500Z') as text, after it as time
     ] as const) {
       for (const page of [1, 2, 3].map((p) => ({ page: p, limit: 1 }))) {
-        const plain = await pageContacts(store.db, ORG, { email }, page);
+        const plain = await pageContacts(store.db, ORG, { email }, page, { searchIndex: false });
         expect(await pageByChunks(store.db, ORG, email, page), `${email} page ${page.page}`).toEqual({
           contacts: plain.contacts,
           total,
@@ -473,10 +482,10 @@ describe('a page of an email substring from address chunks', () => {
       .run(Buffer.alloc(12));
     damage.close();
     const page = { page: 1, limit: 20 };
-    const plain = await pageContacts(store.db, ORG, { email: 'example' }, page);
-    expect(await pageContacts(store.db, ORG, { email: 'example' }, page, 'sqlite')).toEqual(plain);
-    expect(await countContacts(store.db, ORG, { email: 'example' }, 'sqlite')).toBe(
-      await countContacts(store.db, ORG, { email: 'example' }),
+    const plain = await pageContacts(store.db, ORG, { email: 'example' }, page, { searchIndex: false });
+    expect(await pageContacts(store.db, ORG, { email: 'example' }, page)).toEqual(plain);
+    expect(await countContacts(store.db, ORG, { email: 'example' })).toBe(
+      await countContacts(store.db, ORG, { email: 'example' }, { searchIndex: false }),
     );
     await write([contact(70_000, 'after.damage@site.example', 9_500_000)]);
     let failure: unknown;
@@ -493,13 +502,13 @@ describe('a page of an email substring from address chunks', () => {
     // trigram index) is expected after a walk of all of them, past 20,000 (which left it to the caller's
     // plain walk until 2026-11-29) and within LONG_WALK.
     const page = { page: 3, limit: 100 };
-    const total = await countContacts(store.db, ORG, { email: 'ol' });
-    const plain = (await pageContacts(store.db, ORG, { email: 'ol' }, page)).contacts;
+    const total = await countContacts(store.db, ORG, { email: 'ol' }, { searchIndex: false });
+    const plain = (await pageContacts(store.db, ORG, { email: 'ol' }, page, { searchIndex: false })).contacts;
     expect(plain.length).toBeGreaterThan(0);
-    expect(await pageByEmailIndex(store.db, 'sqlite', ORG, { email: 'ol' }, page, total)).toEqual({
+    expect(await pageByEmailIndex(store.db, ORG, { email: 'ol' }, page, total)).toEqual({
       contacts: plain,
     });
-    const found = await pageContacts(store.db, ORG, { email: 'ol' }, page, 'sqlite', total);
+    const found = await pageContacts(store.db, ORG, { email: 'ol' }, page, { knownTotal: total });
     expect(found.contacts).toEqual(plain);
   });
 
@@ -533,18 +542,18 @@ describe('a page of an email substring from address chunks', () => {
       // too many to look up through the trigram index first. Twice that walk, from the newest, finds none;
       // the chunks find the page (the plain walk would pass all 57,000 newer contacts).
       const relic = { email: 'relic' };
-      const total = await countContacts(own.db, org, relic);
+      const total = await countContacts(own.db, org, relic, { searchIndex: false });
       expect(total).toBe(3_000);
       const deep = { page: 63, limit: 20 };
-      const plain = (await pageContacts(own.db, org, relic, deep)).contacts;
+      const plain = (await pageContacts(own.db, org, relic, deep, { searchIndex: false })).contacts;
       expect(plain).toHaveLength(20);
-      expect((await pageByEmailIndex(own.db, 'sqlite', org, relic, deep, total))?.contacts).toEqual(plain);
+      expect((await pageByEmailIndex(own.db, org, relic, deep, total))?.contacts).toEqual(plain);
       // 38 spread matches of a term too short for the trigram index: page 1 of 100 is expected after about
       // 158,000 contacts, past LONG_WALK: the caller's plain walk.
       const qz = { email: 'qz' };
-      const few = await countContacts(own.db, org, qz);
+      const few = await countContacts(own.db, org, qz, { searchIndex: false });
       expect(few).toBe(38);
-      expect(await pageByEmailIndex(own.db, 'sqlite', org, qz, { page: 1, limit: 100 }, few)).toBeUndefined();
+      expect(await pageByEmailIndex(own.db, org, qz, { page: 1, limit: 100 }, few)).toBeUndefined();
     } finally {
       await own.close();
       rmSync(ownDir, { recursive: true, force: true });
@@ -595,7 +604,8 @@ describe('a page search over chunks whose times are not in key order', () => {
         where organization_id = ${org}`.execute(store.db);
       expect(rows[0]!.n).toBe(5);
       const page = { page: 1, limit: 20 };
-      const plain = (await pageContacts(store.db, org, { email: 'hit' }, page)).contacts;
+      const plain = (await pageContacts(store.db, org, { email: 'hit' }, page, { searchIndex: false }))
+        .contacts;
       expect(await pageByChunks(store.db, org, 'hit', page)).toEqual({ contacts: plain, total: 2048 });
     } finally {
       await store.close();

@@ -61,7 +61,7 @@ describe('contact page plans on sqlite', () => {
             page,
             5000,
           );
-        } else await pageContacts(db, 'org', filter, page, 'sqlite');
+        } else await pageContacts(db, 'org', filter, page);
         const query = ran.at(-1)!;
         const plan = (
           conn.prepare(`explain query plan ${query.sql}`).all(...query.parameters) as { detail: string }[]
@@ -136,7 +136,7 @@ describe.skipIf(noPostgres())('contact page plans on postgres', () => {
       log: (event) => void ran.push(event.query),
     });
     try {
-      const page = await pageContacts(db, org, { tag: 'vip' }, { page: count / 20, limit: 20 }, 'postgres');
+      const page = await pageContacts(db, org, { tag: 'vip' }, { page: count / 20, limit: 20 });
       // The oldest 20, newest first.
       expect(page.contacts.map((json) => (JSON.parse(json) as { id: string }).id)).toEqual(
         Array.from({ length: 20 }, (_, i) => idOf(19 - i)),

@@ -373,7 +373,7 @@ describe.each(storeKinds())("the version of an organisation's addresses on %s", 
     const { store } = ts;
     const org = await newOrg(store, 'v1');
     const other = await newOrg(store, 'v2');
-    const version = () => addressesVersion(store.db, kind, org);
+    const version = () => addressesVersion(store.db, org);
     const seen = new Set<string>();
     const expectNew = async (step: string) => {
       const v = await version();

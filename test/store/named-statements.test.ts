@@ -131,9 +131,9 @@ describe.skipIf(noPostgres())('named statements on postgres', () => {
   });
 
   const reads = () => [
-    pageContacts(db, org, {}, { page: 1, limit: 20 }, 'postgres'),
-    pageContacts(db, org, { unsubscribed: true }, { page: 1, limit: 20 }, 'postgres'),
-    pageContacts(db, org, { tag: 'vip' }, { page: 1, limit: 20 }, 'postgres'),
+    pageContacts(db, org, {}, { page: 1, limit: 20 }),
+    pageContacts(db, org, { unsubscribed: true }, { page: 1, limit: 20 }),
+    pageContacts(db, org, { tag: 'vip' }, { page: 1, limit: 20 }),
     pageLists(db, org, { page: 1, limit: 20 }),
     findList(db, org, listId),
     pageEmails(db, org, undefined, { page: 1, limit: 20 }),
@@ -196,8 +196,8 @@ describe.skipIf(noPostgres())('named statements on postgres', () => {
 
   it('leave page sizes other than the usual ones unnamed, planned for their page', async () => {
     const before = (await named()).length;
-    const odd = await pageContacts(db, org, {}, { page: 1, limit: 7 }, 'postgres');
-    const usual = await pageContacts(db, org, {}, { page: 1, limit: 10 }, 'postgres');
+    const odd = await pageContacts(db, org, {}, { page: 1, limit: 7 });
+    const usual = await pageContacts(db, org, {}, { page: 1, limit: 10 });
     expect(odd.contacts).toEqual(usual.contacts.slice(0, 7));
     expect(odd.total).toBe(usual.total);
     // The size-10 first page is a statement of its own; the size-7 one is not named at all.
