@@ -409,19 +409,6 @@ describe('a page of an email substring from address chunks', () => {
     await write(many);
     catchUp();
     expect(await pageByChunks(store.db, ORG, 'tie.example', { page: 1, limit: 20 })).toBeUndefined();
-    // In two parts each half carries about half of them, within its own limit: the page is exact.
-    expect(await pageByChunksInTwo(store.db, beside(), ORG, 'tie.example', { page: 1, limit: 20 })).toEqual({
-      contacts: (
-        await pageContacts(
-          store.db,
-          ORG,
-          { email: 'tie.example' },
-          { page: 1, limit: 20 },
-          { searchIndex: false },
-        )
-      ).contacts,
-      total: many.length,
-    });
     const plain = (
       await pageContacts(
         store.db,
@@ -431,6 +418,11 @@ describe('a page of an email substring from address chunks', () => {
         { searchIndex: false },
       )
     ).contacts;
+    // In two parts each half carries about half of them, within its own limit: the page is exact.
+    expect(await pageByChunksInTwo(store.db, beside(), ORG, 'tie.example', { page: 1, limit: 20 })).toEqual({
+      contacts: plain,
+      total: many.length,
+    });
     const page = await pageContacts(store.db, ORG, { email: 'tie.example' }, { page: 1, limit: 20 });
     expect(page.contacts).toEqual(plain);
   });
