@@ -14,6 +14,7 @@ import {
   listenError,
 } from './runtime.js';
 import { openMigratedStore } from './store/from-config.js';
+import type { Migrated } from './store/store.js';
 
 export interface ServeOptions {
   worker: boolean;
@@ -27,8 +28,8 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
   const signals = holdSignals(logger);
   // A HOST that is not this machine's, or a PORT in use, stops start-up before the store is touched.
   const host = await listenAddress(config);
-  const { store, applied } = await openMigratedStore(config, { logger });
-  if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
+  const { store, ...migrated } = await openMigratedStore(config, { logger });
+  logMigrated(logger, migrated);
   logger.info(
     { store: store.dialect === 'sqlite' ? `sqlite ${config.dataDir}` : 'postgresql' },
     'store open',
@@ -81,6 +82,11 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
     : { host: config.host, port: config.port };
 }
 
+function logMigrated(logger: Logger, { applied, warnings }: Migrated): void {
+  if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
+  for (const warning of warnings) logger.warn(warning);
+}
+
 /** Where delivered mail goes, said once at start-up by serve and worker alike (contract.md). */
 function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
   if (!config.smtpUrl)
@@ -91,8 +97,8 @@ function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
-  const { store, applied } = await openMigratedStore(config, { logger, use: 'worker' });
-  if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
+  const { store, ...migrated } = await openMigratedStore(config, { logger, use: 'worker' });
+  logMigrated(logger, migrated);
   const clock = await processClock(store, logger);
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger, clock);

@@ -157,7 +157,8 @@ function optional(value: string | undefined, flag: string): string | undefined {
 
 async function withServices<T>(fn: (s: ReturnType<typeof createServices>) => Promise<T>): Promise<T> {
   const config = loadConfig();
-  const { store } = await openMigratedStore(config, { use: 'one-shot' });
+  const { store, warnings } = await openMigratedStore(config, { use: 'one-shot' });
+  for (const warning of warnings) console.error(`warning: ${warning}`);
   try {
     return await fn(createServices({ config, store }));
   } finally {
@@ -210,12 +211,16 @@ async function run(argv: string[]): Promise<void> {
       if (json) console.log(JSON.stringify({ status: 'running' }));
       return;
     case 'migrate': {
-      const { store, applied } = await openMigratedStore(loadConfig(), { use: 'one-shot' });
+      const { store, applied, warnings } = await openMigratedStore(loadConfig(), { use: 'one-shot' });
       try {
         print(
           json,
-          { applied },
-          applied.length > 0 ? `applied: ${applied.join(', ')}` : 'schema is up to date',
+          // Warnings only when there are some: `{ "applied": [] }` is what an up-to-date store says.
+          warnings.length > 0 ? { applied, warnings } : { applied },
+          [
+            applied.length > 0 ? `applied: ${applied.join(', ')}` : 'schema is up to date',
+            ...warnings.map((w) => `warning: ${w}`),
+          ].join('\n'),
         );
       } finally {
         await store.close();

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { type Config, ConfigError } from '../config.js';
-import { MigrationWaitError, type Store, createStore } from './store.js';
+import { type Migrated, MigrationWaitError, type Store, createStore } from './store.js';
 
 /**
  * What a process does with the store. A one-shot CLI command closes it again at once and needs no
@@ -40,12 +40,12 @@ export function openStore(config: Config, { logger, use = 'long-running' }: Stor
 export async function openMigratedStore(
   config: Config,
   options: StoreOpening = {},
-): Promise<{ store: Store; applied: string[] }> {
+): Promise<{ store: Store } & Migrated> {
   const setting = config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`;
   let store: Store | undefined;
   try {
     store = openStore(config, options);
-    return { store, applied: await store.migrate() };
+    return { store, ...(await store.migrate()) };
   } catch (err) {
     await store?.close().catch(() => undefined);
     // Said as it is: DATABASE_URL is right, another transaction is in the way.

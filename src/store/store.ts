@@ -27,6 +27,13 @@ import { type KeyChanges, fileKeyChanges, postgresKeyChanges } from './key-chang
 
 export type Executor = Kysely<Database>;
 
+export interface Migrated {
+  /** The migrations applied, by name, in order. */
+  applied: string[];
+  /** Lines for the operator: work the start could not do, and what follows from it (trigramIndexNote). */
+  warnings: string[];
+}
+
 export interface Store {
   readonly dialect: DialectName;
   /** For reads; on SQLite a separate connection, so reads never wait behind a write batch. */
@@ -52,7 +59,8 @@ export interface Store {
   append(rows: readonly AppendRows<Database>[]): Promise<void>;
   /** Word between the processes of this store that API keys changed (key-changes.ts). */
   readonly keyChanges: KeyChanges;
-  migrate(): Promise<string[]>;
+  /** Brings the schema up to date: the migrations it applied, and what went less well than it should. */
+  migrate(): Promise<Migrated>;
   ping(): Promise<void>;
   close(): Promise<void>;
 }
@@ -204,7 +212,7 @@ function createSqliteStore(options: StoreOptions): Store {
       if (options.backgroundSearchIndex !== false) searchIndexer ??= startIndexing();
       await sql`pragma analysis_limit = 1000`.execute(writer);
       await group.run((trx) => sql`pragma optimize = 0x10002`.execute(trx));
-      return applied;
+      return { applied, warnings: [] };
     },
     async ping() {
       // A store fenced by a failed WAL sync is unavailable until restarted: /health says so.
@@ -310,15 +318,15 @@ const TRGM_DROP_LOCK_TIMEOUT = '30s';
 /** How long after a drop that gave up it is tried again. */
 const TRGM_DROP_RETRY_MS = 10 * 60_000;
 
-/** Why the trigram index is not there after a start: a line of the migrations' output. */
+/** Why the trigram index is not there after a start: a warning of the migrations (Migrated). */
 export function trigramIndexNote(err: unknown): string {
   const code = (err as { code?: string }).code;
   // May not create the extension; the extension is not installed on the server.
   if (code === '42501' || code === '58P01' || code === '0A000') {
-    return '(pg_trgm unavailable: email substring search scans)';
+    return 'pg_trgm unavailable: email substring search scans';
   }
   const why = err instanceof Error ? err.message : String(err);
-  return `(trigram index not built: ${why}; tried again at the next start, email substring search scans meanwhile)`;
+  return `trigram index not built: ${why}; tried again at the next start, email substring search scans meanwhile`;
 }
 
 async function connectLong(databaseUrl: string): Promise<PgClient> {
@@ -537,14 +545,14 @@ function createPostgresStore(
     snapshot: (fn) =>
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
     async migrate() {
-      const done = await migratePostgres(databaseUrl);
+      const applied = await migratePostgres(databaseUrl);
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
       // works without it, only slower. Built by a server or worker, or by the command that applied
       // migrations; other one-shot commands leave it to them (a missing index made each wait for it).
       // A client other than Mailroom's (whose processes build it one at a time: TRGM_LOCK) creating the extension at the same
       // moment makes the first try fail: so a failure other than a lock wait is tried once more.
-      if (!background && done.length === 0) return done;
+      if (!background && applied.length === 0) return { applied, warnings: [] };
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {
         const { old } = await trigramIndex().catch((err: unknown) => {
@@ -557,9 +565,9 @@ function createPostgresStore(
           );
         }
       } catch (err) {
-        done.push(trigramIndexNote(err));
+        return { applied, warnings: [trigramIndexNote(err)] };
       }
-      return done;
+      return { applied, warnings: [] };
     },
     async ping() {
       await sql`select 1`.execute(db);

@@ -1152,7 +1152,7 @@ describe('migration 0009 on a database indexed in itself (0003 and 0006)', () =>
       const topBefore = (
         await sql<{ w: number }>`select indexed_to as w from contacts_search_state`.execute(store.db)
       ).rows[0]!.w;
-      expect(await store.migrate()).toEqual([
+      expect((await store.migrate()).applied).toEqual([
         '0009_search_index_file',
         '0010_created_index_with_address',
         '0011_address_versions',
@@ -1192,7 +1192,7 @@ describe('migration 0003 on a database written before it', () => {
       adjust: (old: Kysely<Database>) => old.deleteFrom('contacts').where('id', '=', 'org-old-7').execute(),
     };
     await onUpgradedStore(older, async (store, dir) => {
-      expect(await store.migrate()).toEqual([
+      expect((await store.migrate()).applied).toEqual([
         '0003_contact_search',
         '0004_email_counts',
         '0005_counts_per_statement',

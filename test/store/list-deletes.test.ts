@@ -405,11 +405,14 @@ describe.skipIf(noPostgres())('migration 0014 on PostgreSQL', () => {
 
       const store = old.open();
       try {
-        expect(await store.migrate()).toEqual([
-          '0014_list_counts_per_statement',
-          '0015_address_chunks_by_domain',
-          '0016_contact_addresses',
-        ]);
+        expect(await store.migrate()).toEqual({
+          applied: [
+            '0014_list_counts_per_statement',
+            '0015_address_chunks_by_domain',
+            '0016_contact_addresses',
+          ],
+          warnings: [],
+        });
         const db = store.db;
         const rowTriggers = await sql<{ name: string }>`select tgname as name from pg_trigger
           where tgrelid = 'list_members'::regclass and not tgisinternal and (tgtype & 1) = 1`.execute(db);
