@@ -18,7 +18,7 @@ import {
 } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import { FAILURE_LOG_EVERY_MS, Leases } from './leases.js';
-import { ResultRecorder } from './recorder.js';
+import { type AttemptResult, ResultRecorder } from './recorder.js';
 import { retryDelayMs } from './retry.js';
 
 export interface WorkerOptions {
@@ -319,44 +319,59 @@ export class DeliveryWorker {
     }
   }
 
+  /** Records one attempt's verdicts (trying until the store takes them), and logs what became of it. */
   private async record(
     email: EmailRow,
     recipients: RecipientRow[],
     judged: Map<number, Verdict>,
   ): Promise<void> {
+    const result = this.resultOf(email, recipients, judged);
+    const log = this.log(email);
+    let recorded = await this.recordUntilTaken(result, log);
+    if (!recorded) recorded = await this.recorder.stands(result).catch(() => false);
+    if (!recorded) {
+      log.warn('delivery: lease was lost before the result was recorded');
+      return;
+    }
+    // A relay's answer quotes the recipient (`451 <ann@acme.test>: try later`); addresses are personal
+    // data, kept in the email's record, not in the log (SECURITY.md).
+    const { status, lastError, nextAttemptAt } = result;
+    const error = lastError === null ? null : withoutMailAddresses(lastError);
+    if (status === 'sent') log.info('delivered');
+    else if (status === 'deferred') log.warn({ nextAttempt: nextAttemptAt, lastError: error }, 'deferred');
+    else log.warn({ lastError: error }, 'failed');
+  }
+
+  /** The email's state after this attempt: its status, the next try, each recipient's verdict, the events. */
+  private resultOf(email: EmailRow, recipients: RecipientRow[], judged: Map<number, Verdict>): AttemptResult {
     const now = this.o.clock.now();
     const at = now.toISOString();
     const attempts = Number(email.attempts);
     const { status, verdicts, lastError, details } = settle(recipients, judged, attempts, this.o.maxAttempts);
-    const nextAttempt =
+    const nextAttemptAt =
       status === 'deferred'
         ? new Date(now.getTime() + retryDelayMs(attempts, this.o.retryBaseMs, this.o.random)).toISOString()
         : null;
     const events: EventRow[] = (['sent', 'deferred', 'failed'] as const)
       .filter((type) => details[type] !== undefined)
       .map((type) => ({ id: this.o.ids.next(), email_id: email.id, type, at, detail: details[type]! }));
+    return { emailId: email.id, attempts, status, nextAttemptAt, lastError, at, verdicts, events };
+  }
 
-    const result = {
-      emailId: email.id,
-      attempts,
-      status,
-      nextAttemptAt: nextAttempt,
-      lastError,
-      at,
-      verdicts,
-      events,
-    };
-    const log = this.log(email);
-    let recorded: boolean;
+  /**
+   * Writes the result, trying again for as long as the store refuses it (RECORD_RETRY_FIRST_MS doubling);
+   * whether this claim still held the lease. Throws only once stop() gave up waiting.
+   */
+  private async recordUntilTaken(result: AttemptResult, log: Logger): Promise<boolean> {
     let tries = 0;
     try {
       for (; ; tries++) {
         try {
           // Written only while this claim holds the lease: a retry after the lease was lost writes nothing.
-          recorded = await this.recorder.record(result);
-          break;
+          return await this.recorder.record(result);
         } catch (err) {
           if (this.abandoned) throw err;
+          // Stalled from the first refusal until the store takes it (or stop() gives up).
           if (tries === 0) this.stalled++;
           const now = performance.now();
           if (now - this.recordFailureLoggedAt >= FAILURE_LOG_EVERY_MS) {
@@ -374,14 +389,6 @@ export class DeliveryWorker {
     } finally {
       if (tries > 0) this.stalled--;
     }
-    // A relay's answer quotes the recipient (`451 <ann@acme.test>: try later`); addresses are personal
-    // data, kept in the email's record, not in the log (SECURITY.md).
-    const error = lastError === null ? null : withoutMailAddresses(lastError);
-    if (!recorded) recorded = await this.recorder.stands(result).catch(() => false);
-    if (!recorded) log.warn('delivery: lease was lost before the result was recorded');
-    else if (status === 'sent') log.info('delivered');
-    else if (status === 'deferred') log.warn({ nextAttempt, lastError: error }, 'deferred');
-    else log.warn({ lastError: error }, 'failed');
   }
 
   private async cleanupIdempotency(): Promise<void> {
