@@ -19,8 +19,9 @@ export const systemClock: Clock = { now: () => new Date() };
 export const uuidIds: Ids = { next: () => uuidv7() };
 
 /**
- * Text that sorts below every id `uuidIds` makes at `at` or later and above every one it made before:
- * a UUID v7 begins with its time (ms since the epoch) in 12 hex digits, a hyphen after the eighth.
+ * Text that sorts below every UUID v7 whose time is `at` or later and above every one whose time is earlier:
+ * a UUID v7 begins with its time (ms since the epoch) in 12 hex digits, a hyphen after the eighth. The
+ * time is the making clock's (`uuidIds`: the host's, never going back within a process).
  */
 export function firstIdAt(at: Date): string {
   const hex = Math.max(0, at.getTime()).toString(16).padStart(12, '0');

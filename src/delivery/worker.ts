@@ -144,11 +144,13 @@ export class DeliveryWorker {
   async stop(timeoutMs = 10_000): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
+    // A removal under way ends after its statement: a commit, never a send.
     const retention = this.o.retention?.stop();
     const drained = (async () => {
       // A claim in progress turns into sends that must be waited for too.
       await this.ticking;
       await Promise.allSettled([...this.inflight]);
+      await retention;
       return true;
     })();
     let deadline: NodeJS.Timeout | undefined;
@@ -157,15 +159,15 @@ export class DeliveryWorker {
     });
     const finished = await Promise.race([drained, timedOut]);
     clearTimeout(deadline);
-    // A removal under way ends after its slice: a commit, never a send.
-    await retention;
     this.leases.stop();
     if (!finished) {
       this.abandoned = true;
-      this.o.logger.warn(
-        { inflight: this.inflight.size },
-        'delivery stopped with sends in flight; they are sent again after their lease',
-      );
+      if (this.inflight.size > 0) {
+        this.o.logger.warn(
+          { inflight: this.inflight.size },
+          'delivery stopped with sends in flight; they are sent again after their lease',
+        );
+      } else this.o.logger.warn('delivery stopped while removing emails past their retention');
     }
   }
 

@@ -251,16 +251,22 @@ export function emailsInIdOrder(
 }
 
 /**
- * Deletes those of these emails whose status is one of `statuses`, with their recipients and events
- * (cascade); how many. On PostgreSQL a row another transaction holds is passed over.
+ * Deletes those of these emails whose status is one of `statuses` and that were made before `before`, with
+ * their recipients and events (cascade); how many. On PostgreSQL a row another transaction holds is passed
+ * over.
  */
 export async function deleteEmailsIn(
   db: Executor,
   ids: readonly string[],
-  statuses: readonly string[],
+  { statuses, before }: { statuses: readonly string[]; before: string },
 ): Promise<number> {
   if (ids.length === 0) return 0;
-  let rows = db.selectFrom('emails').select('id').where('id', 'in', ids).where('status', 'in', statuses);
+  let rows = db
+    .selectFrom('emails')
+    .select('id')
+    .where('id', 'in', ids)
+    .where('status', 'in', statuses)
+    .where('created_at', '<', before);
   if (dialectOf(db) === 'postgres') rows = rows.forUpdate().skipLocked();
   const result = await db.deleteFrom('emails').where('id', 'in', rows).executeTakeFirst();
   return Number(result.numDeletedRows);

@@ -1,10 +1,11 @@
 // EMAIL_RETENTION_DAYS: emails that ended (sent, failed) are removed with their recipients and events once
-// that many days have passed since they were accepted. Each delivery worker runs it on a timer of its own,
-// never inside a delivery poll. A run walks the email ids in order: they are UUID v7, so the oldest come
-// first and "accepted before the cutoff" is an id bound, read from the primary key's index alone, however
-// many organisations there are. Each slice is read without a lock and its ended emails are deleted in a
-// commit of their own, followed by a pause, so a first run over years of mail takes a fifth of the store's
-// writer at most. Emails still on their way stay, however old; the next run looks at them again.
+// their createdAt is that many days old. Each process that delivers runs it on a timer of its own, never
+// inside a delivery poll. A run walks the email ids in order: they are UUID v7, so the oldest come first
+// and "made before the cutoff" is a bound on the primary key's index, whatever the organisations. Each
+// slice is read without a lock; its ended emails are deleted in a commit of their own, createdAt checked
+// again there (on PostgreSQL an id carries the time of the accepting host's clock, createdAt the
+// database's), followed by a pause, so a first run over years of mail takes about a fifth of the store's
+// writer. Emails still on their way stay, however old; the next run looks at them again.
 import type { Logger } from 'pino';
 import { type Clock, firstIdAt } from '../clock.js';
 import type { Store } from '../store/store.js';
@@ -14,7 +15,7 @@ import * as repo from './emails.repository.js';
 export const DAY_MS = 86_400_000;
 /** The states an email does not leave. */
 const ENDED: readonly EmailStatus[] = ['sent', 'failed'];
-/** How often a run starts. */
+/** The wait between the end of a run and the start of the next. */
 const EVERY_MS = 10 * 60_000;
 /** The first run, this long after start-up: not in the rush of a start. */
 const FIRST_RUN_MS = 60_000;
@@ -22,8 +23,9 @@ const FIRST_RUN_MS = 60_000;
 const RETRY_MS = 60_000;
 /** Emails read a slice; the ended ones among them are deleted in one commit (about 5 ms on SQLite). */
 const SLICE = 100;
-/** The pause after each slice's delete: this at least, and four times as long as the delete took. */
+/** The pause after each slice's delete: four times as long as the delete took, within these bounds. */
 const MIN_PAUSE_MS = 20;
+const MAX_PAUSE_MS = 2_000;
 
 export interface RetentionOptions {
   store: Store;
@@ -37,12 +39,16 @@ export interface RetentionOptions {
   slice?: number;
 }
 
+/** How far a run got: the emails it removed, and whether it walked to the cutoff. */
+export interface RunResult {
+  removed: number;
+  finished: boolean;
+}
+
 export class EmailRetention {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopped = false;
-  /** Emails the run under way has removed so far. */
-  private removed = 0;
   /** Ends a run's pause early when the retention stops. */
   private wake: (() => void) | undefined;
 
@@ -53,7 +59,7 @@ export class EmailRetention {
     this.schedule(this.o.firstRunMs ?? FIRST_RUN_MS);
   }
 
-  /** Cancels the next run and ends the one under way after its current slice. */
+  /** Cancels the next run; the one under way ends once its current statement has. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
@@ -62,27 +68,35 @@ export class EmailRetention {
   }
 
   /**
-   * Removes the ended emails accepted more than `days` days before now; how many. Stops early, between
-   * slices, once the retention stops.
+   * Removes the ended emails made more than `days` days before now. `progress.removed` counts them as they
+   * go, so a run that fails halfway can still say how many it removed.
    */
-  async run(): Promise<number> {
-    const below = firstIdAt(new Date(this.o.clock.now().getTime() - this.o.days * DAY_MS));
+  async run(progress: { removed: number } = { removed: 0 }): Promise<RunResult> {
+    const cutoff = new Date(this.o.clock.now().getTime() - this.o.days * DAY_MS);
+    const below = firstIdAt(cutoff);
+    const before = cutoff.toISOString();
     const slice = this.o.slice ?? SLICE;
     let after = '';
-    this.removed = 0;
     while (!this.stopped) {
       const rows = await repo.emailsInIdOrder(this.o.store.db, after, below, slice);
-      if (rows.length === 0) break;
+      if (rows.length === 0) return { removed: progress.removed, finished: true };
       after = rows[rows.length - 1]!.id;
       const ended = rows.filter((r) => (ENDED as readonly string[]).includes(r.status)).map((r) => r.id);
       if (ended.length > 0) {
         const started = performance.now();
-        this.removed += await this.o.store.write((trx) => repo.deleteEmailsIn(trx, ended, ENDED));
-        await this.pause(Math.max(MIN_PAUSE_MS, 4 * (performance.now() - started)));
+        progress.removed += await this.o.store.write((trx) =>
+          repo.deleteEmailsIn(trx, ended, { statuses: ENDED, before }),
+        );
+        const took = performance.now() - started;
+        await this.pause(Math.min(MAX_PAUSE_MS, Math.max(MIN_PAUSE_MS, 4 * took)));
+      } else {
+        // SQLite's reads settle on the event loop: a walk past many emails still on their way (a worker
+        // stopped for days) lets requests in between slices.
+        await new Promise((resolve) => setImmediate(resolve));
       }
-      if (rows.length < slice) break;
+      if (rows.length < slice) return { removed: progress.removed, finished: true };
     }
-    return this.removed;
+    return { removed: progress.removed, finished: false };
   }
 
   private schedule(ms: number): void {
@@ -95,27 +109,35 @@ export class EmailRetention {
 
   private async runAndLog(): Promise<void> {
     const { logger, days } = this.o;
+    const progress = { removed: 0 };
     let next = EVERY_MS;
     try {
-      const removed = await this.run();
-      if (removed > 0) logger.info({ removed, retentionDays: days }, 'removed emails past their retention');
+      const { removed, finished } = await this.run(progress);
+      if (!finished)
+        logger.info({ removed, retentionDays: days }, 'removing emails past their retention: stopped');
+      else if (removed > 0)
+        logger.info({ removed, retentionDays: days }, 'removed emails past their retention');
     } catch (err) {
       next = RETRY_MS;
       logger.warn(
-        { err, removed: this.removed },
+        { err, removed: progress.removed },
         'removing emails past their retention failed; tried again in a minute',
       );
     }
     this.schedule(next);
   }
 
+  /** Waits `ms`, or less once the retention stops (at once if it has). */
   private pause(ms: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
     return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.wake = () => {
+      const done = () => {
         clearTimeout(timer);
+        this.wake = undefined;
         resolve();
       };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
     });
   }
 }
