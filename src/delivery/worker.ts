@@ -145,7 +145,8 @@ export class DeliveryWorker {
     this.running = false;
     clearTimeout(this.timer);
     // A removal under way ends after its statement: a commit, never a send.
-    const retention = this.o.retention?.stop();
+    let removing = this.o.retention !== undefined;
+    const retention = this.o.retention?.stop().finally(() => (removing = false));
     const drained = (async () => {
       // A claim in progress turns into sends that must be waited for too.
       await this.ticking;
@@ -162,12 +163,12 @@ export class DeliveryWorker {
     this.leases.stop();
     if (!finished) {
       this.abandoned = true;
-      if (this.inflight.size > 0) {
-        this.o.logger.warn(
-          { inflight: this.inflight.size },
-          'delivery stopped with sends in flight; they are sent again after their lease',
-        );
-      } else this.o.logger.warn('delivery stopped while removing emails past their retention');
+      // What was still going on: a claim (its emails are claimed again after their lease), sends (the same),
+      // a removal of emails past their retention (its statement ends with the store).
+      this.o.logger.warn(
+        { claiming: this.ticking !== undefined, inflight: this.inflight.size, removing },
+        'delivery stopped before all it was doing ended; emails claimed or in flight are sent again after their lease',
+      );
     }
   }
 

@@ -24,7 +24,7 @@ export interface MailroomProcess {
  * Mailroom's own settings (README's table): a child gets only those the test gives. Inherited, a developer's
  * DATABASE_URL would turn a SQLite suite's server into one on their database, and SMTP_URL send real mail.
  */
-const SETTINGS = new Set([
+export const SETTINGS = new Set([
   'PORT',
   'HOST',
   'DATA_DIR',
@@ -38,6 +38,7 @@ const SETTINGS = new Set([
   'DELIVERY_MAX_ATTEMPTS',
   'DELIVERY_CONCURRENCY',
   'DELIVERY_LEASE_MS',
+  'EMAIL_RETENTION_DAYS',
   'BODY_LIMIT_BYTES',
   'REQUEST_TIMEOUT_MS',
   'TRUST_PROXY',

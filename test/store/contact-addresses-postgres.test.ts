@@ -88,7 +88,7 @@ describe.skipIf(noPostgres())('the narrow table of addresses on postgres', () =>
         old.db,
       );
       await old.db.destroy();
-      expect(await store.migrate()).toEqual(['0016_contact_addresses']);
+      expect(await store.migrate()).toEqual({ applied: ['0016_contact_addresses'], warnings: [] });
       const { held, truth } = await compare(store.db);
       expect(held).toHaveLength(50_120);
       expect(held).toEqual(truth);

@@ -145,7 +145,7 @@ describe.each(storeKinds())('maintained counts on %s', (kind) => {
       await old.db.destroy();
 
       store = old.open();
-      expect(await store.migrate()).toEqual([
+      expect((await store.migrate()).applied).toEqual([
         '0004_email_counts',
         '0005_counts_per_statement',
         '0006_deferred_contact_search',

@@ -48,7 +48,7 @@ describe.each(storeKinds())('migration 0013 on %s', (kind) => {
         await old.db.destroy();
         const upgraded = old.open();
         try {
-          expect(await upgraded.migrate()).toEqual([
+          expect((await upgraded.migrate()).applied).toEqual([
             '0013_marked_default_organization',
             '0014_list_counts_per_statement',
             '0015_address_chunks_by_domain',

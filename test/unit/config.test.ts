@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import { describe, expect, it, vi } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { openMigratedStore } from '../../src/store/from-config.js';
+import { SETTINGS } from '../helpers/process.js';
 
 const refusal = (env: Record<string, string>) => {
   try {
@@ -87,6 +88,15 @@ describe('configuration from the environment', () => {
     for (const redis of ['redis://cache', 'redis://cache:6379/', 'rediss://:s%20t@cache:6380/12']) {
       expect(loadConfig({ REDIS_URL: redis }).redisUrl).toBe(redis);
     }
+  });
+
+  it('names every variable it reads among those the tests keep from their children', () => {
+    // A setting left in a developer's shell (SMTP_URL, DATABASE_URL, EMAIL_RETENTION_DAYS) must not reach
+    // the servers the suites start.
+    const source = fs.readFileSync(new URL('../../src/config.ts', import.meta.url), 'utf8');
+    const read = [...source.matchAll(/env(?:, '|\.)([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!);
+    expect(read.length).toBeGreaterThan(20);
+    expect([...new Set(read)].filter((name) => !SETTINGS.has(name))).toEqual([]);
   });
 
   it('keeps emails unless EMAIL_RETENTION_DAYS says for how many days', () => {
