@@ -91,9 +91,9 @@ export class ListsService {
    * slice. On PostgreSQL the slices walk the members in contact id order, and members added behind the
    * walk are left: the walk starts again from the first while the last one removed over half a slice, at
    * most MAX_WALKS times (adds that outpace it cannot keep the delete going for ever). The list's own
-   * delete then takes what is left, locking the list before those members, the other order from an add,
-   * a removal or a contact's delete under way: a deadlock there that outlasts the store's retries sends
-   * the delete back to the walk, at most DELETE_ROUNDS times, and then answers it (a 500).
+   * delete then takes what is left, locking those members in contact id order before the list
+   * (repo.deleteList), as a removal does: a deadlock that still outlasts the store's retries sends the
+   * delete back to the walk, at most DELETE_ROUNDS times, and then answers it (a 500).
    */
   async delete(orgId: string, id: string): Promise<void> {
     for (let round = 1; ; round++) {
