@@ -148,9 +148,13 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
  * (errors are logged).
  */
 function got(rest: string, url: string): string {
-  return /[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''))
-    ? ', got part of the user or password (a "#", "?" or "/" in it must be %-escaped)'
-    : `, got "${rest}"`;
+  if (/[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''))) {
+    return ', got part of the user or password (a "#", "?" or "/" in it must be %-escaped)';
+  }
+  // Not echoed: what follows the first "@" may be the rest of a password.
+  if (rest.includes('@'))
+    return ', got more than one "@" (an "@" in the user or password must be written %40)';
+  return `, got "${rest}"`;
 }
 
 /**

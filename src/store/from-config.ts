@@ -52,10 +52,17 @@ export async function openMigratedStore(
     if (err instanceof MigrationWaitError) throw new ConfigError(`cannot migrate the store: ${err.message}`);
     const why = err instanceof Error ? err.message : String(err);
     // SQLite says "disk I/O error" when it cannot make its shared-memory file on a full disk.
-    const full = !config.databaseUrl && diskFull(config.dataDir) ? ': the disk DATA_DIR is on is full' : '';
+    const full =
+      !config.databaseUrl && !notAboutSpace(err) && diskFull(config.dataDir)
+        ? ': the disk DATA_DIR is on is full'
+        : '';
     throw new ConfigError(`${setting}: cannot open the store: ${why}${full}`);
   }
 }
+
+/** Errors that say what went wrong, and it was not room: no permission, a read-only file system. */
+const notAboutSpace = (err: unknown) =>
+  ['ENOTDIR', 'EACCES', 'EPERM', 'EROFS'].includes((err as { code?: string }).code ?? '');
 
 /**
  * Whether the file system that holds `dir`, or would (its nearest existing ancestor), has no room left
@@ -68,7 +75,8 @@ function diskFull(dir: string): boolean {
     const disk = fs.statfsSync(at);
     // Blocks left to anyone (ext4 keeps some back even from root, and root in a container may use none of
     // them); no inode left is as full, where the file system counts inodes at all (btrfs does not).
-    return disk.bavail === 0 || (disk.files > 0 && disk.ffree === 0);
+    // A file system of no blocks at all (/proc, /sys) is not a full one.
+    return disk.blocks > 0 && (disk.bavail === 0 || (disk.files > 0 && disk.ffree === 0));
   } catch {
     return false;
   }

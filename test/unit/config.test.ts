@@ -146,6 +146,11 @@ describe('configuration from the environment', () => {
     [{ SMTP_URL: 'smtp://relay#x', MAIL_FROM: 'a@b.test' }, 'got "#x" after them'],
     [{ SMTP_URL: 'smtp://relay:25?', MAIL_FROM: 'a@b.test' }, 'got "?" after them'],
     [{ SMTP_URL: 'smtp://u:p@[::1]:25/?x', MAIL_FROM: 'a@b.test' }, 'got "/?x" after them'],
+    // Not a word of the password after its "@" (it went to stderr and the logs).
+    [
+      { SMTP_URL: 'smtp://us@r:pa@ss@relay:2525', MAIL_FROM: 'a@b.test' },
+      'SMTP_URL takes a user, a password, a host and a port only, got more than one "@" (an "@" in the user or password must be written %40) after them',
+    ],
     [{ MAIL_FROM: 'nobody' }, 'MAIL_FROM must be an address'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL must be one of'],
     [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
@@ -221,7 +226,7 @@ describe('configuration from the environment', () => {
 describe('opening the store DATA_DIR names', () => {
   // SQLite says "disk I/O error" when a full disk keeps it from making its files: the line says which.
   it('says when the disk DATA_DIR is on is full, and only then', async () => {
-    const full = { bavail: 0, bfree: 100, files: 1_000, ffree: 100 } as fs.StatsFs;
+    const full = { blocks: 10_000, bavail: 0, bfree: 100, files: 1_000, ffree: 100 } as fs.StatsFs;
     const statfs = vi.spyOn(fs, 'statfsSync').mockReturnValue(full);
     try {
       const config = loadConfig({ DATA_DIR: '/proc/mailroom-full/data', LOG_LEVEL: 'silent' });
@@ -232,10 +237,12 @@ describe('opening the store DATA_DIR names', () => {
       // No inode left is full too.
       statfs.mockReturnValue({ ...full, bavail: 1_000, bfree: 1_000, ffree: 0 });
       await expect(opening()).rejects.toThrow(/: the disk DATA_DIR is on is full$/);
-      // Room left, or a file system that counts no inodes (files and ffree 0): no such word.
+      // Room left, a file system that counts no inodes (files and ffree 0), or one of no blocks at all
+      // (/proc, /sys: DATA_DIR=/proc/self/x was said to be on a full disk): no such word.
       for (const room of [
         { ...full, bavail: 1_000, bfree: 1_000 },
         { ...full, bavail: 1_000, bfree: 1_000, files: 0, ffree: 0 },
+        { ...full, blocks: 0, bavail: 0, bfree: 0, files: 0, ffree: 0 },
       ]) {
         statfs.mockReturnValue(room);
         const refused = await opening().catch((err: unknown) => err);
