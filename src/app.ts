@@ -235,7 +235,7 @@ export async function buildApp(
   app.decorateRequest('authFault', null);
   // Set before any plugin is registered: a plugin's routes (the docs page) keep the handler of their time.
   app.setErrorHandler((err, req, reply) => {
-    const { status, body } = renderError(err, req.url, req.id);
+    const { status, body } = renderError(err, req.url, req.id, { bodyLimitBytes: config.bodyLimitBytes });
     // Every 401 says how to authenticate (RFC 9110 11.6.1); all of ours are Unauthorized, which says more.
     if (status === 401)
       reply.header('www-authenticate', err instanceof Unauthorized ? err.challenge : 'Bearer');

@@ -9,7 +9,7 @@ interface FastifyishError {
   message?: string;
 }
 
-function classify(err: unknown): AppError {
+function classify(err: unknown, limits: Limits): AppError {
   // Schema failures arrive as AppErrors already: our validator compiler (validation/ajv.ts) builds them.
   if (err instanceof AppError) return err;
   const e = (err ?? {}) as FastifyishError;
@@ -21,7 +21,12 @@ function classify(err: unknown): AppError {
         [{ field: 'Content-Type', message: 'must be application/json' }],
       );
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new AppError('PAYLOAD_TOO_LARGE', 'Request body is larger than the server accepts');
+      return new AppError(
+        'PAYLOAD_TOO_LARGE',
+        limits.bodyLimitBytes === undefined
+          ? 'Request body is larger than the server accepts'
+          : `Request body is larger than the ${limits.bodyLimitBytes} bytes the server accepts`,
+      );
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new AppError('VALIDATION_FAILED', 'Request body is empty', [
         { field: 'body', message: 'must be a JSON object' },
@@ -52,12 +57,19 @@ export function isEmailsPath(url: string): boolean {
 /** An error's body: the emails family's has no `success`. */
 type ErrorBody = { success?: false; error: string; details?: ErrorDetail[]; requestId?: string };
 
+/** What an error's message may quote: the settings a client ran into. */
+export interface Limits {
+  /** BODY_LIMIT_BYTES. */
+  bodyLimitBytes?: number | undefined;
+}
+
 export function renderError(
   err: unknown,
   url: string,
   requestId: string,
+  limits: Limits = {},
 ): { status: number; body: ErrorBody } {
-  const appErr = classify(err);
+  const appErr = classify(err, limits);
   const status = appErr.status;
   // Key order matters to readers: success first, as in the spec's examples.
   const body: ErrorBody = isEmailsPath(url)

@@ -147,6 +147,10 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
   it('a body over BODY_LIMIT_BYTES is a 413 with rate-limit headers', async () => {
     const res = await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: x(3000) } });
     expectError(res, 413, 'contacts');
+    // It says how large a body may be.
+    expect(res.json()).toMatchObject({
+      error: 'Request body is larger than the 2048 bytes the server accepts',
+    });
     expectRateHeaders(res);
     const mail = { to: 'a@example.com', subject: 's', text: x(3000) };
     expectError(await t.call({ method: 'POST', url: '/api/v1/emails', auth, payload: mail }), 413, 'emails');

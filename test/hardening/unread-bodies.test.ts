@@ -44,7 +44,9 @@ describe.each(storeKinds())('bodies refused unread on %s', (kind) => {
         for (let sent = 0; sent < BIG; sent += chunk.length) await write(chunk);
       });
       expect([i, statuses(answer), error]).toEqual([i, [413, 200], undefined]);
-      expect(answer).toContain('{"success":false,"error":"Request body is larger than the server accepts"}');
+      expect(answer).toContain(
+        `{"success":false,"error":"Request body is larger than the ${LIMIT} bytes the server accepts"}`,
+      );
     }
   });
 
