@@ -92,8 +92,9 @@ export class ListsService {
    * walk are left: the walk starts again from the first while the last one removed over half a slice, at
    * most MAX_WALKS times (adds that outpace it cannot keep the delete going for ever). The list's own
    * delete then takes what is left, locking those members in contact id order before the list
-   * (repo.deleteList), as a removal does: a deadlock that still outlasts the store's retries sends the
-   * delete back to the walk, at most DELETE_ROUNDS times, and then answers it (a 500).
+   * (repo.deleteList), as a removal does; members added below those already locked can still close a
+   * cycle, and a deadlock that outlasts the store's retries sends the delete back to the walk, at most
+   * DELETE_ROUNDS times, and then answers it (a 500).
    */
   async delete(orgId: string, id: string): Promise<void> {
     for (let round = 1; ; round++) {

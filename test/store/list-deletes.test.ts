@@ -340,6 +340,20 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
       .then((r) => r.rowCount);
   const everyone = [Array.from({ length: 25 }, (_, i) => i)];
 
+  /** The list's own delete (no walk) in a write of its own, and what its attempts threw (retried). */
+  const listDelete = (ts: TestStore, listId: string) => {
+    const thrown: unknown[] = [];
+    const deleting = ts.store.write(async (trx) => {
+      try {
+        return await deleteList(trx, 'org-a', listId);
+      } catch (err) {
+        thrown.push(err);
+        throw err;
+      }
+    });
+    return { deleting, thrown };
+  };
+
   it('deadlocks with none: a membership locked first, then removed with its count, while a slice waits for it', async () => {
     // Other writers lock a membership, then the list's row (the count's statement trigger): a contact's
     // delete, a removal from the list. Deleting the list in one statement locked the list's row first and
@@ -400,15 +414,7 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
         list.id,
         contacts[3],
       ]);
-      const thrown: unknown[] = [];
-      const deleting = ts.store.write(async (trx) => {
-        try {
-          return await deleteList(trx, 'org-a', list.id);
-        } catch (err) {
-          thrown.push(err);
-          throw err;
-        }
-      });
+      const { deleting, thrown } = listDelete(ts, list.id);
       await eventually(() => anyWaitingForLock(watcher), 10_000, 'the delete waiting for the member');
       const after = await remove(other, list.id, contacts[3]!).then(
         (n) => n,
@@ -420,6 +426,50 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
     } finally {
       await other.query('ROLLBACK').catch(() => undefined);
       await Promise.all([other.end(), watcher.end()]).catch(() => undefined);
+      await ts.destroy();
+    }
+  });
+
+  it("deadlocks with none: a member added while the list's own delete waited, then held and removed", async () => {
+    // The delete's lock on the members left sees those committed when it began; one added while it waited
+    // and then held by a removal was met by the cascade after the list's row (and the removal's count
+    // waited for that row): a deadlock. A further pass locks such members before the list's row.
+    const ts = await createTestStore('postgres');
+    const [first, second, watcher] = [0, 1, 2].map(() => new pg.Client({ connectionString: ts.databaseUrl }));
+    try {
+      await Promise.all([first!.connect(), second!.connect(), watcher!.connect()]);
+      const lists = new ListsService(ts.store, systemClock, uuidIds, SLICE);
+      const contacts = await ts.store.write((trx) => seedOrg(trx, 'org-a', 26));
+      const list = await lists.create('org-a', { name: 'Late' });
+      await lists.addContacts('org-a', list.id, contacts.slice(0, 25));
+      const member = (contact: string) => [list.id, contact];
+      await first!.query('BEGIN');
+      await first!.query(
+        'SELECT 1 FROM list_members WHERE list_id = $1 AND contact_id = $2 FOR UPDATE',
+        member(contacts[3]!),
+      );
+      const { deleting, thrown } = listDelete(ts, list.id);
+      await eventually(() => anyWaitingForLock(watcher!), 10_000, 'the delete waiting for the first member');
+      // Added while the delete waits, then held by another removal.
+      await lists.addContacts('org-a', list.id, [contacts[25]!]);
+      await second!.query('BEGIN');
+      await second!.query(
+        'SELECT 1 FROM list_members WHERE list_id = $1 AND contact_id = $2 FOR UPDATE',
+        member(contacts[25]!),
+      );
+      await first!.query('COMMIT');
+      await new Promise((r) => setTimeout(r, 300));
+      await eventually(() => anyWaitingForLock(watcher!), 10_000, 'the delete waiting for the added member');
+      const after = await remove(second!, list.id, contacts[25]!).then(
+        (n) => n,
+        (err: unknown) => err,
+      );
+      await second!.query('COMMIT');
+      expect({ after, deleted: await deleting, thrown }).toEqual({ after: 1, deleted: true, thrown: [] });
+      expect(await members(ts.store.db, list.id)).toBe(0);
+    } finally {
+      for (const c of [first, second]) await c!.query('ROLLBACK').catch(() => undefined);
+      await Promise.all([first, second, watcher].map((c) => c!.end())).catch(() => undefined);
       await ts.destroy();
     }
   });
