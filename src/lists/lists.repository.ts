@@ -232,15 +232,15 @@ export async function removeMembers(db: Executor, listId: string, contactIds: st
     // One statement that deletes what it locked, in contact id order, as a list's delete locks its members
     // (removeSomeMembers, deleteList). Locked first and then deleted by a second statement, the members
     // added in between were deleted too, locked as stored, and deadlocked with a list's delete.
-    const at = rowLocator('postgres');
-    const locked = db
-      .selectFrom('list_members')
-      .select(at.as('at'))
-      .where('list_id', '=', listId)
-      .where('contact_id', 'in', contactIds)
-      .orderBy('contact_id')
-      .forUpdate();
-    const result = await db.deleteFrom('list_members').where(at, 'in', locked).executeTakeFirst();
+    // Found from the ids, an index probe each: asked for in contact id order off the index, PostgreSQL
+    // with stale statistics walked every member of a large list to pick out the hundred (113 ms, not 1).
+    const locked = sql`(select m.ctid from unnest(${contactIds}::text[]) as ids(id)
+      join list_members m on m.list_id = ${listId} and m.contact_id = ids.id
+      order by ids.id for update of m)`;
+    const result = await db
+      .deleteFrom('list_members')
+      .where(rowLocator('postgres'), 'in', locked)
+      .executeTakeFirst();
     return Number(result.numDeletedRows);
   }
   const result = await db

@@ -473,6 +473,38 @@ describe.skipIf(noPostgres())('deleting a list on PostgreSQL beside other writes
       await ts.destroy();
     }
   });
+
+  it('a removal deletes the members it locked, not one added again while it waited', async () => {
+    // Locked in one statement and deleted by a second, a removal also deleted members committed in
+    // between, locking them as stored: out of contact id order, which deadlocked with a list's delete.
+    const ts = await createTestStore('postgres');
+    const [holder, watcher] = [0, 1].map(() => new pg.Client({ connectionString: ts.databaseUrl }));
+    try {
+      await Promise.all([holder!.connect(), watcher!.connect()]);
+      const lists = new ListsService(ts.store, systemClock, uuidIds, SLICE);
+      const contacts = await ts.store.write((trx) => seedOrg(trx, 'org-a', 5));
+      const list = await lists.create('org-a', { name: 'Again' });
+      await lists.addContacts('org-a', list.id, contacts);
+      await holder!.query('BEGIN');
+      await holder!.query('SELECT 1 FROM list_members WHERE list_id = $1 AND contact_id = $2 FOR UPDATE', [
+        list.id,
+        contacts[0],
+      ]);
+      const removing = lists.removeContacts('org-a', list.id, [contacts[0]!, contacts[2]!]);
+      await eventually(() => anyWaitingForLock(watcher!), 10_000, 'the removal waiting for the first member');
+      // Meanwhile the second member is removed by another request, and added again.
+      expect(await lists.removeContacts('org-a', list.id, [contacts[2]!])).toBe(1);
+      expect(await lists.addContacts('org-a', list.id, [contacts[2]!])).toMatchObject({ added: 1 });
+      await holder!.query('COMMIT');
+      expect(await removing).toBe(1);
+      expect(await members(ts.store.db, list.id)).toBe(4);
+      expect(await contactCount(ts.store.db, list.id)).toBe(4);
+    } finally {
+      await holder!.query('ROLLBACK').catch(() => undefined);
+      await Promise.all([holder, watcher].map((c) => c!.end())).catch(() => undefined);
+      await ts.destroy();
+    }
+  });
 });
 
 describe.skipIf(noPostgres())('migration 0014 on PostgreSQL', () => {
