@@ -30,7 +30,7 @@ export interface Config {
   deliveryMaxAttempts: number;
   deliveryConcurrency: number;
   deliveryLeaseMs: number;
-  /** Days after which emails that ended (sent, failed) are removed; undefined keeps them. */
+  /** Emails that ended (sent, failed) are removed once their createdAt is this many days old; undefined keeps them. */
   emailRetentionDays: number | undefined;
   bodyLimitBytes: number;
   requestTimeoutMs: number;
