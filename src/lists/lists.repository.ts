@@ -85,6 +85,28 @@ export async function updateList(
   return Number(result.numUpdatedRows) > 0;
 }
 
+/** Memberships of the list only if it is the organisation's (another organisation's list loses nothing). */
+const ofOrganizationList =
+  (listId: string, organizationId: string) => (eb: ExpressionBuilder<Database, 'list_members'>) =>
+    eb.exists(
+      eb
+        .selectFrom('lists')
+        .select('id')
+        .where('id', '=', listId)
+        .where('organization_id', '=', organizationId),
+    );
+
+/**
+ * PostgreSQL walks a list's members in contact id order on the primary key's index for the rest of the
+ * transaction: without fresh planner statistics (a list filled a moment ago) it read every remaining member
+ * by bitmap and sorted them, for each slice (a delete of 200,000 members took seconds, growing with the
+ * square of the list).
+ */
+async function walkMembersByIndex(db: Executor): Promise<void> {
+  await sql`set local enable_bitmapscan = off`.execute(db);
+  await sql`set local enable_sort = off`.execute(db);
+}
+
 /**
  * Passes of deleteList's lock on the members left, at most: each locks those committed since the one
  * before (READ COMMITTED: a statement sees what was committed when it began).
@@ -100,30 +122,20 @@ export async function deleteList(db: Executor, organizationId: string, id: strin
     // four adders and four removers of 100 members). Members added while a pass waited are locked by the
     // next pass, until one finds no more: the cascade would meet them after the list's row otherwise.
     // Counted, not sent back: a walk that ran out of walks can leave many.
-    await sql`set local enable_bitmapscan = off`.execute(db);
-    await sql`set local enable_sort = off`.execute(db);
+    await walkMembersByIndex(db);
     const left = db
       .selectFrom('list_members')
       .select('contact_id')
       .where('list_id', '=', id)
-      .where((eb) =>
-        eb.exists(
-          eb
-            .selectFrom('lists')
-            .select('id')
-            .where('id', '=', id)
-            .where('organization_id', '=', organizationId),
-        ),
-      )
+      .where(ofOrganizationList(id, organizationId))
       .orderBy('contact_id')
       .forUpdate();
+    const lockLeft = sql<{ n: number | string }>`select count(*) as n from (${left}) as l`;
     let locked = -1;
     for (let pass = 0; pass < LOCK_PASSES; pass++) {
-      const { rows } = await sql<{ n: number | string }>`select count(*) as n from (${left}) as l`.execute(
-        db,
-      );
-      if (Number(rows[0]!.n) === locked) break;
-      locked = Number(rows[0]!.n);
+      const n = Number((await lockLeft.execute(db)).rows[0]!.n);
+      if (n === locked) break;
+      locked = n;
     }
   }
   const result = await db
@@ -186,14 +198,7 @@ export async function removeSomeMembers(
   limit: number,
   after?: string,
 ): Promise<{ removed: number; last?: string }> {
-  const ours = (eb: ExpressionBuilder<Database, 'list_members'>) =>
-    eb.exists(
-      eb
-        .selectFrom('lists')
-        .select('id')
-        .where('id', '=', listId)
-        .where('organization_id', '=', organizationId),
-    );
+  const ours = ofOrganizationList(listId, organizationId);
   const dialect = dialectOf(db);
   const at = rowLocator(dialect);
   if (dialect === 'sqlite') {
@@ -206,11 +211,7 @@ export async function removeSomeMembers(
     const result = await db.deleteFrom('list_members').where(at, 'in', slice).executeTakeFirst();
     return { removed: Number(result.numDeletedRows) };
   }
-  // The walk in contact id order is the primary key's index: without fresh planner statistics (a list
-  // filled a moment ago) PostgreSQL read every remaining member by bitmap and sorted them, for each slice
-  // (a delete of 200,000 members took seconds, growing with the square of the list).
-  await sql`set local enable_bitmapscan = off`.execute(db);
-  await sql`set local enable_sort = off`.execute(db);
+  await walkMembersByIndex(db);
   let slice = db
     .selectFrom('list_members')
     .select(at.as('at'))
