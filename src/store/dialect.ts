@@ -99,6 +99,14 @@ export function isLockTimeout(err: unknown): boolean {
   return codeOf(err) === '55P03';
 }
 
+/**
+ * A PostgreSQL extension this role may not create (42501), that the server does not have installed
+ * (58P01), or cannot load (0A000).
+ */
+export function isExtensionUnavailable(err: unknown): boolean {
+  return ['42501', '58P01', '0A000'].includes(codeOf(err));
+}
+
 /** Which store a kysely instance (or a transaction of it) talks to. */
 export function dialectOf<DB>(db: Kysely<DB>): DialectName {
   return db.getExecutor().adapter instanceof PostgresAdapter ? 'postgres' : 'sqlite';

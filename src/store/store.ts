@@ -9,7 +9,7 @@ import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
 import type { Database } from './schema.js';
-import { type DialectName, isLockTimeout, isRetryableConflict } from './dialect.js';
+import { type DialectName, isExtensionUnavailable, isLockTimeout, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { WalSync } from './wal-sync.js';
@@ -320,11 +320,7 @@ const TRGM_DROP_RETRY_MS = 10 * 60_000;
 
 /** Why the trigram index is not there after a start: a warning of the migrations (Migrated). */
 export function trigramIndexNote(err: unknown): string {
-  const code = (err as { code?: string }).code;
-  // May not create the extension; the extension is not installed on the server.
-  if (code === '42501' || code === '58P01' || code === '0A000') {
-    return 'pg_trgm unavailable: email substring search scans';
-  }
+  if (isExtensionUnavailable(err)) return 'pg_trgm unavailable: email substring search scans';
   const why = err instanceof Error ? err.message : String(err);
   return `trigram index not built: ${why}; tried again at the next start, email substring search scans meanwhile`;
 }
@@ -549,10 +545,12 @@ function createPostgresStore(
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
       // works without it, only slower. Built by a server or worker, or by the command that applied
-      // migrations; other one-shot commands leave it to them (a missing index made each wait for it).
-      // A client other than Mailroom's (whose processes build it one at a time: TRGM_LOCK) creating the extension at the same
-      // moment makes the first try fail: so a failure other than a lock wait is tried once more.
-      if (!background && applied.length === 0) return { applied, warnings: [] };
+      // migrations; other one-shot commands leave it to them (a missing index made each wait for it). A
+      // client other than Mailroom's (whose processes build it one at a time: TRGM_LOCK) creating the
+      // extension at the same moment makes the first try fail: so a failure other than a lock wait is
+      // tried once more.
+      const warnings: string[] = [];
+      if (!background && applied.length === 0) return { applied, warnings };
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {
         const { old } = await trigramIndex().catch((err: unknown) => {
@@ -565,9 +563,9 @@ function createPostgresStore(
           );
         }
       } catch (err) {
-        return { applied, warnings: [trigramIndexNote(err)] };
+        warnings.push(trigramIndexNote(err));
       }
-      return { applied, warnings: [] };
+      return { applied, warnings };
     },
     async ping() {
       await sql`select 1`.execute(db);
