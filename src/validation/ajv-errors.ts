@@ -91,8 +91,12 @@ function messageOf(e: ErrorObject): string {
   }
 }
 
-/** Maps Ajv's errors to the contract's details, ranked by what they say. */
-export function toDetails(data: unknown, errors: readonly ErrorObject[], part: string): Ranked[] {
+/**
+ * Maps Ajv's errors to the contract's details, ranked by what they say. A detail about the request part
+ * itself (a body that is not an object) has the field '', which the caller names after the part once the
+ * details are ranked: a field the client named `body` is then not taken for the body itself.
+ */
+export function toDetails(data: unknown, errors: readonly ErrorObject[]): Ranked[] {
   // For "one of several shapes" (a string or an array of strings), report the errors of the branch whose
   // type matches what the client sent; if none matches, say which types are accepted.
   const drop = new Set<ErrorObject>();
@@ -134,7 +138,7 @@ export function toDetails(data: unknown, errors: readonly ErrorObject[], part: s
       message = replace.get(e) ?? messageOf(e);
       if (e.keyword === 'type' || replace.has(e)) rank = RANK.type;
     }
-    details.push({ field: field === '' ? part : field, message, rank });
+    details.push({ field, message, rank });
   }
   return details;
 }

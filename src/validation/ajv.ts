@@ -136,8 +136,8 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
       if (part === 'body' && tooManyEntries(data)) {
         validateFirst ??= firstOnly.compile(schema as object);
         if (!validateFirst(data)) {
-          const first = toDetails(data, validateFirst.errors ?? [], part);
-          return { error: validationError(bestPerField(first, part)) };
+          const first = toDetails(data, validateFirst.errors ?? []);
+          return { error: validationError(named(bestPerField(first), part)) };
         }
       }
       const details: Ranked[] = [];
@@ -160,17 +160,21 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
       // Walked before the rules: they may serialise values, which a deeply nested one would overflow.
       const shallow = part === 'headers' || characterDetails(data, details);
       // Pushed one by one: spread into push, a hundred thousand details overflow the stack.
-      if (!validate(data)) for (const d of toDetails(data, validate.errors ?? [], part)) details.push(d);
+      if (!validate(data)) for (const d of toDetails(data, validate.errors ?? [])) details.push(d);
       if (rules && shallow && isObject(data)) {
         for (const d of rules(data)) details.push({ ...d, rank: RANK.rule });
       }
       if (details.length === 0) return { value: data };
       // A path id that fails its schema names nothing that exists: that is a 404, as for an unknown id.
       if (part === 'params') return { error: idNotFound(url) };
-      const named = details.map((d) => ({ ...d, field: fieldName(d.field, part) }));
-      return { error: validationError(capped(bestPerField(named, part), part)) };
+      return { error: validationError(capped(named(bestPerField(details), part), part)) };
     };
   };
+}
+
+/** The details with their fields as the client wrote them (fieldName). */
+function named(details: ErrorDetail[], part: string): ErrorDetail[] {
+  return details.map((d) => ({ ...d, field: fieldName(d.field, part) }));
 }
 
 /** The field as the client wrote it; header names arrive lower-cased and are reported as Idempotency-Key. */

@@ -13,9 +13,10 @@ export const RANK = { type: 0, chars: 1, schema: 2, rule: 3, unknownField: 4 } a
 /**
  * One detail per field, the most telling; nothing under a field whose type is already wrong, nor under one
  * that is not allowed at all (what it holds does not matter: `{"extra": <nested 40 deep>}` is told about
- * `extra`, not also about `extra.a.a…` being too deep).
+ * `extra`, not also about `extra.a.a…` being too deep). The field '' is the request part itself: when its
+ * type is wrong, nothing else is told.
  */
-export function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
+export function bestPerField(details: Ranked[]): ErrorDetail[] {
   const best = new Map<string, Ranked>();
   for (const d of details) {
     const held = best.get(d.field);
@@ -27,7 +28,7 @@ export function bestPerField(details: Ranked[], part: string): ErrorDetail[] {
   // The part itself (a body that is not an object) has no field of its own to be under. Each field's
   // ancestors are looked up, not each refused field compared with each detail (quadratic).
   const underRefused = (field: string): boolean => {
-    if (refused.has(part) && field !== part) return true;
+    if (refused.has('') && field !== '') return true;
     for (let end = ancestorEnd(field, field.length); end > 0; end = ancestorEnd(field, end)) {
       if (refused.has(field.slice(0, end))) return true;
     }

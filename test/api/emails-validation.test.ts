@@ -190,6 +190,23 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
     expect400(await send({ ...base, raw: 'From: x' }), 'emails', ['raw']);
   });
 
+  it('a field named body is an unknown field like any other: the rest of the body is still checked', async () => {
+    // Named as the request part is: it was taken for the whole body refused, and every other problem was
+    // dropped, here that the text went in `body` and the email has none.
+    const res = await send({ to: base.to, subject: 'x', body: 'Hello' });
+    expect400(res, 'emails', ['body', 'html']);
+    expect(res.json().details).toEqual(
+      expect.arrayContaining([
+        { field: 'html', message: 'html or text is required' },
+        { field: 'body', message: 'is not an allowed field' },
+      ]),
+    );
+    expect400(await send({ ...base, body: 'Hello', to: 7 }), 'emails', ['body', 'to']);
+    // The body itself of the wrong type is still told alone.
+    const notObject = await send(['x']);
+    expect(notObject.json().details).toEqual([{ field: 'body', message: 'must be an object' }]);
+  });
+
   it('types are not coerced and every offending field is listed', async () => {
     expect400(await send({ ...base, subject: 42 }), 'emails', ['subject']);
     expect400(await send({ ...base, to: 42 }), 'emails', ['to']);
