@@ -91,11 +91,7 @@ function messageOf(e: ErrorObject): string {
   }
 }
 
-/**
- * Maps Ajv's errors to the contract's details, ranked by what they say. A detail about the request part
- * itself (a body that is not an object) has the field '', which the caller names after the part once the
- * details are ranked: a field the client named `body` is then not taken for the body itself.
- */
+/** Maps Ajv's errors to the contract's details, ranked by what they say. */
 export function toDetails(data: unknown, errors: readonly ErrorObject[]): Ranked[] {
   // For "one of several shapes" (a string or an array of strings), report the errors of the branch whose
   // type matches what the client sent; if none matches, say which types are accepted.
@@ -138,7 +134,9 @@ export function toDetails(data: unknown, errors: readonly ErrorObject[]): Ranked
       message = replace.get(e) ?? messageOf(e);
       if (e.keyword === 'type' || replace.has(e)) rank = RANK.type;
     }
-    details.push({ field, message, rank });
+    // Ajv's path to the part itself is empty; to a key of it that is the empty string, `/`.
+    const whole = e.instancePath === '' && e.keyword !== 'required' && e.keyword !== 'additionalProperties';
+    details.push(whole ? { field, message, rank, whole } : { field, message, rank });
   }
   return details;
 }

@@ -172,14 +172,26 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
   };
 }
 
-/** The details with their fields as the client wrote them (fieldName). */
-function named(details: ErrorDetail[], part: string): ErrorDetail[] {
-  return details.map((d) => ({ ...d, field: fieldName(d.field, part) }));
+/**
+ * The details as the client is told them: the part's own named after it (`body`), the others' fields as
+ * the client wrote them (fieldName); a detail that reads the same as one before it (a key of the body's
+ * own and a field named `body`, each with a NUL in a key) is told once.
+ */
+function named(details: Ranked[], part: string): ErrorDetail[] {
+  const told = new Set<string>();
+  const out: ErrorDetail[] = [];
+  for (const d of details) {
+    const field = d.whole ? part : fieldName(d.field, part);
+    const key = JSON.stringify([field, d.message]);
+    if (told.has(key)) continue;
+    told.add(key);
+    out.push({ field, message: d.message });
+  }
+  return out;
 }
 
 /** The field as the client wrote it; header names arrive lower-cased and are reported as Idempotency-Key. */
 function fieldName(field: string, part: string): string {
-  if (field === '') return part;
   if (part !== 'headers') return field;
   return field.replace(/(^|-)([a-z])/g, (_m, dash: string, c: string) => dash + c.toUpperCase());
 }

@@ -15,6 +15,14 @@ interface Node {
   depth: number;
 }
 
+/** The detail of a problem found at `node`: the part's own when it is the part itself (Ranked.whole). */
+function detail(node: Node, message: string): Ranked {
+  const field = pathOf(node);
+  return node.parent
+    ? { field, message, rank: RANK.chars }
+    : { field, message, rank: RANK.chars, whole: true };
+}
+
 function pathOf(node: Node): string {
   let out = '';
   for (let n: Node | undefined = node; n?.parent; n = n.parent) {
@@ -52,18 +60,14 @@ export function characterDetails(data: unknown, out: Ranked[]): boolean {
     const { value } = node;
     if (typeof value === 'string') {
       const problem = charProblem(value);
-      if (problem) out.push({ field: pathOf(node), message: problem, rank: RANK.chars });
+      if (problem) out.push(detail(node, problem));
       continue;
     }
     if (typeof value !== 'object' || value === null) continue;
     if (node.depth >= MAX_DEPTH) {
       // Named where the bound is reached; a schema that wanted something flatter names an ancestor, and
       // then this one is left out (bestPerField, ranks.ts).
-      out.push({
-        field: pathOf(node),
-        message: `must not be nested more than ${MAX_DEPTH} levels deep`,
-        rank: RANK.chars,
-      });
+      out.push(detail(node, `must not be nested more than ${MAX_DEPTH} levels deep`));
       shallow = false;
       continue;
     }
@@ -77,8 +81,7 @@ export function characterDetails(data: unknown, out: Ranked[]): boolean {
     for (let i = entries.length - 1; i >= 0; i--) {
       const [k, v] = entries[i]!;
       const problem = charProblem(k);
-      if (problem)
-        out.push({ field: pathOf(node), message: problem.replace(/^must/, 'keys must'), rank: RANK.chars });
+      if (problem) out.push(detail(node, problem.replace(/^must/, 'keys must')));
       stack.push({ value: v, parent: node, key: k, depth });
     }
   }

@@ -5,38 +5,45 @@ import type { ErrorDetail } from '../errors.js';
 /** A detail with how much it says: per field, the lowest rank is the one the client sees. */
 export interface Ranked extends ErrorDetail {
   rank: number;
+  /**
+   * About the request part itself (a body that is not an object, a key of the body's own), not a field in
+   * it: named after the part once ranked. Not told by its field, which a client's key can equal (`body`,
+   * or the empty key, whose field is '').
+   */
+  whole?: boolean;
 }
 // A wrong type or a missing field first; then characters no store keeps; then the schema's other bounds;
 // then the rules beside the schema; "not an allowed field" last (a bad header name is better said by a rule).
 export const RANK = { type: 0, chars: 1, schema: 2, rule: 3, unknownField: 4 } as const;
 
+/** The key of the part itself's details among the fields' (bestPerField). */
+const PART = Symbol('the request part');
+
 /**
  * One detail per field, the most telling; nothing under a field whose type is already wrong, nor under one
  * that is not allowed at all (what it holds does not matter: `{"extra": <nested 40 deep>}` is told about
- * `extra`, not also about `extra.a.a…` being too deep). The field '' is the request part itself: when its
- * type is wrong, nothing else is told.
+ * `extra`, not also about `extra.a.a…` being too deep). When the part itself has the wrong type, nothing
+ * else is told.
  */
-export function bestPerField(details: Ranked[]): ErrorDetail[] {
-  const best = new Map<string, Ranked>();
+export function bestPerField(details: Ranked[]): Ranked[] {
+  const best = new Map<string | symbol, Ranked>();
   for (const d of details) {
-    const held = best.get(d.field);
-    if (!held || d.rank < held.rank) best.set(d.field, d);
+    const key = d.whole ? PART : d.field;
+    const held = best.get(key);
+    if (!held || d.rank < held.rank) best.set(key, d);
   }
-  const refused = new Set(
-    details.filter((d) => d.rank === RANK.type || d.rank === RANK.unknownField).map((d) => d.field),
-  );
-  // The part itself (a body that is not an object) has no field of its own to be under. Each field's
-  // ancestors are looked up, not each refused field compared with each detail (quadratic).
+  const refusing = (d: Ranked) => d.rank === RANK.type || d.rank === RANK.unknownField;
+  const partRefused = details.some((d) => d.whole && refusing(d));
+  const refused = new Set(details.filter((d) => !d.whole && refusing(d)).map((d) => d.field));
+  // Each field's ancestors are looked up, not each refused field compared with each detail (quadratic).
   const underRefused = (field: string): boolean => {
-    if (refused.has('') && field !== '') return true;
+    if (partRefused) return true;
     for (let end = ancestorEnd(field, field.length); end > 0; end = ancestorEnd(field, end)) {
       if (refused.has(field.slice(0, end))) return true;
     }
     return false;
   };
-  return [...best.values()]
-    .filter((d) => !underRefused(d.field))
-    .map(({ field, message }) => ({ field, message }));
+  return [...best.values()].filter((d) => d.whole || !underRefused(d.field));
 }
 
 /** Where the parent of `field.slice(0, end)` ends (`a.b[3]` → `a.b`, `a.b` → `a`); 0 if it has none. */

@@ -207,6 +207,20 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
     expect(notObject.json().details).toEqual([{ field: 'body', message: 'must be an object' }]);
   });
 
+  it('a key that is the empty string is an unknown field named "", and hides nothing either', async () => {
+    const res = await send({ '': 1, to: ['bad'], subject: '', cc: 7 });
+    expect400(res, 'emails', ['', 'to[0]', 'subject', 'cc', 'html']);
+    expect(res.json().details).toContainEqual({ field: '', message: 'is not an allowed field' });
+  });
+
+  it('a problem of the body and one of a field named body that read the same are told once', async () => {
+    const res = await send({ ...base, 'a\u0000': 1, body: { 'b\u0000': 1 } });
+    const details = res.json().details as { field: string; message: string }[];
+    expect(details.filter((d) => d.field === 'body')).toEqual([
+      { field: 'body', message: 'keys must not contain NUL characters' },
+    ]);
+  });
+
   it('types are not coerced and every offending field is listed', async () => {
     expect400(await send({ ...base, subject: 42 }), 'emails', ['subject']);
     expect400(await send({ ...base, to: 42 }), 'emails', ['to']);
