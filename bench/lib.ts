@@ -1,6 +1,6 @@
 // Process plumbing shared by the bench scripts.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
@@ -47,13 +47,32 @@ const CLOCK_TICKS = (() => {
   }
 })();
 
-/** CPU time (user + system, every thread) the process has used so far, in µs, from /proc. */
-export function cpuMicros(pid: number): number {
+/**
+ * CPU time (user + system, every thread) the process has used so far, in µs, from /proc; of one of its
+ * threads when given as `<pid>/task/<tid>`.
+ */
+export function cpuMicros(pid: number | string): number {
   // The fields after the command name (which may hold spaces) start at the process state; utime and
   // stime are the 14th and 15th fields of the line.
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
+}
+
+/**
+ * CPU time (user + system) each of the process's threads has used so far, in µs, by thread id (the
+ * process id is the main thread's). Threads that ended are not in it.
+ */
+export function threadMicros(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      out.set(Number(tid), cpuMicros(`${pid}/task/${tid}`));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return out;
 }
 
 const running = new Set<ChildProcess>();
@@ -200,17 +219,21 @@ export function benchEnv(
   };
 }
 
-/** Migrates, makes a key holding every permission, starts `serve` and resolves once /health answers. */
+/**
+ * Migrates, makes a key holding every permission, starts `serve` (with `serveArgs`, such as `--no-worker`)
+ * and resolves once /health answers.
+ */
 export async function startServerWithKey(
   env: Record<string, string>,
   base: string,
+  serveArgs: string[] = [],
 ): Promise<{ server: ChildProcess; headers: Record<string, string>; coldStartMs: number }> {
   cli(['migrate'], env);
   const { key } = cli(
     ['keys', 'create', '--name', 'bench', '--permissions', 'readContacts,writeContacts,sendEmails'],
     env,
   );
-  const server = startChild(['bin/mailroom.js', 'serve'], env);
+  const server = startChild(['bin/mailroom.js', 'serve', ...serveArgs], env);
   const coldStartMs = await waitHealthy(`${base}/health`);
   return {
     server,

@@ -2,18 +2,24 @@
 // of the bench's loads. Runs the built server with `--cpu-prof`, drives it with autocannon (50 connections)
 // and prints self time by function and by package, so that a change to a hot path can be judged by what it
 // removes, not by req/s alone (which swings ±25 % on these shared machines). The profile itself is left in
-// bench/results/ for Chrome's DevTools or speedscope. Scenarios: list, page, create, send, send-no-worker.
+// bench/results/ for Chrome's DevTools or speedscope. Scenarios: list, page, create, send, send-no-worker,
+// and drain: no requests, the worker delivering a backlog accepted beforehand (DRAIN_BACKLOG emails).
+// Each prints the server's CPU per request (per delivered email for drain), split by thread: the main
+// thread's, then the others' (in send and drain the largest is the SMTP thread).
+// --rate N offers N requests a second in all instead of as many as 50 connections can: CPU per request at
+// a load the server keeps up with moves less with the machine than req/s. --no-cpu-prof measures without
+// the profiler (which costs the server CPU of its own) and prints only those figures.
 // With --postgres, the server runs on a fresh PostgreSQL database (BENCH_ADMIN_DATABASE_URL, as bench:pg).
 // PROFILE_NODE_ARGS adds Node flags to the server (`--import ./timer.mjs` for a hook of your own, say).
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { startSink } from './sink.js';
 import {
   benchDataDir,
   benchEnv,
-  cpuMicros,
   freshDatabase,
   freePort,
   freshBodies,
@@ -21,6 +27,7 @@ import {
   seedOverHttp,
   startChild,
   startServerWithKey,
+  threadMicros,
   waitHealthy,
 } from './lib.js';
 
@@ -29,12 +36,26 @@ type Cannon = Parameters<typeof autocannon>[0];
 /** More of Node's flags for the profiled server (an `--import` that times SQL statements, say). */
 const extraNodeArgs = (process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
-const POSTGRES = process.argv.includes('--postgres');
-const [scenario = 'create', secondsArg = '10'] = process.argv.slice(2).filter((a) => a !== '--postgres');
+const { values: flags, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    postgres: { type: 'boolean', default: false },
+    rate: { type: 'string' },
+    'no-cpu-prof': { type: 'boolean', default: false },
+  },
+});
+const POSTGRES = flags.postgres;
+const PROFILED = !flags['no-cpu-prof'];
+const RATE = flags.rate === undefined ? undefined : Number(flags.rate);
+const [scenario = 'create', secondsArg = '10'] = positionals;
 const seconds = Number(secondsArg);
-const SCENARIOS = ['list', 'page', 'create', 'send', 'send-no-worker'];
-if (!SCENARIOS.includes(scenario)) {
-  console.error(`usage: npm run bench:profile -- <${SCENARIOS.join('|')}> [seconds]`);
+/** Emails accepted before the drain scenario's server starts. */
+const DRAIN_BACKLOG = Number(process.env.DRAIN_BACKLOG ?? 40_000);
+const SCENARIOS = ['list', 'page', 'create', 'send', 'send-no-worker', 'drain'];
+if (!SCENARIOS.includes(scenario) || !(seconds > 0) || (RATE !== undefined && !(RATE > 0))) {
+  console.error(
+    `usage: npm run bench:profile -- <${SCENARIOS.join('|')}> [seconds] [--rate N] [--no-cpu-prof] [--postgres]`,
+  );
   process.exit(2);
 }
 
@@ -102,16 +123,30 @@ async function main(): Promise<void> {
   mkdirSync(outDir, { recursive: true });
   const before = new Set(readdirSync(outDir));
   // Seeded by a server of its own: the profile then holds only the load (and the restarted server's warm-up).
-  const { server: seeder, headers } = await startServerWithKey(env, base);
+  // For drain, one without its worker, which accepts the backlog too.
+  const { server: seeder, headers } = await startServerWithKey(
+    env,
+    base,
+    scenario === 'drain' ? ['--no-worker'] : [],
+  );
   const listId = await seedOverHttp(base, headers, 10_000);
+  const email = JSON.stringify({
+    to: 'reader@example.test',
+    subject: 'Bench',
+    text: 'Hello',
+    html: '<p>Hello</p>',
+  });
+  const url = `${base}/api/v1/emails`;
+  if (scenario === 'drain') {
+    const backlog = await autocannon({ url, method: 'POST', headers, body: email, amount: DRAIN_BACKLOG });
+    if (backlog.non2xx + backlog.errors > 0) throw new Error('the backlog was not all accepted');
+  }
   const seederExit = new Promise((r) => seeder.once('exit', r));
   seeder.kill('SIGTERM');
   await seederExit;
   const serveArgs = scenario === 'send-no-worker' ? ['--no-worker'] : [];
-  const server = startChild(
-    [...extraNodeArgs, '--cpu-prof', '--cpu-prof-dir', outDir, 'bin/mailroom.js', 'serve', ...serveArgs],
-    env,
-  );
+  const profiling = PROFILED ? ['--cpu-prof', '--cpu-prof-dir', outDir] : [];
+  const server = startChild([...extraNodeArgs, ...profiling, 'bin/mailroom.js', 'serve', ...serveArgs], env);
   await waitHealthy(`${base}/health`);
   let n = 0;
   const loads: Record<string, Partial<Cannon>> = {
@@ -122,24 +157,51 @@ async function main(): Promise<void> {
       method: 'POST',
       requests: freshBodies(() => ({ email: `p${n++}@example.test`, firstName: 'Bench' })),
     },
-    send: {
-      url: `${base}/api/v1/emails`,
-      method: 'POST',
-      body: JSON.stringify({
-        to: 'reader@example.test',
-        subject: 'Bench',
-        text: 'Hello',
-        html: '<p>Hello</p>',
-      }),
-    },
+    send: { url, method: 'POST', body: email },
   };
-  const load = loads[scenario === 'send-no-worker' ? 'send' : scenario]!;
-  const cpuBefore = cpuMicros(server.pid!);
-  const result = await autocannon({ connections: 50, duration: seconds, headers, ...load } as Cannon);
-  const cpu = cpuMicros(server.pid!) - cpuBefore;
+  let threadsBefore = threadMicros(server.pid!);
+  let done: number;
+  if (scenario === 'drain') {
+    // Timed from a second in: the worker's first claims come with the server's warm-up.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const sentBefore = sink.received();
+    threadsBefore = threadMicros(server.pid!);
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    done = sink.received() - sentBefore;
+    const left = DRAIN_BACKLOG - sink.received();
+    console.log(
+      `drain: ${Math.round(done / seconds)} emails delivered a second` +
+        (left <= 0 ? ' (the backlog ran out: a larger DRAIN_BACKLOG times a full run)' : ''),
+    );
+  } else {
+    const load = loads[scenario === 'send-no-worker' ? 'send' : scenario]!;
+    const result = await autocannon({
+      connections: 50,
+      duration: seconds,
+      headers,
+      ...(RATE === undefined ? {} : { overallRate: RATE }),
+      ...load,
+    } as Cannon);
+    done = result.requests.total;
+    console.log(
+      `${scenario}: ${Math.round(result.requests.average)} req/s, p99 ${result.latency.p99} ms, ` +
+        `${result.non2xx + result.errors} errors`,
+    );
+  }
+  const used = [...threadMicros(server.pid!)].map(([tid, us]) => ({
+    tid,
+    us: (us - (threadsBefore.get(tid) ?? 0)) / Math.max(1, done),
+  }));
+  const main = used.find((t) => t.tid === server.pid)?.us ?? 0;
+  const others = used
+    .filter((t) => t.tid !== server.pid && t.us >= 0.5)
+    .map((t) => t.us)
+    .sort((a, b) => b - a);
+  const total = used.reduce((sum, t) => sum + t.us, 0);
   console.log(
-    `${scenario}: ${Math.round(result.requests.average)} req/s, p99 ${result.latency.p99} ms, ` +
-      `${result.non2xx + result.errors} errors, server CPU ${Math.round(cpu / result.requests.total)} µs a request`,
+    `server CPU ${Math.round(total)} µs ${scenario === 'drain' ? 'a delivered email' : 'a request'}: ` +
+      `main thread ${Math.round(main)}, other threads ${others.map((us) => Math.round(us)).join(', ') || '-'}` +
+      (PROFILED ? ' (with the profiler running)' : ''),
   );
   const exited = new Promise((r) => server.once('exit', r));
   server.kill('SIGTERM');
