@@ -6,6 +6,7 @@
 // again there (on PostgreSQL an id carries the time of the accepting host's clock, createdAt the
 // database's), followed by a pause, so a first run over years of mail takes about a fifth of the store's
 // writer. Emails still on their way stay, however old; the next run looks at them again.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Clock, firstIdAt } from '../clock.js';
 import type { Store } from '../store/store.js';
@@ -48,22 +49,20 @@ export interface RunResult {
 export class EmailRetention {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
-  private stopped = false;
-  /** Ends a run's pause early when the retention stops. */
-  private wake: (() => void) | undefined;
+  /** Aborted by stop(): ends a run's walk after its statement, and its pause at once. */
+  private stopping = new AbortController();
 
   constructor(private readonly o: RetentionOptions) {}
 
   start(): void {
-    this.stopped = false;
+    if (this.stopping.signal.aborted) this.stopping = new AbortController();
     this.schedule(this.o.firstRunMs ?? FIRST_RUN_MS);
   }
 
   /** Cancels the next run; the one under way ends once its current statement has. */
   async stop(): Promise<void> {
-    this.stopped = true;
+    this.stopping.abort();
     clearTimeout(this.timer);
-    this.wake?.();
     await this.running;
   }
 
@@ -77,7 +76,7 @@ export class EmailRetention {
     const before = cutoff.toISOString();
     const slice = this.o.slice ?? SLICE;
     let after = '';
-    while (!this.stopped) {
+    while (!this.stopping.signal.aborted) {
       const rows = await repo.emailsInIdOrder(this.o.store.db, after, below, slice);
       if (rows.length === 0) return { removed: progress.removed, finished: true };
       after = rows[rows.length - 1]!.id;
@@ -100,7 +99,7 @@ export class EmailRetention {
   }
 
   private schedule(ms: number): void {
-    if (this.stopped) return;
+    if (this.stopping.signal.aborted) return;
     this.timer = setTimeout(() => {
       this.running = this.runAndLog().finally(() => (this.running = undefined));
     }, ms);
@@ -127,17 +126,8 @@ export class EmailRetention {
     this.schedule(next);
   }
 
-  /** Waits `ms`, or less once the retention stops (at once if it has). */
+  /** Waits `ms`, or less once the retention stops (at once if it has): cut short, it does not throw. */
   private pause(ms: number): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.wake = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wake = done;
-    });
+    return sleep(ms, undefined, { signal: this.stopping.signal }).catch(() => undefined);
   }
 }

@@ -3,6 +3,7 @@
 // PostgreSQL and a shared group commit on SQLite.
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-driver.js';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
@@ -402,14 +403,12 @@ function dropOldTrigramIndex(
   onError: (err: unknown) => void,
 ): { done: Promise<void>; stop: () => void } {
   let client: PgClient | undefined;
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  let wake: (() => void) | undefined;
+  const stopping = new AbortController();
   /** One try; true when nothing is left to do. */
   const attempt = async (): Promise<boolean> => {
     const c = (client = await connectLong(databaseUrl));
     try {
-      if (stopped) return true;
+      if (stopping.signal.aborted) return true;
       await c.query('select pg_advisory_lock($1)', [TRGM_LOCK]);
       const { built, old } = await trigramState(c);
       // Not built: its build failed, and the next start that builds it drops this one.
@@ -423,26 +422,22 @@ function dropOldTrigramIndex(
     }
   };
   const done = (async () => {
-    while (!stopped) {
+    while (!stopping.signal.aborted) {
       try {
         if (await attempt()) return;
       } catch (err) {
-        if (stopped) return;
+        if (stopping.signal.aborted) return;
         onError(err);
       }
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        timer = setTimeout(resolve, TRGM_DROP_RETRY_MS);
-        timer.unref();
-      });
+      // Cut short by stop (an AbortError, not a failure).
+      const retry = { signal: stopping.signal, ref: false };
+      await sleep(TRGM_DROP_RETRY_MS, undefined, retry).catch(() => undefined);
     }
   })();
   return {
     done,
     stop: () => {
-      stopped = true;
-      clearTimeout(timer);
-      wake?.();
+      stopping.abort();
       void client?.end().catch(() => undefined);
     },
   };
