@@ -1,6 +1,6 @@
 // EMAIL_RETENTION_DAYS: emails that ended (sent, failed) are removed with their recipients and events once
 // their createdAt is that many days old. Each process that delivers runs it on a timer of its own, never
-// inside a delivery poll. A run walks the email ids in order: they are UUID v7, so the oldest come first
+// inside a delivery poll; on PostgreSQL one of them at a time (Store.alone). A run walks the email ids in order: they are UUID v7, so the oldest come first
 // and "made before the cutoff" is a bound on the primary key's index, whatever the organisations. Each
 // slice is read without a lock; its ended emails are deleted in a commit of their own, createdAt checked
 // again there (on PostgreSQL an id carries the time of the accepting host's clock, createdAt the
@@ -40,10 +40,14 @@ export interface RetentionOptions {
   slice?: number;
 }
 
-/** How far a run got: the emails it removed, and whether it walked to the cutoff. */
+/**
+ * How far a run got: the emails it removed, and whether it walked to the cutoff; `elsewhere` when it did
+ * not run because another process's run was under way (PostgreSQL).
+ */
 export interface RunResult {
   removed: number;
   finished: boolean;
+  elsewhere?: boolean;
 }
 
 export class EmailRetention {
@@ -67,10 +71,17 @@ export class EmailRetention {
   }
 
   /**
-   * Removes the ended emails made more than `days` days before now. `progress.removed` counts them as they
-   * go, so a run that fails halfway can still say how many it removed.
+   * Removes the ended emails made more than `days` days before now, unless another process is doing so
+   * (Store.alone: on PostgreSQL each delivering process has a retention of its own, and two walking the
+   * same slices would each read them all and delete nothing the other had not). `progress.removed` counts
+   * them as they go, so a run that fails halfway can still say how many it removed.
    */
   async run(progress: { removed: number } = { removed: 0 }): Promise<RunResult> {
+    const ran = await this.o.store.alone('email retention', () => this.walk(progress));
+    return ran ?? { removed: 0, finished: false, elsewhere: true };
+  }
+
+  private async walk(progress: { removed: number }): Promise<RunResult> {
     const cutoff = new Date(this.o.clock.now().getTime() - this.o.days * DAY_MS);
     const below = firstIdAt(cutoff);
     const before = cutoff.toISOString();
@@ -111,8 +122,9 @@ export class EmailRetention {
     const progress = { removed: 0 };
     let next = EVERY_MS;
     try {
-      const { removed, finished } = await this.run(progress);
-      if (!finished)
+      const { removed, finished, elsewhere } = await this.run(progress);
+      if (elsewhere) logger.debug('removing emails past their retention: another process is at it');
+      else if (!finished)
         logger.info({ removed, retentionDays: days }, 'removing emails past their retention: stopped');
       else if (removed > 0)
         logger.info({ removed, retentionDays: days }, 'removed emails past their retention');

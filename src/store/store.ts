@@ -58,6 +58,13 @@ export interface Store {
    * share multi-row statements and one commit. For writes that only add rows (accepting an email).
    */
   append(rows: readonly AppendRows<Database>[]): Promise<void>;
+  /**
+   * Runs fn, unless another process of this store is running fn under the same name: then undefined, at
+   * once. On PostgreSQL by a session advisory lock, held on a connection of its own while fn runs and let go
+   * with it (a process that dies lets it go too); on SQLite fn just runs (the processes of one data
+   * directory are a few at most).
+   */
+  alone<T>(name: string, fn: () => Promise<T>): Promise<T | undefined>;
   /** Word between the processes of this store that API keys changed (key-changes.ts). */
   readonly keyChanges: KeyChanges;
   /** Brings the schema up to date: the migrations it applied, and what went less well than it should. */
@@ -199,6 +206,7 @@ function createSqliteStore(options: StoreOptions): Store {
     write: (fn) => group.run(fn),
     // The worker's claims, leases and results: as many rows as it has emails in hand.
     batch: (fn) => group.run(fn, { small: true }),
+    alone: (_name, fn) => fn(),
     append: (rows) => appender.append(rows),
     async migrate() {
       const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
@@ -535,6 +543,19 @@ function createPostgresStore(
     write: (fn) => retryingConflicts(() => db.transaction().execute(fn)),
     snapshot: (fn) =>
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
+    async alone(name, fn) {
+      const client = await connectLong(databaseUrl);
+      try {
+        const { rows } = await client.query<{ mine: boolean }>(
+          'select pg_try_advisory_lock(hashtext($1)) as mine',
+          [`mailroom: ${name}`],
+        );
+        return rows[0]!.mine ? await fn() : undefined;
+      } finally {
+        // The session's end lets the lock go.
+        await client.end().catch(() => undefined);
+      }
+    },
     async migrate() {
       const applied = await migratePostgres(databaseUrl);
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it

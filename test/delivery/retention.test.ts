@@ -133,6 +133,30 @@ describe.each(storeKinds())('emails past their retention on %s', (kind) => {
     expect(a.removed + b.removed).toBeGreaterThanOrEqual(6);
   });
 
+  it.skipIf(kind !== 'postgres')(
+    "one process's run at a time: a run while another's is under way walks nothing and says so",
+    async () => {
+      const { ids } = await sentEmails(2, 'alone');
+      const cutoff = await now();
+      // Another process's run, as the store sees it: the same lock, held on a session of its own.
+      let release!: () => void;
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      const other = ctx.t.ts.store.alone('email retention', async () => {
+        entered();
+        await new Promise<void>((r) => (release = r));
+      });
+      await inside;
+      expect(await retention(cutoff).run()).toEqual({ removed: 0, finished: false, elsewhere: true });
+      expect((await rowsOf(ids))[0]).toBe(2);
+      release();
+      await other;
+      const { elsewhere } = await retention(cutoff).run();
+      expect(elsewhere).toBeUndefined();
+      expect((await rowsOf(ids))[0]).toBe(0);
+    },
+  );
+
   it('a stop ends the run under way between slices', async () => {
     const { ids } = await sentEmails(6, 'stopped');
     const cutoff = await now();
