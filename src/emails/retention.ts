@@ -1,11 +1,12 @@
 // EMAIL_RETENTION_DAYS: emails that ended (sent, failed) are removed with their recipients and events once
 // their createdAt is that many days old. Each process that delivers runs it on a timer of its own, never
-// inside a delivery poll; on PostgreSQL one of them at a time (Store.alone). A run walks the email ids in order: they are UUID v7, so the oldest come first
-// and "made before the cutoff" is a bound on the primary key's index, whatever the organisations. Each
-// slice is read without a lock; its ended emails are deleted in a commit of their own, createdAt checked
-// again there (on PostgreSQL an id carries the time of the accepting host's clock, createdAt the
-// database's), followed by a pause, so a first run over years of mail takes about a fifth of the store's
-// writer. Emails still on their way stay, however old; the next run looks at them again.
+// inside a delivery poll; on PostgreSQL one of them at a time (Store.alone). A run walks the email ids in
+// order: they are UUID v7, so the oldest come first and "made before the cutoff" is a bound on the primary
+// key's index, whatever the organisations. Each slice is read without a lock; its ended emails are deleted
+// in a commit of their own, createdAt checked again there (on PostgreSQL an id carries the time of the
+// accepting host's clock, createdAt the database's), followed by a pause, so a first run over years of
+// mail takes about a fifth of the store's writer. Emails still on their way stay, however old; the next
+// run looks at them again.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Clock, firstIdAt } from '../clock.js';
