@@ -60,9 +60,9 @@ export interface Store {
   append(rows: readonly AppendRows<Database>[]): Promise<void>;
   /**
    * Runs fn, unless another process of this store is running fn under the same name: then undefined, at
-   * once. On PostgreSQL by a session advisory lock, held on a connection of its own while fn runs and let go
-   * with it (a process that dies lets it go too); on SQLite fn just runs (the processes of one data
-   * directory are a few at most).
+   * once. On PostgreSQL by an advisory lock, held on a connection of its own while fn runs and let go with
+   * it (a process that dies lets it go too); on SQLite fn just runs (the processes of one data directory
+   * are a few at most).
    */
   alone<T>(name: string, fn: () => Promise<T>): Promise<T | undefined>;
   /** Word between the processes of this store that API keys changed (key-changes.ts). */
@@ -546,13 +546,20 @@ function createPostgresStore(
     async alone(name, fn) {
       const client = await connectLong(databaseUrl);
       try {
+        // A transaction's lock, the transaction left open while fn runs: it ends with the transaction,
+        // also behind PgBouncer in transaction mode, which keeps a transaction on one server connection. A
+        // session's lock would stay on whichever server connection the pooler ran it on, after the run. Idle
+        // between statements, the transaction holds no snapshot (READ COMMITTED): it keeps VACUUM from
+        // nothing, and only this lock.
+        await client.query('set idle_in_transaction_session_timeout = 0');
+        await client.query('begin');
         const { rows } = await client.query<{ mine: boolean }>(
-          'select pg_try_advisory_lock(hashtext($1)) as mine',
+          'select pg_try_advisory_xact_lock(hashtext($1)) as mine',
           [`mailroom: ${name}`],
         );
         return rows[0]!.mine ? await fn() : undefined;
       } finally {
-        // The session's end lets the lock go.
+        await client.query('rollback').catch(() => undefined);
         await client.end().catch(() => undefined);
       }
     },
