@@ -23,6 +23,11 @@ const EVERY_MS = 10 * 60_000;
 const FIRST_RUN_MS = 60_000;
 /** After a run that failed (the store was unavailable), the next one starts this soon. */
 const RETRY_MS = 60_000;
+/**
+ * Runs in a row that found another process's under way before that is worth a warning: an hour of them
+ * (a run lasts minutes at most once the first is done), which a holder that is stuck would explain.
+ */
+const ELSEWHERE_WARN_RUNS = 6;
 /** Emails read a slice; the ended ones among them are deleted in one commit (about 5 ms on SQLite). */
 const SLICE = 100;
 /** The pause after each slice's delete: four times as long as the delete took, within these bounds. */
@@ -54,6 +59,8 @@ export interface RunResult {
 export class EmailRetention {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  /** Runs in a row that found another process's run under way (Store.alone). */
+  private elsewhere = 0;
   /** Aborted by stop(): ends a run's walk after its statement, and its pause at once. */
   private stopping = new AbortController();
 
@@ -78,17 +85,21 @@ export class EmailRetention {
    * them as they go, so a run that fails halfway can still say how many it removed.
    */
   async run(progress: { removed: number } = { removed: 0 }): Promise<RunResult> {
-    const ran = await this.o.store.alone('email retention', () => this.walk(progress));
+    if (this.stopping.signal.aborted) return { removed: 0, finished: false };
+    const ran = await this.o.store.alone('email retention', (held) => this.walk(progress, held));
     return ran ?? { removed: 0, finished: false, elsewhere: true };
   }
 
-  private async walk(progress: { removed: number }): Promise<RunResult> {
+  /** `held`: whether this run still has the store to itself (Store.alone); it stops when not. */
+  private async walk(progress: { removed: number }, held: () => Promise<boolean>): Promise<RunResult> {
     const cutoff = new Date(this.o.clock.now().getTime() - this.o.days * DAY_MS);
     const below = firstIdAt(cutoff);
     const before = cutoff.toISOString();
     const slice = this.o.slice ?? SLICE;
     let after = '';
     while (!this.stopping.signal.aborted) {
+      // Its lock lost (the connection that held it ended): another process's run may have begun.
+      if (!(await held())) return { removed: progress.removed, finished: false };
       const rows = await repo.emailsInIdOrder(this.o.store.db, after, below, slice);
       if (rows.length === 0) return { removed: progress.removed, finished: true };
       after = rows[rows.length - 1]!.id;
@@ -124,7 +135,16 @@ export class EmailRetention {
     let next = EVERY_MS;
     try {
       const { removed, finished, elsewhere } = await this.run(progress);
-      if (elsewhere) logger.debug('removing emails past their retention: another process is at it');
+      this.elsewhere = elsewhere ? this.elsewhere + 1 : 0;
+      if (elsewhere && this.elsewhere % ELSEWHERE_WARN_RUNS === 0)
+        logger.warn(
+          {
+            runs: this.elsewhere,
+            holder: "application_name 'mailroom: email retention' in pg_stat_activity",
+          },
+          'removing emails past their retention: for an hour of runs another process has held the lock (stuck?)',
+        );
+      else if (elsewhere) logger.debug('removing emails past their retention: another process is at it');
       else if (!finished)
         logger.info({ removed, retentionDays: days }, 'removing emails past their retention: stopped');
       else if (removed > 0)

@@ -61,10 +61,11 @@ export interface Store {
   /**
    * Runs fn, unless another process of this store is running fn under the same name: then undefined, at
    * once. On PostgreSQL by an advisory lock, held on a connection of its own while fn runs and let go with
-   * it (a process that dies lets it go too); on SQLite fn just runs (the processes of one data directory
-   * are a few at most).
+   * it, or when the process holding it dies or stops answering (aloneOnPostgres); fn asks `held()` now and
+   * then whether it still has the lock (it keeps it, too), and stops when not. On SQLite fn just runs (the
+   * processes of one data directory are a few at most).
    */
-  alone<T>(name: string, fn: () => Promise<T>): Promise<T | undefined>;
+  alone<T>(name: string, fn: (held: () => Promise<boolean>) => Promise<T>): Promise<T | undefined>;
   /** Word between the processes of this store that API keys changed (key-changes.ts). */
   readonly keyChanges: KeyChanges;
   /** Brings the schema up to date: the migrations it applied, and what went less well than it should. */
@@ -206,7 +207,7 @@ function createSqliteStore(options: StoreOptions): Store {
     write: (fn) => group.run(fn),
     // The worker's claims, leases and results: as many rows as it has emails in hand.
     batch: (fn) => group.run(fn, { small: true }),
-    alone: (_name, fn) => fn(),
+    alone: (_name, fn) => fn(() => Promise.resolve(true)),
     append: (rows) => appender.append(rows),
     async migrate() {
       const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
@@ -452,6 +453,83 @@ function dropOldTrigramIndex(
 }
 
 /**
+ * How long the transaction that holds a Store.alone lock may sit without a statement before the server
+ * ends it, and the lock with it: a holder frozen (SIGSTOP, a paused VM) or cut off lets others in after
+ * this, not after the hours TCP takes to notice. A holder asks `held()` far more often than this.
+ */
+const ALONE_IDLE_S = 60;
+
+/**
+ * Store.alone on PostgreSQL: a transaction's advisory lock (pg_try_advisory_xact_lock), the transaction
+ * left open while fn runs. It ends with the transaction, behind PgBouncer in transaction mode too, which
+ * keeps a transaction on one server connection (a session's lock stays on whichever server connection ran
+ * it, after the run). Idle between statements the transaction has no xid and no snapshot (READ
+ * COMMITTED): it holds back no VACUUM, and holds only the lock. Its settings are SET LOCAL, so that none
+ * of them stays on a server connection a pooler hands Mailroom's pool next. `pg_stat_activity` shows the
+ * holder by its application_name, `mailroom: <name>`.
+ */
+async function aloneOnPostgres<T>(
+  databaseUrl: string,
+  queryTimeoutMs: number,
+  name: string,
+  fn: (held: () => Promise<boolean>) => Promise<T>,
+): Promise<T | undefined> {
+  const client = new (loadPg().Client)({
+    connectionString: databaseUrl,
+    connectionTimeoutMillis: 5_000,
+    // A server that stops answering fails the statement instead of holding the run (and its stop) forever.
+    query_timeout: queryTimeoutMs,
+    keepAlive: true,
+  });
+  client.on('error', () => undefined);
+  let ended = false;
+  client.on('end', () => (ended = true));
+  // A connection that failed leaves nothing open.
+  await client.connect();
+  try {
+    await client.query('begin');
+    // Literals only: SET takes no parameters.
+    const label = `mailroom: ${name}`.replace(/'/g, "''");
+    await client.query(
+      `set local idle_in_transaction_session_timeout = '${ALONE_IDLE_S}s'; set local application_name = '${label}'`,
+    );
+    const { rows } = await client.query<{ mine: boolean }>(
+      'select pg_try_advisory_xact_lock(hashtext($1)) as mine',
+      [`mailroom: ${name}`],
+    );
+    if (!rows[0]!.mine) return undefined;
+    return await fn(async () => {
+      if (ended) return false;
+      try {
+        await client.query('select 1');
+        return true;
+      } catch {
+        return false;
+      }
+    });
+  } finally {
+    await endWithin(client, queryTimeoutMs);
+  }
+}
+
+/**
+ * Rolls back and closes the client, or drops its socket if that takes longer than `ms` (a server that
+ * stopped answering): pg's end() waits for the server to close the connection.
+ */
+async function endWithin(client: PgClient, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), ms)));
+  const ending = (async () => {
+    await client.query('rollback').catch(() => undefined);
+    await client.end().catch(() => undefined);
+    return false;
+  })();
+  if (await Promise.race([ending, late]))
+    (client as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+  clearTimeout(timer);
+}
+
+/**
  * A client whose query got no answer within the pool's query_timeout (a server that stopped answering, a
  * statement that ignored its statement_timeout) still has that query running, inside whatever transaction
  * it was in: kysely's ROLLBACK would wait behind it and time out too, and the pool would hand the client to
@@ -543,26 +621,7 @@ function createPostgresStore(
     write: (fn) => retryingConflicts(() => db.transaction().execute(fn)),
     snapshot: (fn) =>
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
-    async alone(name, fn) {
-      const client = await connectLong(databaseUrl);
-      try {
-        // A transaction's lock, the transaction left open while fn runs: it ends with the transaction,
-        // also behind PgBouncer in transaction mode, which keeps a transaction on one server connection. A
-        // session's lock would stay on whichever server connection the pooler ran it on, after the run. Idle
-        // between statements, the transaction holds no snapshot (READ COMMITTED): it keeps VACUUM from
-        // nothing, and only this lock.
-        await client.query('set idle_in_transaction_session_timeout = 0');
-        await client.query('begin');
-        const { rows } = await client.query<{ mine: boolean }>(
-          'select pg_try_advisory_xact_lock(hashtext($1)) as mine',
-          [`mailroom: ${name}`],
-        );
-        return rows[0]!.mine ? await fn() : undefined;
-      } finally {
-        await client.query('rollback').catch(() => undefined);
-        await client.end().catch(() => undefined);
-      }
-    },
+    alone: (name, fn) => aloneOnPostgres(databaseUrl, queryTimeoutMs, name, fn),
     async migrate() {
       const applied = await migratePostgres(databaseUrl);
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it

@@ -138,7 +138,7 @@ describe.each(storeKinds())('emails past their retention on %s', (kind) => {
     async () => {
       const { ids } = await sentEmails(2, 'alone');
       const cutoff = await now();
-      // Another process's run, as the store sees it: the same lock, held on a session of its own.
+      // Another process's run, as the store sees it: the same lock, held on a connection of its own.
       let release!: () => void;
       let entered!: () => void;
       const inside = new Promise<void>((r) => (entered = r));
@@ -147,13 +147,51 @@ describe.each(storeKinds())('emails past their retention on %s', (kind) => {
         await new Promise<void>((r) => (release = r));
       });
       await inside;
-      expect(await retention(cutoff).run()).toEqual({ removed: 0, finished: false, elsewhere: true });
-      expect((await rowsOf(ids))[0]).toBe(2);
-      release();
-      await other;
+      try {
+        expect(await retention(cutoff).run()).toEqual({ removed: 0, finished: false, elsewhere: true });
+        expect((await rowsOf(ids))[0]).toBe(2);
+      } finally {
+        release();
+        await other;
+      }
       const { elsewhere } = await retention(cutoff).run();
       expect(elsewhere).toBeUndefined();
       expect((await rowsOf(ids))[0]).toBe(0);
+    },
+  );
+
+  it.skipIf(kind !== 'postgres')(
+    'the lock goes with a run that fails, and a run whose lock connection ends stops walking',
+    async () => {
+      const store = ctx.t.ts.store;
+      await expect(
+        store.alone('email retention', () => Promise.reject(new Error('a failed run'))),
+      ).rejects.toThrow('a failed run');
+      expect(await store.alone('email retention', () => Promise.resolve('ran'))).toBe('ran');
+
+      const { ids } = await sentEmails(6, 'cut');
+      const cutoff = await now();
+      const killer = new pg.Client({ connectionString: ctx.t.ts.databaseUrl });
+      await killer.connect();
+      try {
+        // Slices of one, each delete followed by a pause of 20 ms or more: the run is still walking when
+        // its lock's connection is ended, as a server restart or a pooler would end it.
+        const running = retention(cutoff, { slice: 1 }).run();
+        await expect.poll(() => rowsOf(ids).then((n) => n[0]), { interval: 2 }).toBeLessThan(6);
+        const { rowCount } = await killer.query(
+          "select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'mailroom: email retention'",
+        );
+        expect(rowCount).toBe(1);
+        const { finished, elsewhere } = await running;
+        expect(finished).toBe(false);
+        expect(elsewhere).toBeUndefined();
+        expect((await rowsOf(ids))[0]).toBeGreaterThan(0);
+        // The lock went with its connection: the next run has it, and removes the rest.
+        expect((await retention(cutoff).run()).finished).toBe(true);
+        expect((await rowsOf(ids))[0]).toBe(0);
+      } finally {
+        await killer.end();
+      }
     },
   );
 
