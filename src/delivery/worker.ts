@@ -164,7 +164,8 @@ export class DeliveryWorker {
     if (!finished) {
       this.abandoned = true;
       // What was still going on: a claim (its emails are claimed again after their lease), sends (the same),
-      // a removal of emails past their retention (its statement ends with the store).
+      // a removal of emails past their retention (it ends after its statement; on PostgreSQL its lock's
+      // connection within twice the store's query timeout).
       this.o.logger.warn(
         { claiming: this.ticking !== undefined, inflight: this.inflight.size, removing },
         'delivery stopped before all it was doing ended; emails claimed or in flight are sent again after their lease',

@@ -24,8 +24,8 @@ const FIRST_RUN_MS = 60_000;
 /** After a run that failed (the store was unavailable), the next one starts this soon. */
 const RETRY_MS = 60_000;
 /**
- * Runs in a row that found another process's under way before that is worth a warning: an hour of them
- * (a run lasts minutes at most once the first is done), which a holder that is stuck would explain.
+ * Runs in a row that found another process's under way before that is worth a warning: about 50 minutes
+ * of them (a run lasts minutes at most once the first over a backlog is done).
  */
 const ELSEWHERE_WARN_RUNS = 6;
 /** Emails read a slice; the ended ones among them are deleted in one commit (about 5 ms on SQLite). */
@@ -99,7 +99,13 @@ export class EmailRetention {
     let after = '';
     while (!this.stopping.signal.aborted) {
       // Its lock lost (the connection that held it ended): another process's run may have begun.
-      if (!(await held())) return { removed: progress.removed, finished: false };
+      if (!(await held())) {
+        this.o.logger.warn(
+          { removed: progress.removed },
+          'removing emails past their retention: the connection holding its lock ended; the next run goes on',
+        );
+        return { removed: progress.removed, finished: false };
+      }
       const rows = await repo.emailsInIdOrder(this.o.store.db, after, below, slice);
       if (rows.length === 0) return { removed: progress.removed, finished: true };
       after = rows[rows.length - 1]!.id;
@@ -142,7 +148,7 @@ export class EmailRetention {
             runs: this.elsewhere,
             holder: "application_name 'mailroom: email retention' in pg_stat_activity",
           },
-          'removing emails past their retention: for an hour of runs another process has held the lock (stuck?)',
+          'removing emails past their retention: another process has held the lock at each of the last six tries (a long first run over a backlog, or a holder that is stuck)',
         );
       else if (elsewhere) logger.debug('removing emails past their retention: another process is at it');
       else if (!finished)

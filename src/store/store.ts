@@ -479,7 +479,9 @@ async function aloneOnPostgres<T>(
     connectionTimeoutMillis: 5_000,
     // A server that stops answering fails the statement instead of holding the run (and its stop) forever.
     query_timeout: queryTimeoutMs,
+    // And a host that vanished is noticed by TCP within a minute or so, not the system's two hours.
     keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
   });
   client.on('error', () => undefined);
   let ended = false;

@@ -177,9 +177,13 @@ describe.each(storeKinds())('emails past their retention on %s', (kind) => {
         // Slices of one, each delete followed by a pause of 20 ms or more: the run is still walking when
         // its lock's connection is ended, as a server restart or a pooler would end it.
         const running = retention(cutoff, { slice: 1 }).run();
-        await expect.poll(() => rowsOf(ids).then((n) => n[0]), { interval: 2 }).toBeLessThan(6);
+        await expect
+          .poll(() => rowsOf(ids).then((n) => n[0]), { interval: 2, timeout: 10_000 })
+          .toBeLessThan(6);
+        // This test's database only: other runs may share the server.
         const { rowCount } = await killer.query(
-          "select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'mailroom: email retention'",
+          `select pg_terminate_backend(pid) from pg_stat_activity
+            where application_name = 'mailroom: email retention' and datname = current_database()`,
         );
         expect(rowCount).toBe(1);
         const { finished, elsewhere } = await running;
