@@ -490,14 +490,15 @@ async function aloneOnPostgres<T>(
   await client.connect();
   try {
     await client.query('begin');
+    const tag = `mailroom: ${name}`;
     // Literals only: SET takes no parameters.
-    const label = `mailroom: ${name}`.replace(/'/g, "''");
+    const label = tag.replace(/'/g, "''");
     await client.query(
       `set local idle_in_transaction_session_timeout = '${ALONE_IDLE_S}s'; set local application_name = '${label}'`,
     );
     const { rows } = await client.query<{ mine: boolean }>(
       'select pg_try_advisory_xact_lock(hashtext($1)) as mine',
-      [`mailroom: ${name}`],
+      [tag],
     );
     if (!rows[0]!.mine) return undefined;
     return await fn(async () => {
