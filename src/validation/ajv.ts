@@ -107,6 +107,14 @@ function tooManyEntries(data: unknown): boolean {
   return false;
 }
 
+/** The parameters of a query the route reads (`names`), without the others. */
+function readParameters(query: unknown, names: readonly string[]): unknown {
+  if (!isObject(query)) return query;
+  const read: Record<string, unknown> = {};
+  for (const name of names) if (Object.hasOwn(query, name)) read[name] = query[name];
+  return read;
+}
+
 /** The first MAX_DETAILS details, and one that counts those left out. */
 function capped(details: ErrorDetail[], part: string): ErrorDetail[] {
   if (details.length <= MAX_DETAILS) return details;
@@ -158,7 +166,11 @@ export function createValidatorCompiler(): FastifySchemaCompiler<unknown> {
         }
       }
       // Walked before the rules: they may serialise values, which a deeply nested one would overflow.
-      const shallow = part === 'headers' || characterDetails(data, details);
+      // A query parameter the route does not read is ignored however it is written (a NUL in `?utm=`
+      // included), as its broken %-encoding is.
+      const shallow =
+        part === 'headers' ||
+        characterDetails(part === 'querystring' ? readParameters(data, declared) : data, details);
       // Pushed one by one: spread into push, a hundred thousand details overflow the stack.
       if (!validate(data)) for (const d of toDetails(data, validate.errors ?? [])) details.push(d);
       if (rules && shallow && isObject(data)) {

@@ -131,6 +131,17 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       (await t.call({ method: 'GET', url: '/api/v1/contacts?utm=50%off&x%ZZ=1', auth })).statusCode,
     ).toBe(200);
     expect((await t.call({ method: 'GET', url: '/api/v1/lists?utm=50%off', auth })).statusCode).toBe(200);
+    // Nor do characters no store keeps, in its value or its name, make a 400 of it.
+    for (const url of [
+      '/api/v1/contacts?utm=a%00b',
+      '/api/v1/emails?x%00=1&utm=%ED%A0%80',
+      '/api/v1/lists?u=%00&u=1',
+    ])
+      expect((await t.call({ method: 'GET', url, auth })).statusCode, url).toBe(200);
+    // The ones it reads still are.
+    expect400(await t.call({ method: 'GET', url: '/api/v1/contacts?tag=a%00&utm=%00', auth }), 'contacts', [
+      'tag',
+    ]);
     const del = await t.call({ method: 'DELETE', url: '/api/v1/contacts?email=50%off%2Bq@acme.test', auth });
     expect400(del, 'contacts', ['email']);
   });
