@@ -36,8 +36,21 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
       // A key sent where keys do not go (a query string, a path) would otherwise be logged with the URL.
       serializers: { req: serializeRequest },
     },
-    pino.destination({ dest: toStderr ? 2 : 1, sync: false }),
+    logDestination(toStderr ? 2 : 1),
   );
+}
+
+/**
+ * pino's asynchronous destination (sonic-boom), handed each line as a Buffer. Given text, it appends each line
+ * to the chunk waiting to be written and measures the whole chunk's bytes again (up to 16 KiB, a string
+ * copied flat each time): a third of what a request's log line cost under load. As Buffers, lines are
+ * measured once and joined once, when written.
+ */
+function logDestination(fd: number): ReturnType<typeof pino.destination> {
+  const destination = pino.destination({ dest: fd, sync: false, contentMode: 'buffer' });
+  const writeBuffer = destination.write.bind(destination) as unknown as (line: Buffer) => boolean;
+  destination.write = (line: string) => writeBuffer(Buffer.from(line));
+  return destination;
 }
 
 const KEY_TEXT = /mr_[A-Za-z0-9_-]{8,}/g;
