@@ -126,8 +126,13 @@ export class ContactsService {
   async page(orgId: string, query: Page & repo.ContactFilter) {
     const { page, limit, email, tag, unsubscribed } = query;
     // An empty `email` or `tag` (`?tag=`, as query builders send an unset field) filters nothing; an empty
-    // `unsubscribed` was refused by its schema (true or false only, as the contract says).
-    const filter: repo.ContactFilter = { email: email || undefined, tag: tag || undefined, unsubscribed };
+    // `unsubscribed` was refused by its schema (true or false only, as the contract says). The email is
+    // trimmed, as every address that looks a contact up is: no address holds a space to match.
+    const filter: repo.ContactFilter = {
+      email: email?.trim() || undefined,
+      tag: tag || undefined,
+      unsubscribed,
+    };
     // An email substring alone: its total and pages are kept under the version of the organisation's
     // addresses (kept-searches.ts). The version is read first, before the page and the count. A write
     // committed between the two reads may be in what is kept under that version, but it moved the version

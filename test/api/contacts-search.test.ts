@@ -116,6 +116,18 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
     }
   });
 
+  it('trims the term, as every address that looks a contact up is trimmed', async () => {
+    // `+` is a space in a query string; no address holds one.
+    const got = await search({ email: ' \tUSER12 ', limit: '100' });
+    expect(got.ids).toEqual(expected('user12').map((r) => r.id));
+    expect(got.pagination.total).toBe(expected('user12').length);
+    const url = '/api/v1/contacts?email=+user12+&limit=100';
+    const plus = (await t.call({ method: 'GET', url, auth })).json() as { contacts: { id: string }[] };
+    expect(plus.contacts.map((c) => c.id)).toEqual(got.ids);
+    // Spaces alone are an empty filter: none at all, as `?email=` is.
+    expect((await search({ email: '  ' })).pagination.total).toBe(rows.length);
+  });
+
   it('one- and two-character terms match too', async () => {
     for (const term of ['9', 'r2', '@d', 'Q', 'zz']) await expectPages(term, 20);
   });
