@@ -124,6 +124,11 @@ describe.each(storeKinds())('lists on %s', (kind) => {
     const a = await createContact(t, auth);
     const b = await createContact(t, auth);
     const url = `/api/v1/lists/${id}/contacts`;
+    const updatedAt = () =>
+      t.call({ method: 'GET', url: `/api/v1/lists/${id}`, auth }).then((r) => r.json().list.updatedAt);
+    const made = await updatedAt();
+    // Later than the list's own write by the millisecond timestamps it would show otherwise.
+    await new Promise((r) => setTimeout(r, 5));
     const add = await t.call({ method: 'POST', url, auth, payload: { contactIds: [a.id, 'missing', a.id] } });
     expect(add.statusCode).toBe(200);
     expect(Object.keys(add.json()).sort()).toEqual(['added', 'message', 'notFound', 'success']);
@@ -140,6 +145,8 @@ describe.each(storeKinds())('lists on %s', (kind) => {
     const rmAgain = await t.call({ method: 'DELETE', url, auth, payload: { contactIds: [a.id] } });
     expect(rmAgain.json().removed).toBe(0);
     expect((await getList(t, auth, id)).contactCount).toBe(1);
+    // Members come and go; the list itself (its name, its description) was not written (README).
+    expect(await updatedAt()).toBe(made);
   });
 
   it('any id up to 1024 characters is an id: unknown ones are listed in notFound, not refused', async () => {
