@@ -6,7 +6,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
 import { loadIoredis } from './optional-packages.js';
-import pino, { type Logger } from 'pino';
+import pino, { type Logger, type LoggerOptions } from 'pino';
 import { type Clock, uuidIds } from './clock.js';
 import { type Config, ConfigError } from './config.js';
 import { FileOutboxMailer } from './delivery/file-outbox.js';
@@ -18,32 +18,67 @@ import type { Store } from './store/store.js';
 
 /** Logs go to stdout, or to stderr when stdout is reserved for the CLI's --json answer. */
 export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false): Logger {
-  return pino(
-    {
-      level: config.logLevel,
-      // Keys and passwords never reach the log, whatever path they arrive by.
-      redact: {
-        paths: [
-          'req.headers.authorization',
-          'headers.authorization',
-          'authorization',
-          'key',
-          'password',
-          '*.password',
-        ],
-        censor: '[redacted]',
-      },
+  return pino(loggerOptions(config.logLevel), logDestination(toStderr ? 2 : 1));
+}
+
+/** The logger's options, wherever its lines go. */
+export function loggerOptions(level: string): LoggerOptions {
+  return {
+    level,
+    // Keys and passwords never reach the log, whatever path they arrive by: these fields censored
+    // wherever a line or a child logger has them (a serializer runs only for a field that is there)…
+    serializers: {
       // A key sent where keys do not go (a query string, a path) would otherwise be logged with the URL.
-      serializers: { req: serializeRequest },
+      req: serializeRequest,
+      authorization: censored,
+      password: censored,
+      key: censored,
     },
-    logDestination(toStderr ? 2 : 1),
+    // …and the secrets of any object in a line (`err.password`, `headers.authorization`).
+    formatters: { log: withoutNestedSecrets },
+  };
+}
+
+const censored = () => '[redacted]';
+/** Fields of an object in a log line whose value never reaches the log. */
+const NESTED_SECRETS = ['authorization', 'password'];
+
+/**
+ * A log line's fields with the `authorization` and `password` of any object among them censored, copied only
+ * where one is (and then only what holds it). pino's `redact`, which did this with a path `*.password`, ran
+ * that path on every field of every line: 3 µs of the 9 a request's line cost (a list GET at 50
+ * connections: 28 µs of CPU at warn, 37 at info, 33–34 with this). Runs before the serializers: `req`'s
+ * keeps no headers (serializeRequest), and an error's censored copy keeps its message and stack (it
+ * inherits them, and pino's error serializer reads fields through the prototype chain).
+ */
+export function withoutNestedSecrets(fields: Record<string, unknown>): Record<string, unknown> {
+  let out = fields;
+  for (const name in fields) {
+    const value = fields[name];
+    if (typeof value !== 'object' || value === null || !holdsSecret(value)) continue;
+    if (out === fields) out = { ...fields };
+    out[name] = censorIn(value);
+  }
+  return out;
+}
+
+function holdsSecret(value: object): boolean {
+  for (const name of NESTED_SECRETS) if (Object.hasOwn(value, name)) return true;
+  return false;
+}
+
+function censorIn(value: object): object {
+  const hidden = Object.fromEntries(
+    NESTED_SECRETS.filter((name) => Object.hasOwn(value, name)).map((name) => [name, censored()]),
   );
+  if (value instanceof Error) return Object.assign(Object.create(value) as object, hidden);
+  return { ...value, ...hidden };
 }
 
 /**
  * pino's asynchronous destination (sonic-boom), handed each line as a Buffer. Given text, it appends each line
  * to the chunk waiting to be written and measures the whole chunk's bytes again (up to 16 KiB, a string
- * copied flat each time): a third of what a request's log line cost under load. As Buffers, lines are
+ * copied flat each time): a quarter of what a request's log line cost under load. As Buffers, lines are
  * measured once and joined once, when written.
  */
 function logDestination(fd: number): ReturnType<typeof pino.destination> {
