@@ -202,6 +202,13 @@ export function freshBodies(make: () => unknown) {
   return [{ setupRequest: <R extends object>(req: R) => ({ ...req, body: JSON.stringify(make()) }) }];
 }
 
+/**
+ * The log level of every bench's server: `warn` unless BENCH_LOG_LEVEL says otherwise, so that the figures
+ * compare Mailroom's work with the bare route's, which logs nothing. At the default `info` each request
+ * writes a line (README, "Logs"), which `npm run bench` measures in a row of its own.
+ */
+export const BENCH_LOG_LEVEL = process.env.BENCH_LOG_LEVEL ?? 'warn';
+
 /** The server environment of every bench run: quiet logs, no rate limit in the way, the local SMTP sink. */
 export function benchEnv(
   dataDir: string,
@@ -211,7 +218,7 @@ export function benchEnv(
   return {
     DATA_DIR: dataDir,
     HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
+    LOG_LEVEL: BENCH_LOG_LEVEL,
     RATE_LIMIT_PER_MINUTE: '10000000',
     SMTP_URL: `smtp://127.0.0.1:${sinkPort}`,
     MAIL_FROM: 'Bench <bench@mailroom.test>',

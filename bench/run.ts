@@ -11,6 +11,7 @@ import { rawDeliveryRate, startSink } from './sink.js';
 import { renderChart } from './chart.js';
 import { writeSection } from './report.js';
 import {
+  BENCH_LOG_LEVEL,
   benchDataDir,
   benchEnv,
   cpuMicros,
@@ -35,11 +36,11 @@ if (!Number.isInteger(PAIRS) || PAIRS < 1) throw new Error(`BENCH_PAIRS must be 
 /** Delivery figures swing most on a shared machine: each is the median of this many runs. */
 const DELIVERY_RUNS = 3;
 /**
- * `BENCH_ONLY=create,send`: only those rows (list, page, create, send, delivery), printed and not written
+ * `BENCH_ONLY=create,send`: only those rows (list, list-info, page, create, send, delivery), printed and not written
  * to BENCHMARKS.md: a quick comparison while changing a hot path, never a figure for the report.
  */
 const ONLY = process.env.BENCH_ONLY?.split(',').map((s) => s.trim());
-const ROWS = ['list', 'page', 'create', 'send', 'delivery'];
+const ROWS = ['list', 'list-info', 'page', 'create', 'send', 'delivery'];
 for (const row of ONLY ?? []) {
   if (!ROWS.includes(row)) throw new Error(`BENCH_ONLY: ${row} is none of ${ROWS.join(', ')}`);
 }
@@ -142,6 +143,7 @@ async function main(): Promise<void> {
       target: number,
       opts: Partial<Cannon>,
       beforeEachPair: () => Promise<void> = async () => undefined,
+      pid = started.server.pid!,
     ) => {
       const pairs: { c: Awaited<ReturnType<typeof cannon>>; r: Awaited<ReturnType<typeof cannon>> }[] = [];
       for (let i = 0; i < PAIRS; i++) {
@@ -149,7 +151,7 @@ async function main(): Promise<void> {
         console.log(`measuring ${name} (${i + 1}/${PAIRS}), the bare route right before it…`);
         const c = await ceiling!.measure();
         ceilings.push(c);
-        pairs.push({ c, r: await cannon({ url: base, headers, ...opts }, started.server.pid!) });
+        pairs.push({ c, r: await cannon({ url: base, headers, ...opts }, pid) });
       }
       const ratios = pairs.map(({ c, r }) => r.rps / c.rps);
       // The median pair; of an even number, the lower of the middle two.
@@ -169,6 +171,29 @@ async function main(): Promise<void> {
       });
     };
     if (runs('list')) await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${listId}` });
+    // The same at the default log level, one line a request, from a second server on the same store (the
+    // cheapest request shows the log's cost most); left out when the whole bench runs at that level.
+    if (runs('list-info') && BENCH_LOG_LEVEL !== 'info') {
+      const infoPort = await freePort();
+      const logging = startChild(['bin/mailroom.js', 'serve', '--no-worker'], {
+        ...env,
+        PORT: String(infoPort),
+        LOG_LEVEL: 'info',
+      });
+      try {
+        await waitHealthy(`http://127.0.0.1:${infoPort}/health`);
+        const url = `http://127.0.0.1:${infoPort}/api/v1/lists/${listId}`;
+        await http(
+          `GET /api/v1/lists/:id, LOG_LEVEL=info (the default)`,
+          0.5,
+          { url },
+          undefined,
+          logging.pid,
+        );
+      } finally {
+        logging.kill('SIGTERM');
+      }
+    }
     if (runs('page')) {
       await http(`GET /api/v1/contacts?limit=20 (10k contacts)`, 0.3, {
         url: `${base}/api/v1/contacts?limit=20`,
@@ -299,7 +324,7 @@ function writeReport(
     '## Throughput against the ceilings',
     '',
     `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench\` on ${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, store: ${process.env.BENCH_DATABASE_URL ? 'PostgreSQL' : 'SQLite (WAL, synchronous=FULL)'}.`,
-    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key; the ceiling is a bare Fastify JSON route in its own process. Each row is ${PAIRS} pairs of runs back to back, the bare route for ${DURATION} s and then Mailroom (${m.ceiling.min}–${m.ceiling.max} req/s for the bare route over the run): the row shows the pair whose ratio is the median (the lower middle one of an even number), with the range of all its pairs' ratios in brackets, the worst pair's p99 and the errors of all pairs. The contact creates' pairs run one after another, so each later one inserts into the table the earlier ones grew (10k contacts before the first, about 200k more per pair); the send benchmark's backlog is delivered before each of its pairs. The CPU column is the server's CPU time (all threads, from /proc) per request during the run, with the bare route's in brackets: it moves less than req/s when other work shares the machine, though it still grows when the box is busy. Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) in a process of its own, into the same local SMTP sink, which runs in a process of its own too (median of ${DELIVERY_RUNS} runs ${m.rawDelivery.median} msg/s, range ${m.rawDelivery.min}–${m.rawDelivery.max}); Mailroom's end-to-end runs, each right after a raw one, ranged ${m.e2e.min}–${m.e2e.max} msg/s, each timed from its first request to the sink's receipt of its last message. The machine is shared and noisy: compare ratios, not absolute numbers.`,
+    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key, logging at \`${BENCH_LOG_LEVEL}\` (the row marked \`info\` at the default level, one line a request, from a second server process on the same store); the ceiling is a bare Fastify JSON route in its own process. Each row is ${PAIRS} pairs of runs back to back, the bare route for ${DURATION} s and then Mailroom (${m.ceiling.min}–${m.ceiling.max} req/s for the bare route over the run): the row shows the pair whose ratio is the median (the lower middle one of an even number), with the range of all its pairs' ratios in brackets, the worst pair's p99 and the errors of all pairs. The contact creates' pairs run one after another, so each later one inserts into the table the earlier ones grew (10k contacts before the first, about 200k more per pair); the send benchmark's backlog is delivered before each of its pairs. The CPU column is the server's CPU time (all threads, from /proc) per request during the run, with the bare route's in brackets: it moves less than req/s when other work shares the machine, though it still grows when the box is busy. Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) in a process of its own, into the same local SMTP sink, which runs in a process of its own too (median of ${DELIVERY_RUNS} runs ${m.rawDelivery.median} msg/s, range ${m.rawDelivery.min}–${m.rawDelivery.max}); Mailroom's end-to-end runs, each right after a raw one, ranged ${m.e2e.min}–${m.e2e.max} msg/s, each timed from its first request to the sink's receipt of its last message. The machine is shared and noisy: compare ratios, not absolute numbers.`,
     '',
     '| what | throughput | p99 ms | errors | ceiling | ratio | target | server CPU µs/req (bare route) |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
