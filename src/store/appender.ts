@@ -35,6 +35,16 @@ type Retrying = (write: () => Promise<void>) => Promise<void>;
 const MAX_JOBS = 500;
 /** Errors of batches whose rows may or may not be in (writeOrFind): not written again alone. */
 const unwritable = new WeakSet<Error>();
+/**
+ * Looks for a batch's rows (writeOrFind) that fail at once, as a new connection cut by the same fault that
+ * lost the write's answer, are tried again, this many times in all, LOOK_RETRY_MS apart and then twice
+ * that: answered 503 on one such failure, an email that was in and went out was sent twice by a client
+ * that retried without a key (a helper's proxy cut connections at random). One that failed slowly (a
+ * timeout) is not: the store is slow or gone, and a caller would wait as long again.
+ */
+const LOOK_TRIES = 3;
+const LOOK_RETRY_MS = 50;
+const LOOK_QUICK_MS = 1_000;
 /** Bound values per statement, under SQLite's 32,766 and PostgreSQL's 65,535. */
 const MAX_PARAMETERS = 30_000;
 
@@ -108,7 +118,7 @@ export class Appender<DB> {
       for (const job of batch) job.unsure = true;
       let found: boolean;
       try {
-        found = await this.committed(batch[0]!);
+        found = await this.lookFor(batch[0]!);
       } catch (lookupErr) {
         // Whether the rows are in cannot be told: an outage to each caller, never the collision (it may
         // be with the caller's own rows), and not written again alone, each into the same outage.
@@ -132,6 +142,20 @@ export class Appender<DB> {
           return this.writeOrFind(batch);
         }
         throw err;
+      }
+    }
+  }
+
+  /** committed(), tried again while it fails at once (LOOK_TRIES). */
+  private async lookFor(job: Job): Promise<boolean> {
+    for (let tries = 1; ; tries++) {
+      const started = performance.now();
+      try {
+        return await this.committed(job);
+      } catch (err) {
+        const quick = performance.now() - started < LOOK_QUICK_MS;
+        if (tries >= LOOK_TRIES || !quick || !isStoreUnavailable(err)) throw err;
+        await new Promise((resolve) => setTimeout(resolve, LOOK_RETRY_MS * tries));
       }
     }
   }

@@ -14,6 +14,8 @@ export interface PgProxy {
    * the message, answered or not, or at cutNow() when `afterMs` is Infinity.
    */
   loseAnswerTo(text: string, afterMs?: number): void;
+  /** loseAnswerTo each text in turn: the next is armed once the one before has lost its answer. */
+  loseAnswersTo(texts: string[]): void;
   /** Cuts the connections that lost an answer armed with Infinity. */
   cutNow(): void;
   /**
@@ -45,6 +47,8 @@ export interface PgProxy {
 export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   const target = new URL(databaseUrl);
   let armed: { text: Buffer; afterMs: number | undefined } | undefined;
+  /** Texts armed after `armed` (loseAnswersTo). */
+  let queued: string[] = [];
   let lost = 0;
   let holding: { text: Buffer; ms: number } | undefined;
   let delivered = 0;
@@ -110,7 +114,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
         if (armed.afterMs === undefined) cutOnAnswer = true;
         else if (Number.isFinite(armed.afterMs)) setTimeout(() => client.destroy(), armed.afterMs);
         else waiting.add(client);
-        armed = undefined;
+        const next = queued.shift();
+        armed = next === undefined ? undefined : { text: Buffer.from(next), afterMs: undefined };
         cut = true;
         lost++;
       }
@@ -128,6 +133,11 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     url: url.toString(),
     loseAnswerTo(text, afterMs) {
       armed = { text: Buffer.from(text), afterMs };
+      queued = [];
+    },
+    loseAnswersTo([first, ...rest]) {
+      armed = first === undefined ? undefined : { text: Buffer.from(first), afterMs: undefined };
+      queued = rest;
     },
     get lost() {
       return lost;
@@ -137,6 +147,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     disarm() {
       armed = undefined;
+      queued = [];
       holding = undefined;
     },
     cutNow() {

@@ -68,6 +68,18 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       ),
     );
 
+  /** The ids of the stored emails whose subject begins with `tag` and a space, in order. */
+  const storedEmails = async (tag: string) =>
+    (
+      await direct.db
+        .selectFrom('emails')
+        .select('id')
+        .where('subject', 'like', `${tag} %`)
+        .orderBy('id')
+        .execute()
+    ).map((r) => r.id);
+  const idOf = (res: { json: () => unknown } | undefined) => (res!.json() as { id: string }).id;
+
   it('answers an accepted email as accepted, alone or in a batch, and keeps it once', async () => {
     for (const n of [1, 8]) {
       const tag = `lost-${n}`;
@@ -76,15 +88,18 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       const answers = await sends(n, tag);
       expect(proxy.lost).toBe(before + 1);
       for (const res of answers) expect(res.statusCode, res.body).toBe(200);
-      const ids = answers.map((res) => (res.json() as { id: string }).id).sort();
-      const stored = await direct.db
-        .selectFrom('emails')
-        .select('id')
-        .where('subject', 'like', `${tag} %`)
-        .orderBy('id')
-        .execute();
-      expect(stored.map((r) => r.id)).toEqual(ids);
+      expect(await storedEmails(tag)).toEqual(answers.map(idOf).sort());
     }
+  });
+
+  it('looks again for an email whose look failed at once, and answers it as accepted', async () => {
+    const before = proxy.lost;
+    // The write's answer lost, then the look's (the connection cut as it answers: a quick failure).
+    proxy.loseAnswersTo(['into "emails"', 'as "one" from "emails"']);
+    const [res] = await sends(1, 'looked-again').finally(() => proxy.disarm());
+    expect(proxy.lost).toBe(before + 2);
+    expect(res!.statusCode, res!.body).toBe(200);
+    expect(await storedEmails('looked-again')).toEqual([idOf(res)]);
   });
 
   it('looks an email whose answer never comes up on another connection than the one that waited', async () => {
@@ -95,12 +110,7 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
     try {
       const [res] = await sends(1, 'silent');
       expect(res!.statusCode, res!.body).toBe(200);
-      const stored = await direct.db
-        .selectFrom('emails')
-        .select('id')
-        .where('subject', 'like', 'silent %')
-        .execute();
-      expect(stored.map((r) => r.id)).toEqual([(res!.json() as { id: string }).id]);
+      expect(await storedEmails('silent')).toEqual([idOf(res)]);
     } finally {
       proxy.cutNow();
     }
@@ -116,12 +126,7 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
     // The 200 is true: the second write is in (the held one, sent on late, collides with it).
     await eventually(() => proxy.delivered === before + 1, 10_000, 'the held request to be sent on');
     const id = (res!.json() as { id: string }).id;
-    const stored = await direct.db
-      .selectFrom('emails')
-      .select('id')
-      .where('subject', 'like', 'late %')
-      .execute();
-    expect(stored.map((r) => r.id)).toEqual([id]);
+    expect(await storedEmails('late')).toEqual([id]);
   });
 
   it('does not write again an email whose statement PostgreSQL itself stopped', async () => {
@@ -141,8 +146,7 @@ describe.skipIf(noPostgres())('an answer PostgreSQL gave and the network lost', 
       await holder.query('rollback');
       await holder.end();
     }
-    const stored = await direct.db.selectFrom('emails').select('id').where('subject', 'like', 'stopped %');
-    expect(await stored.execute()).toEqual([]);
+    expect(await storedEmails('stopped')).toEqual([]);
   });
 
   it('answers a created contact as created, alone or in a batch, and keeps it once', async () => {
