@@ -1,11 +1,10 @@
-// What the logger writes of fields that hold secrets: censored at the top of a line (or of a child logger's
-// fields) and in an object there; everything else as it was, errors with their message and stack.
+// What the logger writes of fields that hold secrets: censored at the top of a line or of a child logger's
+// fields, and in an object there; everything else as it was, errors with their message, stack and fields.
 import { Writable } from 'node:stream';
-import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { loggerOptions, withoutNestedSecrets } from '../../src/runtime.js';
+import { makeLogger, withoutNestedSecrets } from '../../src/runtime.js';
 
-/** A logger with the server's options whose lines are kept, parsed. */
+/** A logger as the server makes it, whose lines are kept, parsed. */
 function capture() {
   const lines: Record<string, unknown>[] = [];
   const sink = new Writable({
@@ -14,7 +13,7 @@ function capture() {
       done();
     },
   });
-  return { logger: pino(loggerOptions('info'), sink), lines };
+  return { logger: makeLogger('info', sink), lines };
 }
 
 const flushed = () => new Promise((r) => setImmediate(r));
@@ -35,8 +34,8 @@ describe('log secrets', () => {
       },
       'something',
     );
-    const child = logger.child({ key: 'mr_secret', password: 'hunter2', reqId: 'r1' });
-    child.warn({ auth: { password: 'hunter2' } }, 'child');
+    const child = logger.child({ key: 'mr_secret', smtp: { password: 'hunter2' }, reqId: 'r1' });
+    child.child({ password: 'hunter2' }).warn({ auth: { password: 'hunter2' } }, 'child');
     await flushed();
     expect(JSON.stringify(lines)).not.toMatch(/hunter2|mr_secret/);
     expect(lines[0]).toMatchObject({
@@ -52,12 +51,40 @@ describe('log secrets', () => {
     expect((lines[0]!.err as { stack: string }).stack).toContain('relay refused');
     expect(lines[1]).toMatchObject({
       key: '[redacted]',
+      smtp: { password: '[redacted]' },
       password: '[redacted]',
       reqId: 'r1',
       auth: { password: '[redacted]' },
     });
     // What was logged is left as it was.
     expect(err.password).toBe('hunter2');
+  });
+
+  it('censors what an error or a value would show however it comes by it', async () => {
+    const { logger, lines } = capture();
+    class Inherits extends Error {}
+    (Inherits.prototype as unknown as { password: string }).password = 'hunter2';
+    const looped = Object.assign(new Error('looped'), { password: 'hunter2' }) as Error & { self?: Error };
+    looped.self = looped;
+    const withJson = {
+      password: 'x',
+      token: 'hunter2',
+      toJSON: () => ({ id: 1, password: 'hunter2' }),
+    };
+    logger.error({ err: new Inherits('inherited') }, 'a');
+    logger.error(looped, 'b');
+    logger.warn(
+      { error: Object.assign(new Error('other key'), { code: 'EAUTH', password: 'hunter2' }) },
+      'c',
+    );
+    logger.info({ thing: withJson }, 'd');
+    await flushed();
+    expect(JSON.stringify(lines)).not.toMatch(/hunter2/);
+    expect(lines[0]).toMatchObject({ err: { message: 'inherited', password: '[redacted]' } });
+    expect(lines[1]).toMatchObject({ err: { message: 'looped', password: '[redacted]' } });
+    // Under another key an error shows its own fields, as JSON would, the secret censored.
+    expect(lines[2]).toMatchObject({ error: { code: 'EAUTH', password: '[redacted]' } });
+    expect(lines[3]).toMatchObject({ thing: { id: 1, password: '[redacted]' } });
   });
 
   it('copies nothing when nothing is secret', () => {
