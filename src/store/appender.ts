@@ -42,7 +42,7 @@ const unwritable = new WeakSet<Error>();
  * that retried without a key (a helper's proxy cut connections at random). One that failed slowly (a
  * timeout) is not: the store is slow or gone, and a caller would wait as long again.
  */
-const LOOK_TRIES = 3;
+export const LOOK_TRIES = 3;
 const LOOK_RETRY_MS = 50;
 const LOOK_QUICK_MS = 1_000;
 /** Bound values per statement, under SQLite's 32,766 and PostgreSQL's 65,535. */
