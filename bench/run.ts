@@ -173,7 +173,9 @@ async function main(): Promise<void> {
     if (runs('list')) await http(`GET /api/v1/lists/:id`, 0.5, { url: `${base}/api/v1/lists/${listId}` });
     // The same at the default log level, one line a request, from a second server on the same store (the
     // cheapest request shows the log's cost most); left out when the whole bench runs at that level.
-    if (runs('list-info') && BENCH_LOG_LEVEL !== 'info') {
+    if (runs('list-info') && BENCH_LOG_LEVEL === 'info') {
+      console.log('list-info left out: every row runs at LOG_LEVEL=info (BENCH_LOG_LEVEL)');
+    } else if (runs('list-info')) {
       const infoPort = await freePort();
       const logging = startChild(['bin/mailroom.js', 'serve', '--no-worker'], {
         ...env,
@@ -191,7 +193,10 @@ async function main(): Promise<void> {
           logging.pid,
         );
       } finally {
+        // Gone before the next row runs on the same store.
+        const exited = new Promise((resolve) => logging.once('exit', resolve));
         logging.kill('SIGTERM');
+        await exited;
       }
     }
     if (runs('page')) {
@@ -324,7 +329,7 @@ function writeReport(
     '## Throughput against the ceilings',
     '',
     `Measured ${new Date().toISOString().slice(0, 16)}Z by \`npm run bench\` on ${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, store: ${process.env.BENCH_DATABASE_URL ? 'PostgreSQL' : 'SQLite (WAL, synchronous=FULL)'}.`,
-    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key, logging at \`${BENCH_LOG_LEVEL}\` (the row marked \`info\` at the default level, one line a request, from a second server process on the same store); the ceiling is a bare Fastify JSON route in its own process. Each row is ${PAIRS} pairs of runs back to back, the bare route for ${DURATION} s and then Mailroom (${m.ceiling.min}–${m.ceiling.max} req/s for the bare route over the run): the row shows the pair whose ratio is the median (the lower middle one of an even number), with the range of all its pairs' ratios in brackets, the worst pair's p99 and the errors of all pairs. The contact creates' pairs run one after another, so each later one inserts into the table the earlier ones grew (10k contacts before the first, about 200k more per pair); the send benchmark's backlog is delivered before each of its pairs. The CPU column is the server's CPU time (all threads, from /proc) per request during the run, with the bare route's in brackets: it moves less than req/s when other work shares the machine, though it still grows when the box is busy. Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) in a process of its own, into the same local SMTP sink, which runs in a process of its own too (median of ${DELIVERY_RUNS} runs ${m.rawDelivery.median} msg/s, range ${m.rawDelivery.min}–${m.rawDelivery.max}); Mailroom's end-to-end runs, each right after a raw one, ranged ${m.e2e.min}–${m.e2e.max} msg/s, each timed from its first request to the sink's receipt of its last message. The machine is shared and noisy: compare ratios, not absolute numbers.`,
+    `Each HTTP figure is autocannon, ${CONNECTIONS} connections, ${DURATION} s, against the real server with a real key, logging at \`${BENCH_LOG_LEVEL}\`${BENCH_LOG_LEVEL === 'info' ? '' : ' (the row marked `info` at the default level, one line a request, from a second server process on the same store)'}; the ceiling is a bare Fastify JSON route in its own process. Each row is ${PAIRS} pairs of runs back to back, the bare route for ${DURATION} s and then Mailroom (${m.ceiling.min}–${m.ceiling.max} req/s for the bare route over the run): the row shows the pair whose ratio is the median (the lower middle one of an even number), with the range of all its pairs' ratios in brackets, the worst pair's p99 and the errors of all pairs. The contact creates' pairs run one after another, so each later one inserts into the table the earlier ones grew (10k contacts before the first, about 200k more per pair); the send benchmark's backlog is delivered before each of its pairs. The CPU column is the server's CPU time (all threads, from /proc) per request during the run, with the bare route's in brackets: it moves less than req/s when other work shares the machine, though it still grows when the box is busy. Delivery's ceiling is raw pooled nodemailer (10 connections, as Mailroom's pool) in a process of its own, into the same local SMTP sink, which runs in a process of its own too (median of ${DELIVERY_RUNS} runs ${m.rawDelivery.median} msg/s, range ${m.rawDelivery.min}–${m.rawDelivery.max}); Mailroom's end-to-end runs, each right after a raw one, ranged ${m.e2e.min}–${m.e2e.max} msg/s, each timed from its first request to the sink's receipt of its last message. The machine is shared and noisy: compare ratios, not absolute numbers.`,
     '',
     '| what | throughput | p99 ms | errors | ceiling | ratio | target | server CPU µs/req (bare route) |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
