@@ -36,8 +36,8 @@ if (!Number.isInteger(PAIRS) || PAIRS < 1) throw new Error(`BENCH_PAIRS must be 
 /** Delivery figures swing most on a shared machine: each is the median of this many runs. */
 const DELIVERY_RUNS = 3;
 /**
- * `BENCH_ONLY=create,send`: only those rows (list, list-info, page, create, send, delivery), printed and not written
- * to BENCHMARKS.md: a quick comparison while changing a hot path, never a figure for the report.
+ * `BENCH_ONLY=create,send`: only those rows (list, list-info, page, create, send, delivery), printed and
+ * not written to BENCHMARKS.md: a quick comparison while changing a hot path, never a figure for the report.
  */
 const ONLY = process.env.BENCH_ONLY?.split(',').map((s) => s.trim());
 const ROWS = ['list', 'list-info', 'page', 'create', 'send', 'delivery'];

@@ -36,11 +36,11 @@ const MAX_JOBS = 500;
 /** Errors of batches whose rows may or may not be in (writeOrFind): not written again alone. */
 const unwritable = new WeakSet<Error>();
 /**
- * Looks for a batch's rows (writeOrFind) that fail at once, as a new connection cut by the same fault that
- * lost the write's answer, are tried again, this many times in all, LOOK_RETRY_MS apart and then twice
- * that: answered 503 on one such failure, an email that was in and went out was sent twice by a client
- * that retried without a key (a helper's proxy cut connections at random). One that failed slowly (a
- * timeout) is not: the store is slow or gone, and a caller would wait as long again.
+ * A look for a batch's rows (writeOrFind) that fails within LOOK_QUICK_MS (a new connection cut by the
+ * fault that lost the write's answer) is tried again, LOOK_TRIES times in all, LOOK_RETRY_MS and then twice
+ * that apart. Answered 503 after one such failure, an email that was in and went out was sent twice by a
+ * client that retried without a key (a helper's proxy cut connections at random). A look that failed
+ * slowly (a timeout) is not tried again: the store is slow or gone, and the caller would wait as long again.
  */
 export const LOOK_TRIES = 3;
 const LOOK_RETRY_MS = 50;
@@ -146,7 +146,7 @@ export class Appender<DB> {
     }
   }
 
-  /** committed(), tried again while it fails at once (LOOK_TRIES). */
+  /** committed(), tried again while it fails quickly (LOOK_TRIES). */
   private async lookFor(job: Job): Promise<boolean> {
     for (let tries = 1; ; tries++) {
       const started = performance.now();
