@@ -281,9 +281,15 @@ function clipped(text: string): string {
 }
 
 function toFailure(e: SmtpError, host: string): RecipientFailure {
-  return {
-    address: e.recipient ?? '',
-    response: relayText(e, host),
-    permanent: typeof e.responseCode === 'number' && e.responseCode >= 500,
-  };
+  return { address: e.recipient ?? '', response: relayText(e, host), permanent: refusedForGood(e) };
+}
+
+/**
+ * Whether a relay's refusal of one recipient is final: a 5xx, but for a 552 to RCPT TO, which RFC 5321
+ * (4.5.3.1.10) has clients read as a 452, too many recipients for this message (older relays say so with a
+ * 552): that recipient is offered again on the next attempt, alone with the others still owed the message.
+ */
+function refusedForGood(e: SmtpError): boolean {
+  if (typeof e.responseCode !== 'number' || e.responseCode < 500) return false;
+  return !(e.responseCode === 552 && e.command === 'RCPT TO');
 }

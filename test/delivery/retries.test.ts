@@ -101,6 +101,33 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([['ok@example.org'], ['busy@example.org']]);
   });
 
+  it('offers a recipient answered 552 at RCPT TO again, as RFC 5321 reads it (too many recipients)', async () => {
+    let full = 0;
+    d.script.onRcpt = (address) =>
+      address === 'third@example.org' && full++ === 0
+        ? { code: 552, message: '5.5.3 Too many recipients' }
+        : undefined;
+    const id = await sendEmail(d.t, d.auth, {
+      to: ['first@example.org', 'second@example.org', 'third@example.org'],
+      subject: 'Many',
+      text: 'many recipients',
+    });
+    const email = await settled(d.t, d.auth, id);
+    expect(email.status).toBe('sent');
+    expect(email.attempts).toBe(2);
+    expect(email.recipients.map((r) => r.status)).toEqual(['sent', 'sent', 'sent']);
+    expect(email.events.find((e) => e.type === 'deferred')?.detail).toMatch(/third@example.org: 552/);
+    expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([
+      ['first@example.org', 'second@example.org'],
+      ['third@example.org'],
+    ]);
+    // A 552 to the message's data (a mailbox over its quota, a message over the relay's size) stays final.
+    d.script.onRcpt = undefined;
+    d.script.onData = () => ({ code: 552, message: '5.3.4 Message too big' });
+    const big = await settled(d.t, d.auth, await sendEmail(d.t, d.auth, basicEmail('big@example.org')));
+    expect(big).toMatchObject({ status: 'failed', attempts: 1 });
+  });
+
   it('is failed when every recipient is refused for good, and deferred while one may still come', async () => {
     d.script.onRcpt = (address) =>
       address.startsWith('no') ? { code: 550, message: 'No such user' } : { code: 452, message: 'Too busy' };
