@@ -115,6 +115,8 @@ export async function buildApp(
   // create. The incoming line stays, at `debug`.
   const logAnswer = (req: FastifyRequest, reply: FastifyReply): void => {
     req.log.debug({ req }, 'incoming request');
+    // Above `info` (LOG_LEVEL=warn) the line is never written: no listener to add and remove either.
+    if (!WRITES_INFO.has(req.log.level)) return;
     reply.raw.once('close', () => {
       req.log.info(
         { req, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime },
@@ -364,3 +366,6 @@ function nextRequestId(): string {
   counter = (counter + 1) % Number.MAX_SAFE_INTEGER;
   return `req-${bootId}-${counter.toString(36)}`;
 }
+
+/** The logger levels at which a request's `info` line is written (pino's; custom levels are not used). */
+const WRITES_INFO = new Set(['trace', 'debug', 'info']);
