@@ -259,8 +259,16 @@ export async function buildApp(
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onRequest', (_req, _reply, done) => {
-    done(closing ? new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly') : undefined);
+  app.addHook('onRequest', (req, reply, done) => {
+    if (!closing) return done();
+    // A probe is answered in its own shape (the API's error body fails /health's schema: a 500), so a load
+    // balancer that reads it takes this instance out.
+    if (req.routeOptions.url === '/health') {
+      req.log.info('health: unavailable, shutting down');
+      void reply.code(503).send({ status: 'unavailable' as const });
+      return;
+    }
+    done(new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly'));
   });
 
   // Before any route, so that every route is in the OpenAPI document.

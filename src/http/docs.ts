@@ -10,7 +10,7 @@ import { ContactsError } from './schemas.js';
 /** GET /health: no key, not rate-limited (contract.md), though it shows the caller's standing. */
 export const healthSchema = {
   operationId: 'getHealth',
-  summary: 'Health: 200 once the store answers, 503 while it does not',
+  summary: 'Health: 200 once the store answers, 503 while it does not or the server shuts down',
   description:
     'Never refused by the rate limit and not counted against it; its rate-limit headers show where the client address stands (a key sent is not looked up here).',
   tags: ['health'],
