@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
-import { AppError, idNotFound, requestTimedOut } from './errors.js';
+import { AppError, idNotFound, requestTimedOut, validationError } from './errors.js';
 import type { AnyEndpoint } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
@@ -143,7 +143,11 @@ export async function buildApp(
     // A client has this long to send its whole request, headers included (no slowloris); Node checks
     // open connections against it every half timeout, so a stalled one is cut within 1.5 × the timeout.
     requestTimeout: config.requestTimeoutMs,
-    http: { connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2) },
+    http: {
+      connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2),
+      // An HTTP/1.1 request without Host is refused by missingHost below, with a body: Node's own 400 has none.
+      requireHostHeader: false,
+    },
     // A connection with nothing arriving is cut (with no answer) after this: never before the request
     // timeout's 408 could be written, 1.5 × REQUEST_TIMEOUT_MS at worst (above). A fixed 60 s cut a body
     // paused under a longer REQUEST_TIMEOUT_MS without its 408.
@@ -305,11 +309,12 @@ export async function buildApp(
     // An unknown route is answered before its body is read, once counted (per key under /api/, else per
     // address): read first, a body up to BODY_LIMIT_BYTES was held in memory for a 404, with no key asked
     // for, and a client that expects 100-continue was asked to send it. Unread, it is dropped as it arrives.
+    const hostless = missingHost(req);
     if (req.is404) {
-      late.limit!(req, reply).then(() => done(routeNotFound(req)), done);
+      late.limit!(req, reply).then(() => done(hostless ?? routeNotFound(req)), done);
       return;
     }
-    const fault = permissionFault(req);
+    const fault = hostless ?? permissionFault(req);
     if (!fault) sendContinue(req, reply, config.bodyLimitBytes);
     done(fault);
   });
@@ -377,3 +382,12 @@ function nextRequestId(): string {
 
 /** The logger levels at which a request's `info` line is written (pino's; custom levels are not used). */
 const WRITES_INFO = new Set(['trace', 'debug', 'info']);
+
+/**
+ * RFC 9112 3.2: an HTTP/1.1 request without a Host header is a 400, answered in the contract's shape and
+ * counted like any request (Node's own check answered it with no body at all).
+ */
+function missingHost(req: FastifyRequest): AppError | undefined {
+  if (req.raw.httpVersion !== '1.1' || req.headers.host !== undefined) return undefined;
+  return validationError([{ field: 'Host', message: 'is required in an HTTP/1.1 request' }]);
+}

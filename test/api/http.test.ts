@@ -6,6 +6,7 @@ import { routeTable } from '../../src/app.js';
 import { originForm } from '../../src/http/client-errors.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
+import { connect } from '../helpers/raw-http.js';
 import { storeKinds } from '../helpers/stores.js';
 
 describe.each(storeKinds())('http envelope on %s', (kind) => {
@@ -690,6 +691,44 @@ describe('a request target in absolute form (RFC 9112 3.2.2)', () => {
       expect(originForm('https://h')).toBe('/');
       expect(originForm('http://h?x=1')).toBe('/?x=1');
       expect(originForm('/api/v1/lists')).toBe('/api/v1/lists');
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('an HTTP/1.1 request without Host (RFC 9112 3.2)', () => {
+  it("is a 400 in the contract's shape, counted, on a known route, an unknown one and /health", async () => {
+    const t = await createTestApp('sqlite', { RATE_LIMIT_PER_MINUTE: '5' });
+    try {
+      const { auth } = await t.newKey();
+      await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = t.app.server.address() as net.AddressInfo;
+      const ask = async (head: string, body = '') => {
+        const client = connect(port);
+        await client.write(`${head}\r\nAuthorization: ${auth}\r\nConnection: close\r\n\r\n${body}`);
+        await client.closed;
+        const answer = client.answer();
+        return { answer, body: JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as unknown };
+      };
+      const hostDetail = { field: 'Host', message: 'is required in an HTTP/1.1 request' };
+      for (const path of ['/api/v1/lists', '/api/v1/nope', '/health']) {
+        const { answer, body } = await ask(`GET ${path} HTTP/1.1`);
+        expect(answer, path).toMatch(/^HTTP\/1\.1 400 /);
+        expect(answer, path).toMatch(/^content-type: application\/json/im);
+        expect(body, path).toMatchObject({ success: false, details: [hostDetail] });
+      }
+      const sent = await ask(
+        'POST /api/v1/emails HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2',
+        '{}',
+      );
+      expect(sent.answer).toMatch(/^HTTP\/1\.1 400 /);
+      expect(sent.body).toMatchObject({ details: [hostDetail] });
+      expect(sent.body).not.toHaveProperty('success');
+      // Counted against the key like any request: the key's third API request of five.
+      expect(sent.answer).toMatch(/^x-ratelimit-remaining: 2\r$/im);
+      // HTTP/1.0 has no Host requirement.
+      expect((await ask('GET /api/v1/lists HTTP/1.0')).answer).toMatch(/^HTTP\/1\.1 200 /);
     } finally {
       await t.close();
     }
