@@ -361,7 +361,9 @@ export async function buildApp(
     app.route({
       method,
       url,
-      schema: ep.schema,
+      // The key's permission the route needs, in the document as OpenAPI 3.1 has it for a scheme other than
+      // OAuth: a role name in the operation's security requirement.
+      schema: { ...ep.schema, security: [{ bearer: [permission] }] },
       config: { permission },
       // A body on a route that defines none is refused, not ignored (json-body.ts).
       ...(method !== 'GET' && ep.schema.body === undefined ? { preValidation: refuseBody } : {}),

@@ -118,7 +118,7 @@ const RESPONSES: Record<string, string> = {
   '201': 'Created',
   '400': 'The request is not valid; `details` names each offending field',
   '401': 'No API key, or one that is malformed, unknown or revoked',
-  '403': 'The key lacks the permission this route needs',
+  '403': 'The key lacks the permission this route needs (the role in its security requirement)',
   '404': 'Not found in the calling key’s organisation',
   '409': 'A conflict: the email address is taken, or the Idempotency-Key was used with another body',
   '413': 'The body is larger than BODY_LIMIT_BYTES',

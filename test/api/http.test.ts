@@ -340,6 +340,11 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     );
     expect(documented.sort()).toEqual(expect.arrayContaining(routes));
     expect(doc.paths['/api/v1/contacts'].post.requestBody).toBeDefined();
+    // Each operation names the key's permission it needs (a role of the bearer requirement, OpenAPI 3.1).
+    for (const [method, url, permission] of routeTable(t.services)) {
+      const op = doc.paths[url.replace(/:(\w+)/g, '{$1}')][method.toLowerCase()];
+      expect(op.security, `${method} ${url}`).toEqual([{ bearer: [permission] }]);
+    }
     // The endpoints that need no key are documented too, and say so.
     const health = doc.paths['/health'].get;
     expect(health.security).toEqual([]);
