@@ -116,7 +116,7 @@ function dnsName(env: Env, name: string, shape: RegExp, what: string): string {
 
 function url(env: Env, name: string, protocols: string[], needsHost = false): string | undefined {
   const raw = env[name];
-  if (raw === undefined || raw === '') return undefined;
+  if (raw === undefined || raw.trim() === '') return undefined;
   let parsed: URL;
   try {
     parsed = new URL(raw);
@@ -246,9 +246,10 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     throw new ConfigError('SQLITE_SYNCHRONOUS must be FULL or NORMAL');
 
   const dkimVars = ['DKIM_DOMAIN', 'DKIM_SELECTOR', 'DKIM_PRIVATE_KEY'] as const;
-  const dkimSet = dkimVars.filter((v) => env[v]);
+  // Blank counts as unset here too: a template's `DKIM_DOMAIN= ` does not ask for the other two.
+  const dkimSet = dkimVars.filter((v) => env[v]?.trim());
   if (dkimSet.length > 0 && dkimSet.length < 3) {
-    const missing = dkimVars.filter((v) => !env[v]);
+    const missing = dkimVars.filter((v) => !env[v]?.trim());
     throw new ConfigError(
       `${missing.join(', ')} must be set too: DKIM needs all three of ${dkimVars.join(', ')}`,
     );

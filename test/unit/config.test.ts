@@ -108,6 +108,10 @@ describe('configuration from the environment', () => {
   it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
     const config = loadConfig({ PORT: ' ', RATE_LIMIT_PER_MINUTE: '', HOST: ' ', LOG_LEVEL: 'WARN' });
     expect(config).toMatchObject({ port: 3000, rateLimitPerMinute: 600, host: '0.0.0.0', logLevel: 'warn' });
+    // URLs and DKIM's three alike (a URL of spaces was "not a valid URL"; a DKIM variable of spaces was set).
+    const blanks = loadConfig({ SMTP_URL: ' ', DATABASE_URL: '  ', REDIS_URL: '\t', DKIM_DOMAIN: ' ' });
+    expect(blanks).toMatchObject({ smtpUrl: undefined, databaseUrl: undefined, redisUrl: undefined });
+    expect(blanks.dkim).toBeUndefined();
   });
 
   it.each([
@@ -156,7 +160,7 @@ describe('configuration from the environment', () => {
     [{ SQLITE_SYNCHRONOUS: 'OFF' }, 'SQLITE_SYNCHRONOUS must be FULL or NORMAL'],
     [{ DKIM_DOMAIN: 'acme.test' }, 'DKIM_SELECTOR, DKIM_PRIVATE_KEY must be set too'],
     // Signed as d=; or d=not a domain;, every receiver's check failed.
-    [{ DKIM_DOMAIN: ' ', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be a domain name'],
+    [{ DKIM_DOMAIN: ' ', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be set too'],
     [{ DKIM_DOMAIN: 'not a domain', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be'],
     [{ DKIM_DOMAIN: 'acme', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_DOMAIN must be'],
     [{ DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's 1', DKIM_PRIVATE_KEY: 'x' }, 'DKIM_SELECTOR must be'],
