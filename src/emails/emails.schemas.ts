@@ -50,9 +50,22 @@ export const SendEmailBody = withRules(
       ),
       to: Mailboxes(MAX_TO, 1),
       // Blank would go out with no Subject line at all: nodemailer leaves out a header with a blank value.
-      subject: Type.String({ minLength: 1, maxLength: 998, pattern: '\\S' }),
-      html: Type.Optional(Type.String()),
-      text: Type.Optional(Type.String()),
+      subject: Type.String({
+        minLength: 1,
+        maxLength: 998,
+        pattern: '\\S',
+        description: 'Not blank; no CR or LF (a header line)',
+      }),
+      html: Type.Optional(
+        Type.String({
+          description: 'HTML body; an empty one does not meet the rule that html or text is required',
+        }),
+      ),
+      text: Type.Optional(
+        Type.String({
+          description: 'Plain-text body; an empty one does not meet the rule that html or text is required',
+        }),
+      ),
       replyTo: Type.Optional(Mailboxes(MAX_TO)),
       cc: Type.Optional(Mailboxes(MAX_CC_BCC)),
       bcc: Type.Optional(Mailboxes(MAX_CC_BCC)),
