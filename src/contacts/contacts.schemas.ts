@@ -121,7 +121,8 @@ export const updateContactSchema = {
 export const deleteContactSchema = {
   operationId: 'deleteContact',
   summary: 'Delete a contact, identified by id or email',
-  description: 'When both id and email are given, only a contact with that id and that email is deleted.',
+  description:
+    'id or email is required (neither is a 400). When both are given, only a contact with that id and that email is deleted.',
   tags: ['contacts'],
   querystring: Type.Object({
     id: Type.Optional(ContactId),
