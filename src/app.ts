@@ -174,12 +174,14 @@ export async function buildApp(
         finishHeaders(req, reply as FastifyReply);
         void (reply as FastifyReply).code(status).send(body);
       };
+      // A request without Host is refused as such here too (missingHost), before what is wrong with its URL.
       const appErr =
-        err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+        missingHost(req) ??
+        (err.code === 'FST_ERR_MAX_PARAM_LENGTH'
           ? overlongId(req)
           : new AppError('VALIDATION_FAILED', 'The request URL is not valid', [
               { field: 'path', message: 'has broken %-encoding' },
-            ]);
+            ]));
       logAnswer(req, reply as FastifyReply);
       identify(req, () => {
         late.limit!(req, reply as FastifyReply).then(() => answer(appErr), answer);
