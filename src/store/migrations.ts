@@ -308,16 +308,48 @@ export async function migrateTo(db: Kysely<unknown>, dialect: DialectName, name:
   });
 }
 
-export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<string[]> {
+/** What a start's migration run did: the migrations it applied, and those of a newer release it found. */
+export interface MigrationRun {
+  applied: string[];
+  /** Applied to the store by a newer release, unknown to this one (newerReleaseNote). */
+  newer: string[];
+}
+
+export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<MigrationRun> {
   const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
+  const known = await migrator.getMigrations();
+  // Only a store with migrations has kysely's table to read.
+  const newer = known.some((m) => m.executedAt !== undefined) ? await unknownMigrations(db, known) : [];
   // Up to date (every start but the first after an upgrade): no lock to wait for behind another process's
   // write, which on SQLite would hold this process's start, and a read-only CLI command, for its length.
-  if ((await migrator.getMigrations()).every((m) => m.executedAt !== undefined)) return [];
+  if (known.every((m) => m.executedAt !== undefined)) return { applied: [], newer };
+  // With some pending and some unknown, kysely refuses the run ("corrupted migrations: … is missing").
   return oneRun(db, dialect, async () => {
     const { error, results } = await migrator.migrateToLatest();
     if (error) throw error instanceof Error ? error : new Error(String(error));
-    return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+    const applied = (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+    return { applied, newer };
   });
+}
+
+/** The migrations the store has applied that are not among `known`, in the order they were applied. */
+async function unknownMigrations(db: Kysely<unknown>, known: readonly { name: string }[]): Promise<string[]> {
+  const names = new Set(known.map((m) => m.name));
+  const { rows } = await sql<{
+    name: string;
+  }>`select name from kysely_migration order by timestamp, name`.execute(db);
+  return rows.map((r) => r.name).filter((name) => !names.has(name));
+}
+
+/**
+ * Said by every process (and CLI command) that opens a store a newer release has migrated: up to date by
+ * its own migrations, an older release would otherwise start without a word. Run beside the newer one
+ * while a rolling deploy replaces it, it keeps working (each release's migrations keep the one before
+ * working); older than that, it may not (a release from before 0013 gave a new key without --org to a
+ * customer's organisation).
+ */
+export function newerReleaseNote(newer: readonly string[]): string {
+  return `the store was migrated by a newer release of Mailroom (${newer.join(', ')}, unknown to this one): run this release beside it only while a rolling deploy replaces it, and upgrade it`;
 }
 
 /** How long a process waits for another one's SQLite migrations to finish before it gives up. */

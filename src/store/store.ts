@@ -16,7 +16,13 @@ import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { WalSync } from './wal-sync.js';
 import { allowSnapshotConnections } from './snapshot.js';
 import { nameStatementsOn } from './named-statements.js';
-import { MIGRATION_LOCK_TIMEOUT_MS, isMigrationLockWait, migrateToLatest } from './migrations.js';
+import {
+  MIGRATION_LOCK_TIMEOUT_MS,
+  type MigrationRun,
+  isMigrationLockWait,
+  migrateToLatest,
+  newerReleaseNote,
+} from './migrations.js';
 import { foldCountShards } from './counts.js';
 import { foldAddressChunks } from './address-chunks-postgres.js';
 import { gatherReads } from './sqlite-reads.js';
@@ -210,7 +216,7 @@ function createSqliteStore(options: StoreOptions): Store {
     alone: (_name, fn) => fn(() => Promise.resolve(true)),
     append: (rows) => appender.append(rows),
     async migrate() {
-      const applied = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
+      const { applied, newer } = await migrateToLatest(writer as Kysely<unknown>, 'sqlite');
       // Before any write: once new keys were issued, a database restored from a backup could pass for
       // the later state the index file was built for.
       const verifier = new SearchIndexer(file, searchFile);
@@ -222,7 +228,7 @@ function createSqliteStore(options: StoreOptions): Store {
       if (options.backgroundSearchIndex !== false) searchIndexer ??= startIndexing();
       await sql`pragma analysis_limit = 1000`.execute(writer);
       await group.run((trx) => sql`pragma optimize = 0x10002`.execute(trx));
-      return { applied, warnings: [] };
+      return { applied, warnings: newer.length > 0 ? [newerReleaseNote(newer)] : [] };
     },
     async ping() {
       // A store fenced by a failed WAL sync is unavailable until restarted: /health says so.
@@ -291,7 +297,7 @@ function setUpLongStatements(client: ClientBase): Promise<unknown> {
  * for a lock (a transaction left open on a table it changes) fails the run, which is tried again a few
  * times, and then fails the start saying so.
  */
-async function migratePostgres(databaseUrl: string): Promise<string[]> {
+async function migratePostgres(databaseUrl: string): Promise<MigrationRun> {
   const pool = new (loadPg().Pool)({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: 5_000 });
   pool.on('error', () => undefined);
   pool.on('connect', (client) => {
@@ -626,7 +632,7 @@ function createPostgresStore(
       db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
     alone: (name, fn) => aloneOnPostgres(databaseUrl, queryTimeoutMs, name, fn),
     async migrate() {
-      const applied = await migratePostgres(databaseUrl);
+      const { applied, newer } = await migratePostgres(databaseUrl);
       // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
       // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
       // works without it, only slower. Built by a server or worker, or by the command that applied
@@ -634,7 +640,7 @@ function createPostgresStore(
       // client other than Mailroom's (whose processes build it one at a time: TRGM_LOCK) creating the
       // extension at the same moment makes the first try fail: so a failure other than a lock wait is
       // tried once more.
-      const warnings: string[] = [];
+      const warnings = newer.length > 0 ? [newerReleaseNote(newer)] : [];
       if (!background && applied.length === 0) return { applied, warnings };
       const trigramIndex = () => createTrigramIndex(databaseUrl);
       try {

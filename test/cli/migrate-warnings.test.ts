@@ -1,12 +1,15 @@
 // What `mailroom migrate` says when the store migrated but could not do all it should: a role that may not
-// create pg_trgm gets its migrations, and a warning beside them (not among them), in JSON and in text.
+// create pg_trgm gets its migrations, and a warning beside them (not among them), in JSON and in text; and
+// what every command says of a store a newer release has migrated.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { MAIN, baseEnv, cli, scratchDir } from '../helpers/process.js';
-import { TEST_DATABASE_URL, createTestDatabase, noPostgres } from '../helpers/stores.js';
+import { Sqlite } from '../../src/store/sqlite-driver.js';
+import { TEST_DATABASE_URL, createTestDatabase, noPostgres, storeKinds } from '../helpers/stores.js';
 
 const UNAVAILABLE = 'pg_trgm unavailable: email substring search scans';
 
@@ -43,6 +46,48 @@ describe.skipIf(noPostgres())('migrate on PostgreSQL, for a role that may not cr
       const cleanup = new pg.Client({ connectionString: TEST_DATABASE_URL });
       await cleanup.connect();
       await cleanup.query(`drop role if exists ${role}`).finally(() => cleanup.end());
+    }
+  }, 60_000);
+});
+
+describe.each(storeKinds())('a store a newer release has migrated, on %s', (kind) => {
+  it('is opened with a warning naming what this release does not know, by migrate and every command', async () => {
+    const db = kind === 'postgres' ? await createTestDatabase() : undefined;
+    const dataDir = scratchDir('mailroom-newer-release-');
+    const env = { DATA_DIR: dataDir, ...(db ? { DATABASE_URL: db.url } : {}) };
+    try {
+      expect((await cli(['migrate'], env)).applied).toContain('0001_initial');
+      // What a later release's migration leaves in kysely's table.
+      const future = '9999_from_a_newer_release';
+      if (db) {
+        const client = new pg.Client({ connectionString: db.url });
+        await client.connect();
+        await client
+          .query(`insert into kysely_migration (name, timestamp) values ($1, $2)`, [
+            future,
+            new Date().toISOString(),
+          ])
+          .finally(() => client.end());
+      } else {
+        const file = new Sqlite(path.join(dataDir, 'mailroom.sqlite'));
+        file
+          .prepare('insert into kysely_migration (name, timestamp) values (?, ?)')
+          .run(future, new Date().toISOString());
+        file.close();
+      }
+      const warning = expect.stringMatching(
+        new RegExp(`newer release of Mailroom \\(${future}, unknown to this one\\)`),
+      );
+      expect(await cli(['migrate'], env)).toEqual({ applied: [], warnings: [warning] });
+      // Any other command says so on stderr, and does its work.
+      const listed = await promisify(execFile)(process.execPath, [...MAIN, 'orgs', 'list'], {
+        env: baseEnv(env),
+      });
+      expect(listed.stderr).toMatch(
+        new RegExp(`^warning: the store was migrated by a newer release.*${future}`, 'm'),
+      );
+    } finally {
+      await db?.drop();
     }
   }, 60_000);
 });

@@ -29,8 +29,8 @@ describe('SQLite migrations', () => {
       await expect(migrateToLatest(db, 'sqlite')).rejects.toThrow(/database or disk is full/);
       expect(await tables()).toBe(0);
       conn.pragma('max_page_count = 1000000');
-      expect((await migrateToLatest(db, 'sqlite'))[0]).toBe('0001_initial');
-      expect(await migrateToLatest(db, 'sqlite')).toEqual([]);
+      expect((await migrateToLatest(db, 'sqlite')).applied[0]).toBe('0001_initial');
+      expect(await migrateToLatest(db, 'sqlite')).toEqual({ applied: [], newer: [] });
       expect(await tables()).toBeGreaterThan(10);
       expect(conn.pragma('busy_timeout', { simple: true })).toBe(5000);
     } finally {
