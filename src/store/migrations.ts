@@ -318,17 +318,18 @@ export interface MigrationRun {
 export async function migrateToLatest(db: Kysely<unknown>, dialect: DialectName): Promise<MigrationRun> {
   const migrator = new Migrator({ db, provider: new StaticProvider(dialect) });
   const known = await migrator.getMigrations();
-  // Only a store with migrations has kysely's table to read.
-  const newer = known.some((m) => m.executedAt !== undefined) ? await unknownMigrations(db, known) : [];
   // Up to date (every start but the first after an upgrade): no lock to wait for behind another process's
   // write, which on SQLite would hold this process's start, and a read-only CLI command, for its length.
-  if (known.every((m) => m.executedAt !== undefined)) return { applied: [], newer };
-  // With some pending and some unknown, kysely refuses the run ("corrupted migrations: … is missing").
+  // Only such a store can hold a newer release's migrations: with any pending, kysely refuses the run
+  // ("corrupted migrations: … is missing").
+  if (known.every((m) => m.executedAt !== undefined)) {
+    return { applied: [], newer: await unknownMigrations(db, known) };
+  }
   return oneRun(db, dialect, async () => {
     const { error, results } = await migrator.migrateToLatest();
     if (error) throw error instanceof Error ? error : new Error(String(error));
     const applied = (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
-    return { applied, newer };
+    return { applied, newer: [] };
   });
 }
 
