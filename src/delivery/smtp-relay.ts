@@ -136,11 +136,12 @@ export class SmtpRelay {
       // nodemailer 10 takes `signal` (its types here predate it).
       const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
       const info = await this.transport.sendMail(options);
+      const accepted = (info.accepted ?? []).map(String);
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
-        toFailure(e, this.host),
+        toFailure(e, this.host, accepted.length > 0),
       );
       return {
-        accepted: (info.accepted ?? []).map(String),
+        accepted,
         rejected: rejectedErrors,
         // The relay's answer to the message's data.
         response: messageReply(info.response ?? '', this.host),
@@ -151,7 +152,7 @@ export class SmtpRelay {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
         return {
           accepted: [],
-          rejected: e.rejectedErrors.map((r) => toFailure(r, this.host)),
+          rejected: e.rejectedErrors.map((r) => toFailure(r, this.host, false)),
           response: relayText(e, this.host),
         };
       }
@@ -280,16 +281,23 @@ function clipped(text: string): string {
   return text.length > MAX_REPLY_CHARS ? `${text.slice(0, MAX_REPLY_CHARS)}…` : text;
 }
 
-function toFailure(e: SmtpError, host: string): RecipientFailure {
-  return { address: e.recipient ?? '', response: relayText(e, host), permanent: refusedForGood(e) };
+function toFailure(e: SmtpError, host: string, othersAccepted: boolean): RecipientFailure {
+  return {
+    address: e.recipient ?? '',
+    response: relayText(e, host),
+    permanent: refusedForGood(e, othersAccepted),
+  };
 }
 
 /**
- * Whether a relay's refusal of one recipient is final: a 5xx, but for a 552 to RCPT TO, which RFC 5321
- * (4.5.3.1.10) has clients read as a 452, too many recipients for this message (older relays say so with a
- * 552): that recipient is offered again on the next attempt, alone with the others still owed the message.
+ * Whether a relay's refusal of one recipient is final: a 5xx (contract.md), but for a 552 to RCPT TO that
+ * means too many recipients for one message, which RFC 5321 (4.5.3.1.10) has clients read as a 452: one
+ * that follows recipients the relay accepted in the same transaction, or that says so (5.5.3, RFC 3463).
+ * That recipient is offered again on the next attempt, alone with the others still owed the message, where a
+ * 552 is the relay's refusal of that mailbox (full, or its policy), and final, as when it accepted none.
  */
-function refusedForGood(e: SmtpError): boolean {
+function refusedForGood(e: SmtpError, othersAccepted: boolean): boolean {
   if (typeof e.responseCode !== 'number' || e.responseCode < 500) return false;
-  return !(e.responseCode === 552 && e.command === 'RCPT TO');
+  if (e.responseCode !== 552 || e.command !== 'RCPT TO') return true;
+  return !(othersAccepted || /^\d{3}[ -]5\.5\.3\b/.test(e.response ?? ''));
 }

@@ -101,7 +101,7 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([['ok@example.org'], ['busy@example.org']]);
   });
 
-  it('offers a recipient answered 552 at RCPT TO again, as RFC 5321 reads it (too many recipients)', async () => {
+  it('offers a recipient answered 552 at RCPT TO after others were accepted again, as RFC 5321 reads it (too many recipients)', async () => {
     let full = 0;
     d.script.onRcpt = (address) =>
       address === 'third@example.org' && full++ === 0
@@ -121,6 +121,21 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
       ['first@example.org', 'second@example.org'],
       ['third@example.org'],
     ]);
+    // A 552 to a recipient the relay is offered alone (or with none accepted) is its refusal of that mailbox,
+    // final as any 5xx: at once for a lone recipient, and on its own attempt after recipients accepted.
+    d.script.onRcpt = (address) =>
+      address === 'full@example.org' ? { code: 552, message: '5.2.2 Mailbox full' } : undefined;
+    const lone = await settled(d.t, d.auth, await sendEmail(d.t, d.auth, basicEmail('full@example.org')));
+    expect(lone).toMatchObject({ status: 'failed', attempts: 1 });
+    expect(lone.recipients[0]!.response).toMatch(/552 5\.2\.2 Mailbox full/);
+    const shared = await sendEmail(d.t, d.auth, {
+      to: ['fine@example.org', 'full@example.org'],
+      subject: 'Full',
+      text: 'one mailbox full',
+    });
+    const partly = await settled(d.t, d.auth, shared);
+    expect(partly).toMatchObject({ status: 'sent', attempts: 2 });
+    expect(partly.recipients.map((r) => r.status)).toEqual(['sent', 'failed']);
     // A 552 to the message's data (a mailbox over its quota, a message over the relay's size) stays final.
     d.script.onRcpt = undefined;
     d.script.onData = () => ({ code: 552, message: '5.3.4 Message too big' });
