@@ -118,6 +118,14 @@ export function stopWithBench(child: ChildProcess): void {
   child.once('exit', () => running.delete(child));
 }
 
+/** Sends the child SIGTERM and waits for its exit; at once if it has exited already (no exit is to come). */
+export function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  return exited;
+}
+
 /**
  * Clean-up that needs more than a synchronous exit handler (dropping a PostgreSQL database): run when a
  * signal ends the bench, for at most CLEANUP_MS. It must be safe to run after the bench's own clean-up.

@@ -29,6 +29,7 @@ import {
   startServerWithKey,
   threadMicros,
   waitHealthy,
+  stopChild,
 } from './lib.js';
 
 type Cannon = Parameters<typeof autocannon>[0];
@@ -142,9 +143,7 @@ async function main(): Promise<void> {
     const backlog = await autocannon({ url, method: 'POST', headers, body: email, amount: DRAIN_BACKLOG });
     if (backlog.non2xx + backlog.errors > 0) throw new Error('the backlog was not all accepted');
   }
-  const seederExit = new Promise((r) => seeder.once('exit', r));
-  seeder.kill('SIGTERM');
-  await seederExit;
+  await stopChild(seeder);
   const serveArgs = scenario === 'send-no-worker' ? ['--no-worker'] : [];
   const profiling = PROFILED ? ['--cpu-prof', '--cpu-prof-dir', outDir] : [];
   const server = startChild([...extraNodeArgs, ...profiling, 'bin/mailroom.js', 'serve', ...serveArgs], env);
@@ -205,9 +204,7 @@ async function main(): Promise<void> {
       `main thread ${Math.round(main)}, other threads ${others.map((us) => Math.round(us)).join(', ') || '-'}` +
       (PROFILED ? ' (with the profiler running)' : ''),
   );
-  const exited = new Promise((r) => server.once('exit', r));
-  server.kill('SIGTERM');
-  await exited;
+  await stopChild(server);
   await sink.close();
   await database?.drop();
   const written = readdirSync(outDir).filter((f) => f.endsWith('.cpuprofile') && !before.has(f));

@@ -24,6 +24,7 @@ import {
   startChild,
   startServerWithKey,
   waitHealthy,
+  stopChild,
 } from './lib.js';
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
@@ -194,9 +195,7 @@ async function main(): Promise<void> {
         );
       } finally {
         // Gone before the next row runs on the same store.
-        const exited = new Promise((resolve) => logging.once('exit', resolve));
-        logging.kill('SIGTERM');
-        await exited;
+        await stopChild(logging);
       }
     }
     if (runs('page')) {

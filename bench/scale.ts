@@ -27,6 +27,7 @@ import {
   rssMiB,
   startChild,
   waitHealthy,
+  stopChild,
 } from './lib.js';
 import { writeSection } from './report.js';
 import { renderScaleChart } from './chart.js';
@@ -298,8 +299,7 @@ async function main(): Promise<void> {
       const rss = rssMiB(server.pid!);
       results.push({ size, rows, rss, indexSeconds, foldSeconds });
       console.table(rows);
-      server.kill('SIGTERM');
-      await new Promise((r) => server!.once('exit', r));
+      await stopChild(server);
       server = undefined;
       store = openStore(config);
     }
