@@ -105,7 +105,7 @@ const LABEL = '[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?';
 const DOMAIN = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})+$`);
 const SELECTOR = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})*$`);
 
-/** A name signatures carry as it is: blank, or with spaces, they would go out as `d=;` and fail every check. */
+/** A name signatures carry as it is: one not shaped as DNS names are would go out so and fail every check. */
 function dnsName(env: Env, name: string, shape: RegExp, what: string): string {
   const value = env[name]!.trim();
   // Only a domain is punycoded: a selector such as `s1.2026` ends in a number, which URL rules take for IPv4.
@@ -114,9 +114,10 @@ function dnsName(env: Env, name: string, shape: RegExp, what: string): string {
   return value;
 }
 
+/** The URL, trimmed (spaces around it are how it was pasted, and every check below reads it trimmed). */
 function url(env: Env, name: string, protocols: string[], needsHost = false): string | undefined {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === '') return undefined;
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return undefined;
   let parsed: URL;
   try {
     parsed = new URL(raw);

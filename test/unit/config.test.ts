@@ -85,6 +85,7 @@ describe('configuration from the environment', () => {
     const smtp = 'smtps://me%40acme.test:p%25ss%3A@relay:465';
     expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
     expect(loadConfig({ SMTP_URL: `${smtp}/`, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(`${smtp}/`);
+    expect(loadConfig({ SMTP_URL: ` ${smtp}\n`, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
     for (const redis of ['redis://cache', 'redis://cache:6379/', 'rediss://:s%20t@cache:6380/12']) {
       expect(loadConfig({ REDIS_URL: redis }).redisUrl).toBe(redis);
     }
@@ -147,6 +148,8 @@ describe('configuration from the environment', () => {
       'SMTP_URL takes a user, a password, a host and a port only, got "/?tls.rejectUnauthorized=false"',
     ],
     [{ SMTP_URL: 'smtp://u:p@relay:2525/path', MAIL_FROM: 'a@b.test' }, 'got "/path" after them'],
+    // Pasted with a space in front, it is read as it would be used: trimmed (a space let it pass unchecked).
+    [{ SMTP_URL: ' smtp://relay:25/?pool=true', MAIL_FROM: 'a@b.test' }, 'got "/?pool=true" after them'],
     [{ SMTP_URL: 'smtp://relay#x', MAIL_FROM: 'a@b.test' }, 'got "#x" after them'],
     [{ SMTP_URL: 'smtp://relay:25?', MAIL_FROM: 'a@b.test' }, 'got "?" after them'],
     [{ SMTP_URL: 'smtp://u:p@[::1]:25/?x', MAIL_FROM: 'a@b.test' }, 'got "/?x" after them'],
