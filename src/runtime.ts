@@ -62,16 +62,19 @@ const NESTED_SECRETS = ['authorization', 'password'];
 
 /**
  * The fields with the secrets of any object among them censored (NESTED_SECRETS), copied only where one
- * holds any; `err` is left to its serializer.
+ * shows any (its own, or its toJSON's); `err` is left to its serializer.
  */
 export function withoutNestedSecrets(fields: Record<string, unknown>): Record<string, unknown> {
   let out = fields;
   for (const name in fields) {
     if (name === 'err') continue;
     const value = fields[name];
-    if (typeof value !== 'object' || value === null || !holdsSecret(value)) continue;
+    if (typeof value !== 'object' || value === null) continue;
+    if (!holdsSecret(value) && typeof (value as { toJSON?: unknown }).toJSON !== 'function') continue;
+    const shown = censorIn(value);
+    if (shown === value) continue;
     if (out === fields) out = { ...fields };
-    out[name] = censorIn(value);
+    out[name] = shown;
   }
   return out;
 }
@@ -83,13 +86,13 @@ function holdsSecret(value: object): boolean {
 
 /**
  * What JSON would show of `value` (its toJSON's result, or its own fields), with its secrets censored;
- * `value` itself when it holds none.
+ * `value` itself when that shows none.
  */
 function censorIn(value: unknown): unknown {
   if (typeof value !== 'object' || value === null) return value;
   const { toJSON } = value as { toJSON?: unknown };
   const shown: unknown = typeof toJSON === 'function' ? (toJSON as () => unknown).call(value) : value;
-  if (typeof shown !== 'object' || shown === null || !holdsSecret(shown)) return shown;
+  if (typeof shown !== 'object' || shown === null || !holdsSecret(shown)) return value;
   const hidden = Object.fromEntries(
     NESTED_SECRETS.filter((name) => Object.hasOwn(shown, name)).map((name) => [name, censored()]),
   );

@@ -78,6 +78,14 @@ describe('log secrets', () => {
       'c',
     );
     logger.info({ thing: withJson }, 'd');
+    // A secret only toJSON shows (helper-95: it was written as is).
+    class Creds {
+      readonly #password = 'hunter2';
+      toJSON() {
+        return { user: 'ann', password: this.#password };
+      }
+    }
+    logger.info({ smtp: new Creds(), at: new Date(0) }, 'e');
     await flushed();
     expect(JSON.stringify(lines)).not.toMatch(/hunter2/);
     expect(lines[0]).toMatchObject({ err: { message: 'inherited', password: '[redacted]' } });
@@ -85,10 +93,14 @@ describe('log secrets', () => {
     // Under another key an error shows its own fields, as JSON would, the secret censored.
     expect(lines[2]).toMatchObject({ error: { code: 'EAUTH', password: '[redacted]' } });
     expect(lines[3]).toMatchObject({ thing: { id: 1, password: '[redacted]' } });
+    expect(lines[4]).toMatchObject({
+      smtp: { user: 'ann', password: '[redacted]' },
+      at: '1970-01-01T00:00:00.000Z',
+    });
   });
 
   it('copies nothing when nothing is secret', () => {
-    const fields = { req: { url: '/api/v1/lists' }, res: { statusCode: 200 }, keys: 2 };
+    const fields = { req: { url: '/api/v1/lists' }, res: { statusCode: 200 }, keys: 2, at: new Date() };
     expect(withoutNestedSecrets(fields)).toBe(fields);
   });
 });
