@@ -313,7 +313,8 @@ export async function buildApp(
     // An unknown route is answered before its body is read, once counted (per key under /api/, else per
     // address): read first, a body up to BODY_LIMIT_BYTES was held in memory for a 404, with no key asked
     // for, and a client that expects 100-continue was asked to send it. Unread, it is dropped as it arrives.
-    const hostless = missingHost(req);
+    // /health refuses one itself, with the standing a probe's every answer carries (below).
+    const hostless = req.routeOptions.url === '/health' ? undefined : missingHost(req);
     if (req.is404) {
       late.limit!(req, reply).then(() => done(hostless ?? routeNotFound(req)), done);
       return;
@@ -351,6 +352,8 @@ export async function buildApp(
       // The counters could not be read: the probe is answered all the same.
       req.log.warn({ err: (err as Error).message }, 'health: rate-limit standing not read');
     }
+    const hostless = missingHost(req);
+    if (hostless) throw hostless;
     try {
       await store.ping();
       return { status: 'ok' as const };

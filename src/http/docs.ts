@@ -17,6 +17,8 @@ export const healthSchema = {
   security: [],
   response: {
     200: Type.Object({ status: Type.Literal('ok') }),
+    // An HTTP/1.1 request without Host (RFC 9112 3.2), refused on every path.
+    400: ContactsError,
     503: Type.Object({ status: Type.Literal('unavailable') }),
   },
 };
@@ -29,6 +31,7 @@ export const openApiSchema = {
   security: [],
   response: {
     200: Type.Object({}, { additionalProperties: true, description: 'OpenAPI 3.1 document' }),
+    400: ContactsError,
     429: ContactsError,
   },
 };

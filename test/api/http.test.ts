@@ -348,7 +348,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     // The endpoints that need no key are documented too, and say so.
     const health = doc.paths['/health'].get;
     expect(health.security).toEqual([]);
-    expect(Object.keys(health.responses).sort()).toEqual(['200', '503']);
+    expect(Object.keys(health.responses).sort()).toEqual(['200', '400', '503']);
     expect(doc.paths['/api/v1/openapi.json'].get.security).toEqual([]);
   });
 
@@ -725,6 +725,8 @@ describe('an HTTP/1.1 request without Host (RFC 9112 3.2)', () => {
         expect(answer, path).toMatch(/^content-type: application\/json/im);
         expect(body, path).toMatchObject({ success: false, details: [hostDetail] });
       }
+      // A probe's answer shows its address's standing, this one too (a probe is not counted).
+      expect((await ask('GET /health HTTP/1.1')).answer).toMatch(/^x-ratelimit-remaining: \d+\r$/im);
       const sent = await ask(
         'POST /api/v1/emails HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2',
         '{}',
