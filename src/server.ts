@@ -5,14 +5,8 @@ import type { Config } from './config.js';
 import type { Mailer } from './delivery/mailer.js';
 import { takeStartSignal } from './cli/start-signals.js';
 import { processClock } from './store/store-clock.js';
-import {
-  createLogger,
-  createMailer,
-  createRedis,
-  createWorker,
-  listenAddress,
-  listenError,
-} from './runtime.js';
+import { createLogger } from './logger.js';
+import { createMailer, createRedis, createWorker, listenAddress, listenError } from './runtime.js';
 import { openMigratedStore } from './store/from-config.js';
 import type { Migrated } from './store/store.js';
 

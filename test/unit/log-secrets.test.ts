@@ -2,7 +2,7 @@
 // fields, and in an object there; everything else as it was, errors with their message, stack and fields.
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { makeLogger, withoutNestedSecrets } from '../../src/runtime.js';
+import { makeLogger, withoutNestedSecrets } from '../../src/logger.js';
 
 /** A logger as the server makes it, whose lines are kept, parsed. */
 function capture() {

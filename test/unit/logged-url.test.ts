@@ -1,6 +1,6 @@
 // What a logged URL shows: keys masked however they are %-encoded, contacts' addresses left out.
 import { describe, expect, it } from 'vitest';
-import { loggedUrl } from '../../src/runtime.js';
+import { loggedUrl } from '../../src/logger.js';
 
 const secret = 'mr_' + 'a1B2c3D4e5'.repeat(4) + 'xyz';
 
