@@ -12,10 +12,9 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
  * The logger, wherever its lines go. Keys and passwords never reach the log, whatever path they arrive by:
  * the fields `authorization`, `password` and `key` of a line or of a child logger, and the `authorization`
  * and `password` of any object among them (`headers.authorization`, `err.password`), are `[redacted]`.
- * pino's `redact` did this with paths until it was measured: its `*.password` ran on every field of every
- * line, 3 of the 9 µs a request's line cost (a list GET at 50 connections: 28–31 µs of CPU at `warn`, 37 at
- * `info`; 33–34 once that and the destination's text mode were gone). Serializers run only for the fields a
- * line has, and the rest is a look at each field of the line.
+ * Not pino's `redact`: its `*.password` path ran on every field of every line, a third of what a request's
+ * line cost (BENCHMARKS.md, 2026-11-30); serializers run only for the fields a line has, and the rest is a
+ * look at each field of the line.
  */
 export function makeLogger(level: string, destination: pino.DestinationStream): Logger {
   const logger = pino(
