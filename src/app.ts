@@ -15,7 +15,7 @@ import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
 import { AppError, idNotFound, requestTimedOut, validationError } from './errors.js';
-import type { AnyEndpoint } from './http/endpoint.js';
+import { type AnyEndpoint, timesSent } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
@@ -147,7 +147,7 @@ export async function buildApp(
     requestTimeout: config.requestTimeoutMs,
     http: {
       connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2),
-      // An HTTP/1.1 request without Host is refused by missingHost below, with a body: Node's own 400 has none.
+      // An HTTP/1.1 request without Host is refused by badHost below, with a body: Node's own 400 has none.
       requireHostHeader: false,
     },
     // A connection with nothing arriving is cut (with no answer) after this: never before the request
@@ -176,9 +176,9 @@ export async function buildApp(
         finishHeaders(req, reply as FastifyReply);
         void (reply as FastifyReply).code(status).send(body);
       };
-      // A request without Host is refused as such here too (missingHost), before what is wrong with its URL.
+      // A request without a good Host is refused as such here too (badHost), before what is wrong with its URL.
       const appErr =
-        missingHost(req) ??
+        badHost(req) ??
         (err.code === 'FST_ERR_MAX_PARAM_LENGTH'
           ? overlongId(req)
           : new AppError('VALIDATION_FAILED', 'The request URL is not valid', [
@@ -313,13 +313,13 @@ export async function buildApp(
     // An unknown route is answered before its body is read, once counted (per key under /api/, else per
     // address): read first, a body up to BODY_LIMIT_BYTES was held in memory for a 404, with no key asked
     // for, and a client that expects 100-continue was asked to send it. Unread, it is dropped as it arrives.
-    // /health refuses one itself, with the standing a probe's every answer carries (below).
-    const hostless = req.routeOptions.url === '/health' ? undefined : missingHost(req);
+    // /health refuses a bad Host itself, with the standing a probe's every answer carries (below).
+    const hostFault = req.routeOptions.url === '/health' ? undefined : badHost(req);
     if (req.is404) {
-      late.limit!(req, reply).then(() => done(hostless ?? routeNotFound(req)), done);
+      late.limit!(req, reply).then(() => done(hostFault ?? routeNotFound(req)), done);
       return;
     }
-    const fault = hostless ?? permissionFault(req);
+    const fault = hostFault ?? permissionFault(req);
     if (!fault) sendContinue(req, reply, config.bodyLimitBytes);
     done(fault);
   });
@@ -352,8 +352,8 @@ export async function buildApp(
       // The counters could not be read: the probe is answered all the same.
       req.log.warn({ err: (err as Error).message }, 'health: rate-limit standing not read');
     }
-    const hostless = missingHost(req);
-    if (hostless) throw hostless;
+    const hostFault = badHost(req);
+    if (hostFault) throw hostFault;
     try {
       await store.ping();
       return { status: 'ok' as const };
@@ -390,10 +390,23 @@ function nextRequestId(): string {
 }
 
 /**
- * RFC 9112 3.2: an HTTP/1.1 request without a Host header is a 400, answered in the contract's shape and
- * counted like any request (Node's own check answered it with no body at all).
+ * RFC 9112 3.2: an HTTP/1.1 request without a Host header, with two, or with one that is no host (a
+ * name or address, and a port), is a 400, answered in the contract's shape and counted like any request
+ * (Node's own check answered a missing one with no body at all, and let the others through, keeping the
+ * first of two). An empty Host is allowed, as the RFC allows it.
  */
-function missingHost(req: FastifyRequest): AppError | undefined {
-  if (req.raw.httpVersion !== '1.1' || req.headers.host !== undefined) return undefined;
-  return validationError([{ field: 'Host', message: 'is required in an HTTP/1.1 request' }]);
+function badHost(req: FastifyRequest): AppError | undefined {
+  const host = req.headers.host;
+  if (host === undefined) {
+    if (req.raw.httpVersion !== '1.1') return undefined;
+    return validationError([{ field: 'Host', message: 'is required in an HTTP/1.1 request' }]);
+  }
+  if (timesSent(req, 'host') > 1) return validationError([{ field: 'Host', message: 'must be sent once' }]);
+  if (!HOST.test(host)) {
+    return validationError([{ field: 'Host', message: 'must be a host name or address, and a port if any' }]);
+  }
+  return undefined;
 }
+
+/** RFC 3986's host (an IP literal in brackets, or a name or IPv4 address) and an optional port. */
+const HOST = /^(?:\[[A-Za-z0-9._~!$&'()*+,;=:-]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;

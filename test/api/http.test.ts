@@ -703,19 +703,24 @@ describe('a request target in absolute form (RFC 9112 3.2.2)', () => {
 });
 
 describe('an HTTP/1.1 request without Host (RFC 9112 3.2)', () => {
+  /** Sends the request head (and body) with the key on a connection of its own; its answer, and body parsed. */
+  const asker =
+    (port: number, auth: string) =>
+    async (head: string, body = '') => {
+      const client = connect(port);
+      await client.write(`${head}\r\nAuthorization: ${auth}\r\nConnection: close\r\n\r\n${body}`);
+      await client.closed;
+      const answer = client.answer();
+      return { answer, body: JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as unknown };
+    };
+
   it("is a 400 in the contract's shape, counted, on a known route, an unknown one and /health", async () => {
     const t = await createTestApp('sqlite', { RATE_LIMIT_PER_MINUTE: '8' });
     try {
       const { auth } = await t.newKey();
       await t.app.listen({ port: 0, host: '127.0.0.1' });
       const { port } = t.app.server.address() as net.AddressInfo;
-      const ask = async (head: string, body = '') => {
-        const client = connect(port);
-        await client.write(`${head}\r\nAuthorization: ${auth}\r\nConnection: close\r\n\r\n${body}`);
-        await client.closed;
-        const answer = client.answer();
-        return { answer, body: JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as unknown };
-      };
+      const ask = asker(port, auth);
       const hostDetail = { field: 'Host', message: 'is required in an HTTP/1.1 request' };
       // Paths the router refuses before any hook runs (an id past its length, broken %-encoding) too.
       const paths = ['/api/v1/lists', '/api/v1/nope', '/health', `/api/v1/lists/${'a'.repeat(3000)}`, '/%zz'];
@@ -738,6 +743,35 @@ describe('an HTTP/1.1 request without Host (RFC 9112 3.2)', () => {
       expect(sent.answer).toMatch(/^x-ratelimit-remaining: 4\r$/im);
       // HTTP/1.0 has no Host requirement.
       expect((await ask('GET /api/v1/lists HTTP/1.0')).answer).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('two Host lines, or one that is no host, are a 400 in any version; an empty Host is fine', async () => {
+    const t = await createTestApp('sqlite');
+    try {
+      const { auth } = await t.newKey();
+      await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = t.app.server.address() as net.AddressInfo;
+      const ask = asker(port, auth);
+      // Two Host lines, or one that is no host, are refused too (the same clause of RFC 9112), in any version.
+      const refused = {
+        'Host: a\r\nHost: b': 'must be sent once',
+        'Host: a b': 'must be a host name or address, and a port if any',
+        'Host: [::1': 'must be a host name or address, and a port if any',
+        'Host: a:b': 'must be a host name or address, and a port if any',
+      };
+      for (const [header, message] of Object.entries(refused)) {
+        for (const version of ['1.1', '1.0']) {
+          const { answer, body } = await ask(`GET /api/v1/lists HTTP/${version}\r\n${header}`);
+          expect(answer, header).toMatch(/^HTTP\/1\.1 400 /);
+          expect(body, header).toMatchObject({ details: [{ field: 'Host', message }] });
+        }
+      }
+      for (const header of ['Host: [::1]:3000', 'Host: my_box.local:80', 'Host: 10.0.0.7', 'Host:']) {
+        expect((await ask(`GET /health HTTP/1.1\r\n${header}`)).answer, header).toMatch(/^HTTP\/1\.1 200 /);
+      }
     } finally {
       await t.close();
     }
