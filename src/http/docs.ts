@@ -33,6 +33,8 @@ export const openApiSchema = {
     200: Type.Object({}, { additionalProperties: true, description: 'OpenAPI 3.1 document' }),
     400: ContactsError,
     429: ContactsError,
+    // Read while the server shuts down.
+    503: ContactsError,
   },
 };
 

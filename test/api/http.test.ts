@@ -350,6 +350,8 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(health.security).toEqual([]);
     expect(Object.keys(health.responses).sort()).toEqual(['200', '400', '503']);
     expect(doc.paths['/api/v1/openapi.json'].get.security).toEqual([]);
+    const itself = doc.paths['/api/v1/openapi.json'].get;
+    expect(Object.keys(itself.responses).sort()).toEqual(['200', '400', '429', '503']);
   });
 
   it('the OpenAPI document names the shapes it returns once, and every operation refers to them', async () => {

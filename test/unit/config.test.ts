@@ -86,6 +86,10 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
     expect(loadConfig({ SMTP_URL: `${smtp}/`, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(`${smtp}/`);
     expect(loadConfig({ SMTP_URL: ` ${smtp}\n`, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
+    // Spaces around any URL are dropped (a REDIS_URL with one in front stopped start-up with ioredis's
+    // "Invalid URL"; a DATABASE_URL's sent pg looking for a host named after a part of it).
+    const padded = loadConfig({ REDIS_URL: ' redis://cache:6379/13', DATABASE_URL: 'postgres://db/x ' });
+    expect(padded).toMatchObject({ redisUrl: 'redis://cache:6379/13', databaseUrl: 'postgres://db/x' });
     for (const redis of ['redis://cache', 'redis://cache:6379/', 'rediss://:s%20t@cache:6380/12']) {
       expect(loadConfig({ REDIS_URL: redis }).redisUrl).toBe(redis);
     }
