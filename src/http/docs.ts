@@ -17,7 +17,7 @@ export const healthSchema = {
   security: [],
   response: {
     200: Type.Object({ status: Type.Literal('ok') }),
-    // An HTTP/1.1 request without Host (RFC 9112 3.2), refused on every path.
+    // A Host missing (HTTP/1.1), sent twice, or that is no host (RFC 9112 3.2): refused on every path.
     400: ContactsError,
     503: Type.Object({ status: Type.Literal('unavailable') }),
   },
