@@ -50,8 +50,15 @@ function halfListCreate(url: string, key: string, body: string) {
   );
 }
 
+/**
+ * Each test waits out the 10 s grace with up to three server processes of its own, beside the others (they
+ * run concurrently) and the rest of the suite: 17–20 s alone on these 2 cores, 29–30 in a full run on a slow
+ * day, against the suite's 30 s default.
+ */
+const slow = { timeout: 90_000 };
+
 // Concurrently, the stores and the tests: each runs servers of its own, and the grace is 10 s of waiting.
-describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %s', (kind) => {
+describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %s', slow, (kind) => {
   let d: Deployment;
   beforeAll(async () => {
     // Longer than the shutdown's 10 s grace, so that the grace, not the body's own deadline, ends it.
