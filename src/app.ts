@@ -15,7 +15,7 @@ import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
 import { AppError, idNotFound, requestTimedOut, validationError } from './errors.js';
-import { type AnyEndpoint, timesSent } from './http/endpoint.js';
+import { type AnyEndpoint, refuseHeaderProblems, timesSent } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
@@ -374,6 +374,7 @@ export async function buildApp(
       config: { permission },
       // A body on a route that defines none is refused, not ignored (json-body.ts).
       ...(method !== 'GET' && ep.schema.body === undefined ? { preValidation: refuseBody } : {}),
+      ...(ep.headerProblems ? { preValidation: refuseHeaderProblems(ep.headerProblems) } : {}),
       handler: ep.handler as never,
     });
   }

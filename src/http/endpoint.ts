@@ -10,8 +10,10 @@ import type {
   RawRequestDefaultExpression,
   RawServerDefault,
   RouteGenericInterface,
+  preValidationHookHandler,
 } from 'fastify';
 import type { Principal } from '../auth/keys.service.js';
+import { type ErrorDetail, validationError } from '../errors.js';
 
 export type Req<S extends FastifySchema> = FastifyRequest<
   RouteGenericInterface,
@@ -31,19 +33,43 @@ export type Rep<S extends FastifySchema> = FastifyReply<
   TypeBoxTypeProvider
 >;
 
+/** What is wrong with a request's headers, told in the same 400 as what is wrong with its body. */
+export type HeaderProblems = (req: FastifyRequest) => ErrorDetail[];
+
 export interface Endpoint<S extends FastifySchema = FastifySchema> {
   schema: S;
   handler: (req: Req<S>, reply: Rep<S>) => Promise<unknown>;
+  headerProblems?: HeaderProblems | undefined;
 }
 
 /** Any endpoint, with its request types erased, for the route table. */
 export interface AnyEndpoint {
   schema: FastifySchema;
   handler: (req: never, reply: never) => Promise<unknown>;
+  headerProblems?: HeaderProblems | undefined;
 }
 
-export function endpoint<S extends FastifySchema>(schema: S, handler: Endpoint<S>['handler']): Endpoint<S> {
-  return { schema, handler };
+export function endpoint<S extends FastifySchema>(
+  schema: S,
+  handler: Endpoint<S>['handler'],
+  headerProblems?: HeaderProblems,
+): Endpoint<S> {
+  return { schema, handler, headerProblems };
+}
+
+/**
+ * Refuses a request whose headers have problems with those and its body's together: Fastify's own
+ * validation stops at the first part that fails (the body before the headers), so a client told only of
+ * its body would learn of a header sent twice only once the body was right.
+ */
+export function refuseHeaderProblems(problems: HeaderProblems): preValidationHookHandler {
+  return (req, _reply, done) => {
+    const found = problems(req);
+    if (found.length === 0) return done();
+    const validate = req.getValidationFunction('body');
+    const result = validate?.(req.body ?? null) as { error?: { details?: ErrorDetail[] } } | undefined;
+    done(validationError([...found, ...(result?.error?.details ?? [])]));
+  };
 }
 
 /** The calling key's organisation; the auth hook guarantees a principal on every protected route. */

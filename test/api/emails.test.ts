@@ -184,6 +184,18 @@ describe.each(storeKinds())('emails on %s', (kind) => {
       headers: { 'idempotency-key': ['k-3', 'k-4'] },
     });
     expect400(twice, 'emails', ['Idempotency-Key']);
+    // Told together with what is wrong with the body (helper-94: only the body's fields were named).
+    const both = await t.call({
+      method: 'POST',
+      url: '/api/v1/emails',
+      auth: own,
+      payload: { to: base.to },
+      headers: { 'idempotency-key': ['k-3', 'k-4'] },
+    });
+    expect400(both, 'emails', ['Idempotency-Key', 'subject', 'html']);
+    expect(both.json().details[0]).toEqual({ field: 'Idempotency-Key', message: 'must be sent once' });
+    const longAndBad = await post({ ...base, to: 7 }, x(257));
+    expect400(longAndBad, 'emails', ['Idempotency-Key', 'to']);
     expect((await t.call({ method: 'GET', url: '/api/v1/emails', auth: own })).json().pagination.total).toBe(
       3,
     );
