@@ -1,7 +1,7 @@
 // A local SMTP sink that accepts everything and counts what arrives, for delivery figures.
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { stopWithBench } from './lib.js';
+import { stopChild, stopWithBench } from './lib.js';
 
 export interface Sink {
   port: number;
@@ -52,12 +52,7 @@ export async function startSink(): Promise<Sink> {
         waiters.add(waiter);
       });
     },
-    close: () =>
-      new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
+    close: () => stopChild(child),
   };
 }
 

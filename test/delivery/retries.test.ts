@@ -101,7 +101,7 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([['ok@example.org'], ['busy@example.org']]);
   });
 
-  it('offers a recipient answered 552 at RCPT TO after others were accepted again, as RFC 5321 reads it (too many recipients)', async () => {
+  it('offers again a recipient answered 552 at RCPT TO after others were accepted, as RFC 5321 reads it (too many recipients)', async () => {
     let full = 0;
     d.script.onRcpt = (address) =>
       address === 'third@example.org' && full++ === 0
