@@ -10,6 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp } from '../helpers/app.js';
 import { ISO_MS } from '../helpers/api.js';
+import { tracked } from '../helpers/children.js';
 import { MAIN, baseEnv, scratchDir, startProcess } from '../helpers/process.js';
 import { eventually, freePort } from '../helpers/smtp.js';
 import { createTestDatabase, noPostgres, storeKinds } from '../helpers/stores.js';
@@ -381,11 +382,13 @@ describe('mailroom: a stop signal to a one-off command', () => {
     const { port } = mute.address() as net.AddressInfo;
     let connected = false;
     mute.on('connection', () => (connected = true));
-    const child = spawn(process.execPath, [...MAIN, '--name', 'serve', 'orgs', 'create'], {
-      cwd: ROOT,
-      env: baseEnv({ DATABASE_URL: `postgres://x@127.0.0.1:${port}/mailroom`, LOG_LEVEL: 'silent' }),
-      stdio: 'ignore',
-    });
+    const child = tracked(
+      spawn(process.execPath, [...MAIN, '--name', 'serve', 'orgs', 'create'], {
+        cwd: ROOT,
+        env: baseEnv({ DATABASE_URL: `postgres://x@127.0.0.1:${port}/mailroom`, LOG_LEVEL: 'silent' }),
+        stdio: 'ignore',
+      }),
+    );
     try {
       await eventually(() => connected, 20_000, 'the command waiting on its database');
       const exited = new Promise<string | null>((resolve) =>
@@ -438,17 +441,19 @@ describe('mailroom serve: where it listens', () => {
   it('HOST=localhost is one address, wired as any: Fastify would add a server of its own for the other', async () => {
     // localhost resolving to both loopbacks (as in Docker); the second would have missed half-open
     // connections, the contract's 400 for bytes that are not HTTP and shutdown's cuts.
-    const server = spawn(
-      process.execPath,
-      [
-        '--import',
-        path.join(ROOT, 'test/helpers/dual-localhost.mjs'),
-        ...MAIN,
-        'serve',
-        '--no-worker',
-        '--json',
-      ],
-      { cwd: ROOT, env: serveEnv({ HOST: 'localhost', PORT: '0' }), stdio: ['ignore', 'pipe', 'inherit'] },
+    const server = tracked(
+      spawn(
+        process.execPath,
+        [
+          '--import',
+          path.join(ROOT, 'test/helpers/dual-localhost.mjs'),
+          ...MAIN,
+          'serve',
+          '--no-worker',
+          '--json',
+        ],
+        { cwd: ROOT, env: serveEnv({ HOST: 'localhost', PORT: '0' }), stdio: ['ignore', 'pipe', 'inherit'] },
+      ),
     );
     let out = '';
     server.stdout.on('data', (c: Buffer) => (out += c.toString()));

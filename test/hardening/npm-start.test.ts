@@ -6,6 +6,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { expect, it } from 'vitest';
+import { tracked } from '../helpers/children.js';
 import { MAIN, baseEnv, scratchDir } from '../helpers/process.js';
 import { eventually } from '../helpers/smtp.js';
 
@@ -17,7 +18,10 @@ const serverEnv = (dataDir: string, extra: Record<string, string> = {}) =>
 
 it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
   const env = serverEnv(scratchDir('npm-start'));
-  const npm = spawn('npm', ['start', '--silent', '--', '--json'], { cwd: ROOT, env, stdio: 'pipe' });
+  const npm = tracked(
+    spawn('npm', ['start', '--silent', '--', '--json'], { cwd: ROOT, env, stdio: 'pipe', detached: true }),
+    { group: true },
+  );
   let out = '';
   let err = '';
   npm.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -47,7 +51,7 @@ it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
 
 it('serve: a SIGTERM while it starts stops it once started, with exit 0', async () => {
   const env = serverEnv(scratchDir('early-term'));
-  const server = spawn(process.execPath, [...MAIN, 'serve'], { cwd: ROOT, env, stdio: 'pipe' });
+  const server = tracked(spawn(process.execPath, [...MAIN, 'serve'], { cwd: ROOT, env, stdio: 'pipe' }));
   let out = '';
   let err = '';
   server.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -79,10 +83,12 @@ it('serve and worker: a SIGTERM while their modules still load is held too, and 
     const dataDir = scratchDir(`load-${tag}`);
     const mark = path.join(dataDir, 'loading');
     const env = serverEnv(dataDir, { SLOW_LOAD_MARK: mark, SLOW_LOAD_MS: '1500' });
-    const child = spawn(
-      process.execPath,
-      ['--import', path.join(ROOT, 'test/helpers/slow-cli-load.mjs'), 'bin/mailroom.js', command],
-      { cwd: ROOT, env, stdio: 'pipe' },
+    const child = tracked(
+      spawn(
+        process.execPath,
+        ['--import', path.join(ROOT, 'test/helpers/slow-cli-load.mjs'), 'bin/mailroom.js', command],
+        { cwd: ROOT, env, stdio: 'pipe' },
+      ),
     );
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));

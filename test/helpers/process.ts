@@ -7,6 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { onTestFinished } from 'vitest';
 import { TEST_DIST } from '../global-build.js';
+import { tracked } from './children.js';
 import { freePort } from './smtp.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -82,11 +83,13 @@ export async function startProcess(args: string[], env: Record<string, string>):
   const ownPort = serving && env.PORT === undefined;
   const argv = ownPort && !args.includes('--json') ? [...args, '--json'] : args;
   const port = ownPort ? 0 : env.PORT ? Number(env.PORT) : await freePort();
-  const child = spawn(process.execPath, [...MAIN, ...argv], {
-    cwd: ROOT,
-    env: baseEnv({ ...env, PORT: String(port) }),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = tracked(
+    spawn(process.execPath, [...MAIN, ...argv], {
+      cwd: ROOT,
+      env: baseEnv({ ...env, PORT: String(port) }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
   let out = '';
   let stdout = '';
   child.stdout!.on('data', (c: Buffer) => {

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { tracked } from '../helpers/children.js';
 import { type MailroomProcess, cli, startProcess } from '../helpers/process.js';
 import { eventually, freePort } from '../helpers/smtp.js';
 
@@ -21,9 +22,11 @@ function hasRedisServer(): boolean {
 }
 
 async function startRedis(port: number, ...args: string[]): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no', ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = tracked(
+    spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no', ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
   let out = '';
   child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
   await eventually(

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Sqlite, useWal } from '../../src/store/sqlite-driver.js';
+import { tracked } from '../helpers/children.js';
 import { eventually } from '../helpers/smtp.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -18,13 +19,14 @@ describe('switching a new SQLite file to WAL', () => {
     // The other process: the same driver, a write lock on the new file (still in rollback mode) until this
     // test makes the `release` file, which it looks for every 10 ms on its own event loop (useWal below
     // stops this one).
-    const holder = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        '-e',
-        `import { existsSync } from 'node:fs';
+    const holder = tracked(
+      spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          '-e',
+          `import { existsSync } from 'node:fs';
          import { Sqlite } from './src/store/sqlite-driver.ts';
          const db = new Sqlite(${JSON.stringify(file)});
          db.exec('begin immediate; create table t (x)');
@@ -36,8 +38,9 @@ describe('switching a new SQLite file to WAL', () => {
            db.close();
            console.log('released');
          }, 10);`,
-      ],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
+        ],
+        { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
+      ),
     );
     let out = '';
     holder.stdout!.on('data', (c: Buffer) => (out += c.toString()));
