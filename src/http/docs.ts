@@ -4,7 +4,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { nullMeansAbsent } from '../validation/ajv.js';
+import { nullMeansAbsent } from '../validation/nullable.js';
 import { ContactsError } from './schemas.js';
 
 /** GET /health: no key, not rate-limited (contract.md), though it shows the caller's standing. */

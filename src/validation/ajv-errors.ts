@@ -3,6 +3,7 @@
 import type { ErrorObject } from 'ajv';
 import { TAG_CHARACTERS } from './characters.js';
 import { isObject } from './guards.js';
+import { type SchemaObject, nullMeansAbsent } from './nullable.js';
 import { RANK, type Ranked } from './ranks.js';
 
 function decodePointer(segment: string): string {
@@ -65,9 +66,15 @@ function messageOf(e: ErrorObject): string {
       return `must have at least ${String(p.limit)} item${p.limit === 1 ? '' : 's'}`;
     case 'maxProperties':
       return `must have at most ${String(p.limit)} keys`;
-    case 'minProperties':
-      // Optional fields sent as null were taken out before validation (ajv.ts, nullMeansAbsent).
-      return `must have at least ${String(p.limit)} field${p.limit === 1 ? '' : 's'}; a field set to null counts as not given`;
+    case 'minProperties': {
+      // Optional fields sent as null were taken out before validation (ajv.ts): those are named, as the
+      // body may have had one. Fields that take null (a description) clear themselves with it: not named.
+      const fields = Object.keys((e.parentSchema as SchemaObject | undefined)?.properties ?? {});
+      const absent = nullMeansAbsent(e.parentSchema);
+      return `must have at least ${String(p.limit)} of: ${fields.join(', ')}${
+        absent.length > 0 ? `; ${absent.join(', ')}: null counts as not given` : ''
+      }`;
+    }
     case 'maximum':
       return `must be at most ${String(p.limit)}`;
     case 'minimum':

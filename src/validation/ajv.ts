@@ -12,6 +12,7 @@ import { BROKEN_MESSAGE, brokenParameters } from '../http/query-string.js';
 import { toDetails } from './ajv-errors.js';
 import { characterDetails } from './characters.js';
 import { isObject } from './guards.js';
+import { type SchemaObject, nullMeansAbsent } from './nullable.js';
 import { RANK, type Ranked, bestPerField } from './ranks.js';
 
 // ajv-formats is CommonJS; under NodeNext its default export arrives wrapped.
@@ -41,25 +42,6 @@ const RULES = Symbol.for('mailroom.rules');
 export function withRules<T extends object>(schema: T, rules: Rules): T {
   (schema as Record<symbol, Rules>)[RULES] = rules;
   return schema;
-}
-
-type PropertySchema = { type?: unknown; anyOf?: PropertySchema[] };
-type SchemaObject = { properties?: Record<string, PropertySchema>; required?: string[] };
-
-const allowsNull = (p: PropertySchema | undefined): boolean =>
-  p !== undefined &&
-  (p.type === 'null' ||
-    (Array.isArray(p.type) && p.type.includes('null')) ||
-    (p.anyOf ?? []).some(allowsNull));
-
-/**
- * Optional fields of a body whose schema gives `null` no meaning of its own: there `null` means "none",
- * exactly as leaving the field out (README, decisions), whatever the field's type (`cc: null`, `tags: null`).
- * Where a schema admits null (a description, or a name on update), null keeps its meaning: it clears the field.
- */
-export function nullMeansAbsent(schema: unknown): string[] {
-  const { properties = {}, required = [] } = (schema ?? {}) as SchemaObject;
-  return Object.keys(properties).filter((k) => !required.includes(k) && !allowsNull(properties[k]));
 }
 
 /** Integer fields of a query: text is coerced only when it is plain decimal digits (Number() takes 0x3, 1e1, ' 1'). */
