@@ -4,6 +4,7 @@
 // bin/mailroom.js loads it before they are even read.
 import { takeStartSignal } from './start-signals.js';
 import './heap-flags.js';
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
@@ -14,6 +15,7 @@ import { openMigratedStore } from '../store/from-config.js';
 import { isStoreUnavailable } from '../store/dialect.js';
 
 const USAGE = `Usage: mailroom <command> [options] [--json]
+       mailroom --help | --version
 
   serve [--no-worker]            serve the API (and deliver mail unless --no-worker)
   worker                         deliver mail only
@@ -62,6 +64,7 @@ type Flags = {
   org?: string;
   'no-worker': boolean;
   help: boolean;
+  version: boolean;
 };
 
 const OPTIONS = {
@@ -71,7 +74,14 @@ const OPTIONS = {
   org: { type: 'string' },
   'no-worker': { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
+  version: { type: 'boolean', default: false },
 } as const;
+
+/** The package's version: package.json sits two levels above this file, in dist/ as in the tests' build. */
+function version(): string {
+  const file = new URL('../../package.json', import.meta.url);
+  return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
+}
 
 function parse(argv: string[]): { positionals: string[]; flags: Flags } {
   const { values, positionals, tokens } = parseArgsPlainly(argv);
@@ -119,7 +129,7 @@ function refuseOtherFlags(command: string, flags: Flags): void {
   const takes = COMMAND_FLAGS[command];
   if (takes === undefined) return;
   for (const flag of Object.keys(OPTIONS) as (keyof Flags)[]) {
-    if (flag === 'json' || flag === 'help') continue;
+    if (flag === 'json' || flag === 'help' || flag === 'version') continue;
     // Given: a string flag has a value, a boolean one is set (its default is false).
     const given = flags[flag] !== undefined && flags[flag] !== false;
     if (given && !takes.includes(flag)) throw new UsageError(`${command} does not take --${flag}`);
@@ -179,6 +189,12 @@ async function run(argv: string[]): Promise<void> {
   if (command !== 'serve' && command !== 'worker') {
     const held = takeStartSignal();
     if (held !== undefined) process.kill(process.pid, held);
+  }
+  if (flags.version) {
+    // Alone: `mailroom serve --version` must not pass for a server that started.
+    if (positionals.length > 0) throw new UsageError('--version takes no command', true);
+    print(json, { version: version() }, `mailroom ${version()}`);
+    return;
   }
   if (flags.help || command === 'help') {
     // `mailroom bogus --help` must not pass for help on a command that exists.

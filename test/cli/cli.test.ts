@@ -1,7 +1,7 @@
 // The mailroom CLI as a user runs it: a real process on a temp DATA_DIR (or a fresh PostgreSQL database),
 // one JSON object as the last stdout line with --json, and keys that work against an app on the same store.
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -234,6 +234,15 @@ describe('mailroom CLI usage errors', () => {
     ]);
     const help = await cli('--help', '--json');
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
+    // The package's version, alone; with a command it is a usage error, not a command that ran.
+    const { version } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+      version: string;
+    };
+    expect(await cli('--version', '--json')).toMatchObject({ code: 0, json: { version } });
+    expect(await cli('serve', '--version', '--json')).toMatchObject({
+      code: 2,
+      json: { error: '--version takes no command' },
+    });
     // Help on a command that does not exist is not help: the same usage error as running it.
     const asked = await Promise.all([
       cli('bogus', '--help', '--json'),
