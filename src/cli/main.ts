@@ -4,7 +4,7 @@
 // bin/mailroom.js loads it before they are even read.
 import { takeStartSignal } from './start-signals.js';
 import './heap-flags.js';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
@@ -12,6 +12,7 @@ import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
+import { sqliteFile } from '../store/store.js';
 import { isStoreUnavailable } from '../store/dialect.js';
 
 const USAGE = `Usage: mailroom <command> [options] [--json]
@@ -165,8 +166,20 @@ function optional(value: string | undefined, flag: string): string | undefined {
   return value?.trim();
 }
 
-async function withServices<T>(fn: (s: ReturnType<typeof createServices>) => Promise<T>): Promise<T> {
+/**
+ * `existing`: the command reads or changes what a store holds (a list, a revocation). On SQLite a DATA_DIR
+ * without a store is then a mistyped one: said so, rather than made, empty, and answered "no keys".
+ */
+async function withServices<T>(
+  fn: (s: ReturnType<typeof createServices>) => Promise<T>,
+  { existing = false } = {},
+): Promise<T> {
   const config = loadConfig();
+  if (existing && !config.databaseUrl && !existsSync(sqliteFile(config.dataDir))) {
+    throw new ConfigError(
+      `DATA_DIR (${config.dataDir}) holds no store: give the DATA_DIR the server runs with (serve, migrate, orgs create and keys create make a store where there is none)`,
+    );
+  }
   const { store, warnings } = await openMigratedStore(config, { use: 'one-shot' });
   for (const warning of warnings) console.error(`warning: ${warning}`);
   try {
@@ -250,7 +263,7 @@ async function run(argv: string[]): Promise<void> {
       return;
     }
     case 'orgs list': {
-      const organizations = await withServices((s) => s.orgs.list());
+      const organizations = await withServices((s) => s.orgs.list(), { existing: true });
       print(
         json,
         { organizations },
@@ -281,7 +294,7 @@ async function run(argv: string[]): Promise<void> {
     }
     case 'keys list': {
       const org = optional(flags.org, 'org');
-      const keys = await withServices((s) => s.keys.list(org));
+      const keys = await withServices((s) => s.keys.list(org), { existing: true });
       print(
         json,
         { keys },
@@ -299,7 +312,7 @@ async function run(argv: string[]): Promise<void> {
         throw new UsageError('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
       }
       const id = arg.trim();
-      const key = await withServices((s) => s.keys.revoke(id));
+      const key = await withServices((s) => s.keys.revoke(id), { existing: true });
       print(json, key, `revoked ${key.id} (${key.name})`);
       return;
     }

@@ -152,11 +152,16 @@ function makeDirectory(dir: string): void {
   }
 }
 
+/** The SQLite database file of a DATA_DIR. */
+export function sqliteFile(dataDir: string): string {
+  return path.join(dataDir, 'mailroom.sqlite');
+}
+
 function createSqliteStore(options: StoreOptions): Store {
   // Contacts and email bodies are for this user only: a new DATA_DIR is 0700 and a new database file
   // 0600 (SQLite gives its -wal and -shm files the database file's mode). Existing ones are left as set.
   makeDirectory(options.dataDir);
-  const file = path.join(options.dataDir, 'mailroom.sqlite');
+  const file = sqliteFile(options.dataDir);
   closeSync(openSync(file, 'a', 0o600));
   const synchronous = options.sqliteSynchronous ?? 'FULL';
   // FULL's sync of each commit is made off the event loop (wal-sync.ts): the writer itself commits NORMAL.

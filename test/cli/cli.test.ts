@@ -367,7 +367,8 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
       LOG_LEVEL: 'silent',
     };
     delete env.DATABASE_URL;
-    const done = await run(process.execPath, [...MAIN, 'orgs', 'list'], {
+    // A command that makes the store where there is none (orgs list would say there is none).
+    const done = await run(process.execPath, [...MAIN, 'orgs', 'create', '--name', 'x'], {
       cwd: ROOT,
       env,
       timeout: 20_000,
@@ -410,6 +411,31 @@ describe('mailroom: a stop signal to a one-off command', () => {
       mute.close();
     }
   }, 40_000);
+});
+
+describe('mailroom CLI on a DATA_DIR without a store', () => {
+  // A mistyped DATA_DIR made a new, empty store there, and `keys list` answered "no keys", exit 0.
+  it('keys list, orgs list and keys revoke say so, exit 1, and make nothing', async () => {
+    const dataDir = path.join(scratchDir('no-store'), 'typo');
+    for (const args of [
+      ['keys', 'list'],
+      ['orgs', 'list'],
+      ['keys', 'revoke', 'some-key'],
+    ]) {
+      const done = await run(process.execPath, [...MAIN, ...args, '--json'], {
+        cwd: ROOT,
+        env: baseEnv({ DATA_DIR: dataDir }),
+      }).then(
+        () => ({ code: 0, stdout: '' }),
+        (e: { code: number; stdout: string }) => e,
+      );
+      expect(done.code, args.join(' ')).toBe(1);
+      expect(JSON.parse(done.stdout.trim().split('\n').at(-1)!)).toStrictEqual({
+        error: `DATA_DIR (${dataDir}) holds no store: give the DATA_DIR the server runs with (serve, migrate, orgs create and keys create make a store where there is none)`,
+      });
+    }
+    expect(existsSync(dataDir), 'the data directory was made').toBe(false);
+  }, 60_000);
 });
 
 describe('mailroom serve where it cannot listen', () => {
