@@ -63,7 +63,17 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
   worker?.start();
 
   onShutdown(logger, signals, async () => {
-    await connections.close(() => app.close(), SHUTDOWN_GRACE_MS);
+    let interrupted = false;
+    await connections.close(
+      () => app.close(),
+      SHUTDOWN_GRACE_MS,
+      () => {
+        if (!interrupted)
+          logger.warn('shutdown: requests still in progress after the grace; ending their store work');
+        interrupted = true;
+        return store.interrupt();
+      },
+    );
     await worker?.stop();
     await mailer?.close();
     redis?.disconnect();

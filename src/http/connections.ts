@@ -3,16 +3,30 @@
 // stalled client would hold every deploy for the whole force timeout, and then the exit code is 1.
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** A wait that does not hold the process open: the shutdown it is part of ends with the process. */
+const delay = (ms: number) => sleep(ms, undefined, { ref: false });
 
 export interface Connections {
   /**
    * Stops the server: connections with no request in progress are cut at once (nothing is owed to them), and
-   * so are any opened meanwhile; requests in progress get `graceMs` to finish before theirs are cut too.
+   * so are any opened meanwhile; requests in progress get `graceMs` to finish. Those still running then
+   * have their store work ended by `interrupt` (so that none of it commits after its client was cut) and
+   * up to ANSWER_MS more to answer (a 503, as the store failed them); then their connections are cut.
    */
-  close(stopServer: () => Promise<void>, graceMs: number): Promise<void>;
+  close(stopServer: () => Promise<void>, graceMs: number, interrupt?: () => Promise<number>): Promise<void>;
   /** Requests read on the connection and not yet answered (pipelined ones included). */
   requestsOn(socket: Socket): number;
 }
+
+/**
+ * How long requests still in progress when the grace ends get to answer, their store work ended (the
+ * store ends what has been stuck for a second: one stuck behind another is ended a second later).
+ */
+const ANSWER_MS = 3_000;
+/** How often their store work is ended again meanwhile. */
+const SWEEP_MS = 200;
 
 export function trackConnections(server: Server): Connections {
   // Requests in progress, per connection.
@@ -40,14 +54,33 @@ export function trackConnections(server: Server): Connections {
   };
   return {
     requestsOn: (socket) => open.get(socket) ?? 0,
-    async close(stopServer, graceMs) {
+    async close(stopServer, graceMs, interrupt) {
       const sweep = setInterval(cutIdle, 100);
-      const grace = setTimeout(() => server.closeAllConnections(), graceMs);
+      let stopping = true;
+      const inProgress = () => [...open.values()].some((n) => n > 0);
+      const endGrace = async () => {
+        // Again and again, while the store has work in progress: what a request runs next (a look for
+        // whether its write committed), or what waited for one of the connections ended, may be stuck in
+        // turn. Each request then answers (a 503, as its store work failed) with nothing of it done. None
+        // (SQLite; the body of a request still arriving): its connection is cut at once.
+        const until = performance.now() + ANSWER_MS;
+        while (interrupt && stopping && inProgress() && performance.now() < until) {
+          const working = await Promise.race([
+            interrupt().catch(() => 0),
+            delay(until - performance.now()).then(() => 0),
+          ]);
+          if (working === 0) break;
+          await delay(SWEEP_MS);
+        }
+        if (stopping) server.closeAllConnections();
+      };
+      const grace = setTimeout(() => void endGrace(), graceMs);
       try {
         const stopped = stopServer();
         cutIdle();
         await stopped;
       } finally {
+        stopping = false;
         clearInterval(sweep);
         clearTimeout(grace);
       }

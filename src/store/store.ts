@@ -9,6 +9,7 @@ import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-dri
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
+import { sessionsInterrupter } from './interrupt-sessions.js';
 import type { Database } from './schema.js';
 import { type DialectName, isExtensionUnavailable, isLockTimeout, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
@@ -77,6 +78,16 @@ export interface Store {
   /** Brings the schema up to date: the migrations it applied, and what went less well than it should. */
   migrate(): Promise<Migrated>;
   ping(): Promise<void>;
+  /**
+   * Ends the statements stuck in progress, for a shutdown whose grace ran out: on PostgreSQL the sessions
+   * of the connections checked out of the pool for a second or more are terminated, so what their
+   * transactions or statements were writing is rolled back (unless it was committing) instead of
+   * committing later, after its request was cut unanswered; each caller gets a store-unavailable error.
+   * Connections made afterwards work as before (a worker records its sends). Resolves to how many
+   * connections were checked out (interrupt-sessions.ts). SQLite: 0, nothing to end; its statements run
+   * to their end on the event loop.
+   */
+  interrupt(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -240,6 +251,8 @@ function createSqliteStore(options: StoreOptions): Store {
       walSync?.check();
       await sql`select 1`.execute(this.db);
     },
+    // Statements run on the event loop, to the end: none is left waiting when the grace runs out.
+    interrupt: () => Promise.resolve(0),
     async close() {
       clearInterval(optimizer);
       await keyChanges.close();
@@ -603,6 +616,7 @@ function createPostgresStore(
     endOnReadTimeout(client);
     nameStatementsOn(client);
   });
+  const interrupt = sessionsInterrupter(pool, databaseUrl);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.
   allowSnapshotConnections(db, poolSize - 1);
@@ -666,6 +680,7 @@ function createPostgresStore(
     async ping() {
       await sql`select 1`.execute(db);
     },
+    interrupt,
     async close() {
       clearInterval(folding);
       clearInterval(foldingChunks);

@@ -2,10 +2,11 @@
 // pre-opened connection) or half its headers is owed no answer and is cut at once; a request whose body is
 // still arriving gets the 10 s grace; the exit code is 0.
 import net from 'node:net';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startProcess } from '../helpers/process.js';
 import { eventually } from '../helpers/smtp.js';
-import { storeKinds } from '../helpers/stores.js';
+import { noPostgres, storeKinds } from '../helpers/stores.js';
 import { type Deployment, deployment } from './deployment.js';
 
 /**
@@ -206,6 +207,69 @@ describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %
       }
     } finally {
       for (const c of [silent, halfBody]) c.destroy();
+      await server.kill('SIGKILL');
+    }
+  });
+});
+
+// A write that the database holds up past the grace (a lock, a failover during a rolling deploy): the
+// grace's end cut its connection without an answer, and its INSERT still committed once the lock went, so
+// a client retrying the reset sent the email twice (helper-96). Its session is now ended first: the
+// statement is rolled back, and the client is told so with a 503.
+describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past the grace', slow, () => {
+  let d: Deployment;
+  beforeAll(async () => {
+    d = await deployment('postgres');
+  });
+  afterAll(async () => {
+    await d?.destroy();
+  });
+
+  it('answers each 503, and nothing of them is done', async () => {
+    const key = await d.newKey();
+    const server = await startProcess(['serve', '--no-worker'], d.env);
+    const locker = new pg.Client({ connectionString: d.env.DATABASE_URL });
+    await locker.connect();
+    const subject = `held-${Date.now()}`;
+    try {
+      await locker.query('begin; lock table emails in access exclusive mode');
+      // More than the pool's connections: some wait for one, and get it once the others' sessions end.
+      const answers = Array.from({ length: 15 }, () =>
+        fetch(`${server.url}/api/v1/emails`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ to: 'held@example.test', subject, text: 'x' }),
+        }).then(
+          async (res) => ({ status: res.status, body: await res.text() }),
+          (err: Error) => ({ status: 0, body: String(err.cause ?? err) }),
+        ),
+      );
+      // The insert is waiting for the lock.
+      await eventually(
+        async () =>
+          (
+            await locker.query(
+              "select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+            )
+          ).rowCount! > 0,
+        10_000,
+        'the insert waiting on the lock',
+      );
+      const exited = server.kill('SIGTERM');
+      const done = await Promise.all(answers);
+      expect(
+        done.map((a) => a.status),
+        JSON.stringify(done) + server.output().slice(-3000),
+      ).toStrictEqual(done.map(() => 503));
+      await locker.query('commit');
+      await exited;
+      expect(server.child.exitCode, server.output().slice(-2000)).toBe(0);
+      const { rows } = await locker.query('select count(*)::int as n from emails where subject = $1', [
+        subject,
+      ]);
+      expect(rows[0].n, 'emails accepted without an answer').toBe(0);
+    } finally {
+      await locker.end().catch(() => undefined);
       await server.kill('SIGKILL');
     }
   });
