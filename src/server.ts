@@ -74,6 +74,9 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
         return store.interrupt();
       },
     );
+    // The worker's sends in flight get their own grace, and record what they did (each has been retrying
+    // while the store refused).
+    if (interrupted) store.resume();
     await worker?.stop();
     await mailer?.close();
     redis?.disconnect();

@@ -20,12 +20,9 @@ export interface Connections {
   requestsOn(socket: Socket): number;
 }
 
-/**
- * How long requests still in progress when the grace ends get to answer, their store work ended (the
- * store ends what has been stuck for a second: one stuck behind another is ended a second later).
- */
-const ANSWER_MS = 3_000;
-/** How often their store work is ended again meanwhile. */
+/** How long requests still in progress when the grace ends get to answer, their store work ended. */
+const ANSWER_MS = 2_000;
+/** How often their store work is ended again meanwhile (a transaction's connection between statements). */
 const SWEEP_MS = 200;
 
 export function trackConnections(server: Server): Connections {
@@ -59,17 +56,21 @@ export function trackConnections(server: Server): Connections {
       let stopping = true;
       const inProgress = () => [...open.values()].some((n) => n > 0);
       const endGrace = async () => {
-        // Again and again, while the store has work in progress: what a request runs next (a look for
-        // whether its write committed), or what waited for one of the connections ended, may be stuck in
-        // turn. Each request then answers (a 503, as its store work failed) with nothing of it done. None
-        // (SQLite; the body of a request still arriving): its connection is cut at once.
+        // The store refuses new work from the first call on; later calls end what was checked out
+        // before and is still working. Each request then answers (a 503, as its store work failed) with
+        // nothing of it done. With no store work at the grace's end (SQLite; the body of a request still
+        // arriving), its connection is cut at once.
         const until = performance.now() + ANSWER_MS;
-        while (interrupt && stopping && inProgress() && performance.now() < until) {
+        for (
+          let first = true;
+          interrupt && stopping && inProgress() && performance.now() < until;
+          first = false
+        ) {
           const working = await Promise.race([
             interrupt().catch(() => 0),
             delay(until - performance.now()).then(() => 0),
           ]);
-          if (working === 0) break;
+          if (first && working === 0) break;
           await delay(SWEEP_MS);
         }
         if (stopping) server.closeAllConnections();

@@ -9,7 +9,7 @@ import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-dri
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
-import { sessionsInterrupter } from './interrupt-sessions.js';
+import { InterruptiblePool } from './interrupt-sessions.js';
 import type { Database } from './schema.js';
 import { type DialectName, isExtensionUnavailable, isLockTimeout, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
@@ -79,15 +79,16 @@ export interface Store {
   migrate(): Promise<Migrated>;
   ping(): Promise<void>;
   /**
-   * Ends the statements stuck in progress, for a shutdown whose grace ran out: on PostgreSQL the sessions
-   * of the connections checked out of the pool for a second or more are terminated, so what their
-   * transactions or statements were writing is rolled back (unless it was committing) instead of
-   * committing later, after its request was cut unanswered; each caller gets a store-unavailable error.
-   * Connections made afterwards work as before (a worker records its sends). Resolves to how many
-   * connections were checked out (interrupt-sessions.ts). SQLite: 0, nothing to end; its statements run
-   * to their end on the event loop.
+   * Ends the work in progress, for a shutdown whose grace ran out: on PostgreSQL the sessions of the
+   * connections checked out are terminated, so that what their transactions or statements were writing is
+   * rolled back (unless it was committing) instead of committing later, after its request was cut
+   * unanswered; each caller gets a store-unavailable error, and so does any new work until `resume`
+   * (interrupt-sessions.ts). Resolves to how many connections were checked out. SQLite: 0, nothing to end;
+   * its statements run to their end on the event loop.
    */
   interrupt(): Promise<number>;
+  /** Takes work again after `interrupt` (a worker recording its sends beside the stopped server). */
+  resume(): void;
   close(): Promise<void>;
 }
 
@@ -253,6 +254,7 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     // Statements run on the event loop, to the end: none is left waiting when the grace runs out.
     interrupt: () => Promise.resolve(0),
+    resume: () => undefined,
     async close() {
       clearInterval(optimizer);
       await keyChanges.close();
@@ -616,8 +618,8 @@ function createPostgresStore(
     endOnReadTimeout(client);
     nameStatementsOn(client);
   });
-  const interrupt = sessionsInterrupter(pool, databaseUrl);
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  const interruptible = new InterruptiblePool(pool, databaseUrl);
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: interruptible.guarded }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.
   allowSnapshotConnections(db, poolSize - 1);
   const group = new GroupCommit<Database>((fn) => db.transaction().execute(fn));
@@ -680,7 +682,8 @@ function createPostgresStore(
     async ping() {
       await sql`select 1`.execute(db);
     },
-    interrupt,
+    interrupt: () => interruptible.interrupt(),
+    resume: () => interruptible.resume(),
     async close() {
       clearInterval(folding);
       clearInterval(foldingChunks);

@@ -226,15 +226,17 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
   });
 
   it('answers each 503, and nothing of them is done', async () => {
+    const SENDS = 8;
     const key = await d.newKey();
-    const server = await startProcess(['serve', '--no-worker'], d.env);
+    // At debug, each request is logged as it comes in.
+    const server = await startProcess(['serve', '--no-worker'], { ...d.env, LOG_LEVEL: 'debug' });
     const locker = new pg.Client({ connectionString: d.env.DATABASE_URL });
     await locker.connect();
     const subject = `held-${Date.now()}`;
     try {
       await locker.query('begin; lock table emails in access exclusive mode');
-      // More than the pool's connections: some wait for one, and get it once the others' sessions end.
-      const answers = Array.from({ length: 15 }, () =>
+      // Several, in batches of the store's appender: some wait for another's to fail.
+      const answers = Array.from({ length: SENDS }, () =>
         fetch(`${server.url}/api/v1/emails`, {
           method: 'POST',
           headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
@@ -244,7 +246,12 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
           (err: Error) => ({ status: 0, body: String(err.cause ?? err) }),
         ),
       );
-      // The insert is waiting for the lock.
+      // The server has read them all, and an insert is waiting for the lock.
+      await eventually(
+        () => server.output().match(/"url":"\/api\/v1\/emails".*"incoming request"/g)?.length === SENDS,
+        10_000,
+        'the sends read',
+      );
       await eventually(
         async () =>
           (
@@ -261,9 +268,10 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
         done.map((a) => a.status),
         JSON.stringify(done) + server.output().slice(-3000),
       ).toStrictEqual(done.map(() => 503));
-      await locker.query('commit');
+      // Stopped with the lock still held: nothing of the server waits on it any more.
       await exited;
       expect(server.child.exitCode, server.output().slice(-2000)).toBe(0);
+      await locker.query('commit');
       const { rows } = await locker.query('select count(*)::int as n from emails where subject = $1', [
         subject,
       ]);
