@@ -69,14 +69,15 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
       SHUTDOWN_GRACE_MS,
       () => {
         if (!interrupted)
-          logger.warn('shutdown: requests still in progress after the grace; ending their store work');
+          logger.warn('shutdown: requests still in progress after the grace; cancelling their statements');
         interrupted = true;
-        return store.interrupt();
+        return store.interrupt().catch((err: unknown) => {
+          // Their statements may commit after their connections are cut, unanswered.
+          logger.error({ err }, 'shutdown: cancelling the statements in progress failed');
+          return 0;
+        });
       },
     );
-    // The worker's sends in flight get their own grace, and record what they did (each has been retrying
-    // while the store refused).
-    if (interrupted) store.resume();
     await worker?.stop();
     await mailer?.close();
     redis?.disconnect();

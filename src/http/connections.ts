@@ -22,8 +22,8 @@ export interface Connections {
 
 /** How long requests still in progress when the grace ends get to answer, their store work ended. */
 const ANSWER_MS = 2_000;
-/** How often their store work is ended again meanwhile (a transaction's connection between statements). */
-const SWEEP_MS = 200;
+/** How often their store work is ended again meanwhile. */
+const SWEEP_MS = 100;
 
 export function trackConnections(server: Server): Connections {
   // Requests in progress, per connection.
@@ -56,10 +56,10 @@ export function trackConnections(server: Server): Connections {
       let stopping = true;
       const inProgress = () => [...open.values()].some((n) => n > 0);
       const endGrace = async () => {
-        // The store refuses new work from the first call on; later calls end what was checked out
-        // before and is still working. Each request then answers (a 503, as its store work failed) with
-        // nothing of it done. With no store work at the grace's end (SQLite; the body of a request still
-        // arriving), its connection is cut at once.
+        // Again and again: what a request runs next (a look for whether its write committed), or what
+        // waited for a connection, may be stuck in turn. Each request then answers (a 503, as its
+        // statement failed) with nothing of it done. With no store work at the grace's end (SQLite; the
+        // body of a request still arriving), its connection is cut at once.
         const until = performance.now() + ANSWER_MS;
         for (
           let first = true;

@@ -31,24 +31,13 @@ export function isForeignKeyViolation(err: unknown): boolean {
   return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
 }
 
-/**
- * The store refusing work while a shutdown ends what is in progress (Store.interrupt): an outage, and one
- * in which nothing was sent.
- */
-export class StoreInterrupted extends Error {
-  readonly code = 'MAILROOM_INTERRUPTED';
-  constructor() {
-    super('the store is ending its work in progress: the server is shutting down');
-  }
-}
-
 /** Faults of the store itself (down, disk full, locked too long), as opposed to bugs in a query. */
 export function isStoreUnavailable(err: unknown): boolean {
   const code = codeOf(err);
   if (/^SQLITE_(FULL|IOERR|BUSY|LOCKED|CANTOPEN|READONLY|NOMEM|PROTOCOL)/.test(code)) return true;
   // PostgreSQL: connection exceptions (08), insufficient resources (53), operator intervention (57),
   // system errors (58); and the socket-level faults of the pg client.
-  if (/^(08|53|57|58)/.test(code) || code === 'MAILROOM_INTERRUPTED') return true;
+  if (/^(08|53|57|58)/.test(code)) return true;
   // 55000 at connect: the database is not accepting connections (ALLOW_CONNECTIONS false, being dropped).
   if (code === '55000' && /not currently accepting connections/.test(messageOf(err))) return true;
   if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code))
@@ -66,12 +55,7 @@ export function isStoreUnavailable(err: unknown): boolean {
  * of the write can have been done.
  */
 export function failedToConnect(err: unknown): boolean {
-  if (
-    ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '53300', '57P03', 'MAILROOM_INTERRUPTED'].includes(
-      codeOf(err),
-    )
-  )
-    return true;
+  if (['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '53300', '57P03'].includes(codeOf(err))) return true;
   return /timeout exceeded when trying to connect|Connection terminated due to connection timeout|the database system is (starting up|shutting down)|not currently accepting connections/i.test(
     messageOf(err),
   );

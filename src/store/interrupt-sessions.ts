@@ -1,70 +1,71 @@
-// A PostgreSQL pool whose work in progress can be ended (Store.interrupt): a shutdown whose grace ran out
-// cuts the connections of requests still in progress, and a statement of theirs still waiting (on a lock,
-// a failover) would otherwise commit later, with no one told. While interrupted, the sessions of the
-// connections checked out are terminated (their transactions are rolled back; each statement fails with
-// 57P01, store unavailable: the request is answered 503), and no connection is handed out, so that what a
-// request would run next (a look for whether its write committed, the next batch) fails at once instead of
-// waiting in turn. Until resumed: the worker beside the server then records its sends (it retries them
-// meanwhile).
+// A PostgreSQL pool whose stuck statements can be cancelled (Store.interrupt): a shutdown whose grace ran
+// out cuts the connections of requests still in progress, and a statement of theirs still waiting (on a
+// lock, a failover) would otherwise commit later, with no one told. A cancelled statement fails with 57014
+// (store unavailable: its request is answered 503) and its transaction is rolled back; a COMMIT under way
+// is not interrupted, and answers as it would have.
+//
+// PostgreSQL's cancel request (each connection's process id and secret key, on a connection of its own) takes
+// no session slot, so it is heard when the server has no connection left to give (max_connections, a
+// role's limit), and a pooler such as PgBouncer passes it on to the session it stands for.
+import type { EventEmitter } from 'node:events';
 import type { Pool, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
-import { StoreInterrupted } from './dialect.js';
 
-/** Bounds the ending of the sessions: connecting and the one statement. */
-const INTERRUPT_TIMEOUT_MS = 2_000;
+/** Connections checked out for less are left alone: Mailroom's statements take milliseconds. */
+const STUCK_MS = 100;
+/** Bounds sending one cancel request. */
+const CANCEL_TIMEOUT_MS = 2_000;
+
+type Target = PoolClient & { activeQuery?: unknown };
 
 export class InterruptiblePool {
-  private readonly busy = new Set<PoolClient>();
-  private interrupted = false;
-
-  /** For kysely's dialect: the pool, refusing connections while interrupted. */
-  readonly guarded = {
-    connect: (): Promise<PoolClient> =>
-      this.interrupted ? Promise.reject(new StoreInterrupted()) : this.pool.connect(),
-    end: (): Promise<void> => this.pool.end(),
-  };
+  private readonly busy = new Map<PoolClient, number>();
 
   constructor(
-    private readonly pool: Pool,
+    pool: Pool,
     private readonly databaseUrl: string,
   ) {
-    pool.on('acquire', (client) => this.busy.add(client));
+    pool.on('acquire', (client) => this.busy.set(client, performance.now()));
     pool.on('release', (_err, client) => this.busy.delete(client));
     pool.on('remove', (client) => this.busy.delete(client as PoolClient));
   }
 
   /**
-   * Refuses connections from now on, and ends the sessions of those checked out; resolves to how many
-   * there were (as found: the sessions ended leave the pool meanwhile).
+   * Cancels what the connections checked out for STUCK_MS or more are running; resolves to how many
+   * connections were checked out (stuck or not: what is younger may be stuck by the next call). Fails if a
+   * cancel request could not be sent.
    */
   async interrupt(): Promise<number> {
-    this.interrupted = true;
-    const pids = [...this.busy]
-      .map((client) => (client as PoolClient & { processID: number | null }).processID)
-      .filter((pid): pid is number => typeof pid === 'number');
-    if (pids.length === 0) return 0;
-    const client = new (loadPg().Client)({
-      connectionString: this.databaseUrl,
-      connectionTimeoutMillis: INTERRUPT_TIMEOUT_MS,
-      query_timeout: INTERRUPT_TIMEOUT_MS,
-    });
-    client.on('error', () => undefined);
-    try {
-      await client.connect();
-      // Only sessions of this database: behind a pooler (PgBouncer) the process id a connection was given
-      // is not its server's, and must not end another client's session.
-      await client.query(
-        'select pg_terminate_backend(pid) from pg_stat_activity where pid = any($1::int[]) and datname = current_database()',
-        [pids],
-      );
-    } finally {
-      await client.end().catch(() => undefined);
-    }
-    return pids.length;
+    const working = this.busy.size;
+    const now = performance.now();
+    const stuck = [...this.busy].filter(([, since]) => now - since >= STUCK_MS).map(([client]) => client);
+    await Promise.all(stuck.map((client) => this.cancel(client as Target)));
+    return working;
   }
 
-  /** Hands out connections again. */
-  resume(): void {
-    this.interrupted = false;
+  /** node-postgres's cancel: sent from a client of its own, never connected as a session. */
+  private cancel(target: Target): Promise<void> {
+    // Neither is in pg's types: `cancel` is the client's own (it sends the request from its connection).
+    const canceller = new (loadPg().Client)({ connectionString: this.databaseUrl }) as unknown as {
+      connection: EventEmitter & { end(): void };
+      cancel(target: PoolClient, query: unknown): void;
+    };
+    const { connection } = canceller;
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        connection.end();
+        reject(new Error('no answer to the cancel request'));
+      }, CANCEL_TIMEOUT_MS);
+      connection.once('error', (err: Error) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      // Its own listener, added first, has sent the request by the time this one runs.
+      connection.once('connect', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      canceller.cancel(target, target.activeQuery);
+    });
   }
 }

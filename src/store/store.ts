@@ -79,16 +79,13 @@ export interface Store {
   migrate(): Promise<Migrated>;
   ping(): Promise<void>;
   /**
-   * Ends the work in progress, for a shutdown whose grace ran out: on PostgreSQL the sessions of the
-   * connections checked out are terminated, so that what their transactions or statements were writing is
-   * rolled back (unless it was committing) instead of committing later, after its request was cut
-   * unanswered; each caller gets a store-unavailable error, and so does any new work until `resume`
-   * (interrupt-sessions.ts). Resolves to how many connections were checked out. SQLite: 0, nothing to end;
-   * its statements run to their end on the event loop.
+   * Ends the statements stuck in progress, for a shutdown whose grace ran out: on PostgreSQL what the
+   * connections checked out for a tenth of a second or more are running is cancelled, so that what it was
+   * writing is rolled back instead of committing later, after its request was cut unanswered; each caller
+   * gets a store-unavailable error (interrupt-sessions.ts). Resolves to how many connections were checked
+   * out. SQLite: 0, nothing to end; its statements run to their end on the event loop.
    */
   interrupt(): Promise<number>;
-  /** Takes work again after `interrupt` (a worker recording its sends beside the stopped server). */
-  resume(): void;
   close(): Promise<void>;
 }
 
@@ -254,7 +251,6 @@ function createSqliteStore(options: StoreOptions): Store {
     },
     // Statements run on the event loop, to the end: none is left waiting when the grace runs out.
     interrupt: () => Promise.resolve(0),
-    resume: () => undefined,
     async close() {
       clearInterval(optimizer);
       await keyChanges.close();
@@ -619,7 +615,7 @@ function createPostgresStore(
     nameStatementsOn(client);
   });
   const interruptible = new InterruptiblePool(pool, databaseUrl);
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: interruptible.guarded }) });
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.
   allowSnapshotConnections(db, poolSize - 1);
   const group = new GroupCommit<Database>((fn) => db.transaction().execute(fn));
@@ -683,7 +679,6 @@ function createPostgresStore(
       await sql`select 1`.execute(db);
     },
     interrupt: () => interruptible.interrupt(),
-    resume: () => interruptible.resume(),
     async close() {
       clearInterval(folding);
       clearInterval(foldingChunks);
