@@ -9,7 +9,7 @@ import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-dri
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
-import { InterruptiblePool } from './interrupt-sessions.js';
+import { InterruptiblePool } from './interruptible-pool.js';
 import type { Database } from './schema.js';
 import { type DialectName, isExtensionUnavailable, isLockTimeout, isRetryableConflict } from './dialect.js';
 import { type AppendRows, Appender } from './appender.js';
@@ -82,7 +82,7 @@ export interface Store {
    * Ends the statements stuck in progress, for a shutdown whose grace ran out: on PostgreSQL what the
    * connections checked out for a tenth of a second or more are running is cancelled, so that what it was
    * writing is rolled back instead of committing later, after its request was cut unanswered; each caller
-   * gets a store-unavailable error (interrupt-sessions.ts). Resolves to how many connections were checked
+   * gets a store-unavailable error (interruptible-pool.ts). Resolves to how many connections were checked
    * out. SQLite: 0, nothing to end; its statements run to their end on the event loop.
    */
   interrupt(): Promise<number>;

@@ -56,7 +56,9 @@ export class InterruptiblePool {
         connection.end();
         reject(new Error('no answer to the cancel request'));
       }, CANCEL_TIMEOUT_MS);
-      connection.once('error', (err: Error) => {
+      // Kept: the server closes the connection once it has read the request, which may come as an error
+      // too, and an 'error' without a listener would end the process.
+      connection.on('error', (err: Error) => {
         clearTimeout(timer);
         reject(err);
       });
