@@ -288,7 +288,7 @@ export async function buildApp(
     global: true,
     max: config.rateLimitPerMinute,
     timeWindow: 60_000,
-    store: sharedLimitStore(deps.redis, 'mailroom-rl:', (shared, err) =>
+    store: sharedLimitStore(deps.redis, config.redisKeyPrefix, (shared, err) =>
       shared
         ? app.log.info('Redis answers again: rate limits are shared')
         : app.log.warn(

@@ -26,6 +26,8 @@ export interface Config {
   mailFromGiven: boolean;
   rateLimitPerMinute: number;
   redisUrl: string | undefined;
+  /** Begins every rate-limit key in Redis: deployments sharing one Redis database keep apart by it. */
+  redisKeyPrefix: string;
   deliveryRetryBaseMs: number;
   deliveryMaxAttempts: number;
   deliveryConcurrency: number;
@@ -179,6 +181,21 @@ function redisUrl(env: Env): string | undefined {
   return raw;
 }
 
+/**
+ * REDIS_KEY_PREFIX: visible ASCII without spaces, so that keys show in `redis-cli` as written. Deployments
+ * that share one Redis database (a managed Redis may offer only database 0) keep apart by it.
+ */
+function redisKeyPrefix(env: Env): string {
+  const raw = env.REDIS_KEY_PREFIX?.trim();
+  if (!raw) return 'mailroom-rl:';
+  if (!/^[\x21-\x7e]{1,100}$/.test(raw)) {
+    throw new ConfigError(
+      `REDIS_KEY_PREFIX must be 1-100 visible ASCII characters, no spaces, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return raw;
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 function readPemFile(name: string, file: string): string {
@@ -277,6 +294,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     mailFromGiven: mailFrom !== undefined,
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 10_000_000),
     redisUrl: redisUrl(env),
+    redisKeyPrefix: redisKeyPrefix(env),
     deliveryRetryBaseMs: int(env, 'DELIVERY_RETRY_BASE_MS', 30_000, 1, 86_400_000),
     deliveryMaxAttempts: int(env, 'DELIVERY_MAX_ATTEMPTS', 12, 1, 100),
     deliveryConcurrency: int(env, 'DELIVERY_CONCURRENCY', 20, 1, 1000),

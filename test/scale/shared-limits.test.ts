@@ -60,6 +60,41 @@ describe.skipIf(noRedis())('two instances', () => {
     await Promise.all(apis.map((a) => a.kill()));
   }, 60_000);
 
+  it('keep apart by REDIS_KEY_PREFIX, for deployments that share one Redis database', async () => {
+    // Two deployments' counters for one client address (keyless requests) met under the one fixed prefix.
+    const prefixes = [`mailroom-test-${process.pid}-a:`, `mailroom-test-${process.pid}-b:`];
+    const apis = await Promise.all(
+      prefixes.map((prefix) =>
+        startProcess(['serve', '--no-worker'], {
+          ...env,
+          REDIS_URL: TEST_REDIS_URL!,
+          REDIS_KEY_PREFIX: prefix,
+          RATE_LIMIT_PER_MINUTE: '5',
+        }),
+      ),
+    );
+    procs.push(...apis);
+    const redis = new Redis(TEST_REDIS_URL!);
+    try {
+      const remaining = async (api: MailroomProcess) =>
+        (await fetch(`${api.url}/api/v1/openapi.json`)).headers.get('x-ratelimit-remaining');
+      expect([await remaining(apis[0]!), await remaining(apis[0]!), await remaining(apis[0]!)]).toEqual([
+        '4',
+        '3',
+        '2',
+      ]);
+      expect(await remaining(apis[1]!)).toBe('4');
+      for (const prefix of prefixes) expect(await redis.keys(`${prefix}*`), prefix).toHaveLength(1);
+    } finally {
+      for (const prefix of prefixes) {
+        const keys = await redis.keys(`${prefix}*`);
+        if (keys.length > 0) await redis.del(...keys);
+      }
+      redis.disconnect();
+      await Promise.all(apis.map((a) => a.kill()));
+    }
+  }, 60_000);
+
   it('refuse to start, in one line naming REDIS_URL, on a database the Redis does not have', async () => {
     // ioredis logged the refusal and went on counting in database 0, shared with whatever else used it.
     const url = new URL(TEST_REDIS_URL!);

@@ -26,6 +26,7 @@ describe('configuration from the environment', () => {
       databaseUrl: undefined,
       smtpUrl: undefined,
       rateLimitPerMinute: 600,
+      redisKeyPrefix: 'mailroom-rl:',
       sqliteSynchronous: 'FULL',
       logLevel: 'info',
       dkim: undefined,
@@ -42,6 +43,7 @@ describe('configuration from the environment', () => {
       MAIL_FROM: 'Acme <noreply@acme.test>',
       SQLITE_SYNCHRONOUS: 'normal',
       DELIVERY_CONCURRENCY: '5',
+      REDIS_KEY_PREFIX: ' staging:rl: ',
     });
     expect(config).toMatchObject({
       port: 8080,
@@ -50,6 +52,7 @@ describe('configuration from the environment', () => {
       mailFrom: 'Acme <noreply@acme.test>',
       sqliteSynchronous: 'NORMAL',
       deliveryConcurrency: 5,
+      redisKeyPrefix: 'staging:rl:',
     });
   });
 
@@ -130,6 +133,12 @@ describe('configuration from the environment', () => {
     [{ DATABASE_URL: 'mysql://db/x' }, 'DATABASE_URL must start with postgres:// or postgresql://'],
     [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL is not a valid URL'],
     [{ REDIS_URL: 'http://cache' }, 'REDIS_URL must start with redis:// or rediss://'],
+    [
+      { REDIS_KEY_PREFIX: 'staging rl:' },
+      'REDIS_KEY_PREFIX must be 1-100 visible ASCII characters, no spaces, got "staging rl:"',
+    ],
+    [{ REDIS_KEY_PREFIX: 'é:' }, 'REDIS_KEY_PREFIX must be 1-100 visible ASCII characters'],
+    [{ REDIS_KEY_PREFIX: 'x'.repeat(101) }, 'REDIS_KEY_PREFIX must be 1-100 visible ASCII characters'],
     // ioredis sent SELECT NaN, and its refusal took the process down after it had begun to listen.
     [{ REDIS_URL: 'redis://cache:6379/abc' }, `REDIS_URL's path must be a database number`],
     [{ REDIS_URL: 'redis://cache:6379/1/2' }, `REDIS_URL's path must be a database number`],
