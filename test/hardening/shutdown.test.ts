@@ -214,8 +214,8 @@ describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %
 
 // A write that the database holds up past the grace (a lock, a failover during a rolling deploy): the
 // grace's end cut its connection without an answer, and its INSERT still committed once the lock went, so
-// a client retrying the reset sent the email twice (helper-96). Its session is now ended first: the
-// statement is rolled back, and the client is told so with a 503.
+// a client retrying the reset sent the email twice (helper-96). Its statement is now cancelled first (and
+// what it runs next, if stuck in turn): nothing of it commits, and the client is told so with a 503.
 describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past the grace', slow, () => {
   let d: Deployment;
   beforeAll(async () => {
