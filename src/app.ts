@@ -365,6 +365,11 @@ export async function buildApp(
   app.get('/api/v1/openapi.json', { schema: openApiSchema }, async () => app.swagger());
 
   for (const [method, url, permission, ep] of routeTable(services)) {
+    const preValidation = [
+      // A body on a route that defines none is refused, not ignored (json-body.ts).
+      ...(method !== 'GET' && ep.schema.body === undefined ? [refuseBody] : []),
+      ...(ep.headerProblems ? [refuseHeaderProblems(ep.headerProblems)] : []),
+    ];
     app.route({
       method,
       url,
@@ -372,9 +377,8 @@ export async function buildApp(
       // OAuth: a role name in the operation's security requirement.
       schema: { ...ep.schema, security: [{ bearer: [permission] }] },
       config: { permission },
-      // A body on a route that defines none is refused, not ignored (json-body.ts).
-      ...(method !== 'GET' && ep.schema.body === undefined ? { preValidation: refuseBody } : {}),
-      ...(ep.headerProblems ? { preValidation: refuseHeaderProblems(ep.headerProblems) } : {}),
+      // Both, if a route ever has both: spread as two `preValidation` keys, the second replaced the first.
+      ...(preValidation.length > 0 ? { preValidation } : {}),
       handler: ep.handler as never,
     });
   }
