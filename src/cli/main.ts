@@ -14,48 +14,37 @@ import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
 import { sqliteFile } from '../store/store.js';
 import { isStoreUnavailable } from '../store/dialect.js';
+import { COMMANDS, USAGE, commandUsage } from './usage.js';
 
-const USAGE = `Usage: mailroom <command> [options] [--json]
-       mailroom --help | --version
-
-  serve [--no-worker]            serve the API (and deliver mail unless --no-worker)
-  worker                         deliver mail only
-  migrate                        bring the store's schema up to date
-  orgs create --name NAME        create an organisation
-  orgs list                      list organisations
-  keys create --name NAME --permissions readContacts,writeContacts,sendEmails [--org ORG_ID]
-                                 create an API key (shown once)
-  keys list [--org ORG_ID]       list API keys (never the keys themselves)
-  keys revoke KEY_ID             revoke an API key
-
-Configuration comes from the environment (DATA_DIR, DATABASE_URL, ...); see README.md.`;
-
-/** A command line that cannot run: exit 2. `showUsage`: the usage text follows the message on stderr. */
+/** A command line that cannot run: exit 2. `usage`: the help text that follows the message on stderr. */
 class UsageError extends Error {
   constructor(
     message: string,
-    readonly showUsage = false,
+    readonly usage?: string,
   ) {
     super(message);
   }
 }
 
 /** The commands that take no subcommand. */
-const SIMPLE_COMMANDS = ['serve', 'worker', 'migrate'];
+const SIMPLE_COMMANDS = Object.keys(COMMANDS).filter((name) => !name.includes(' '));
 
 /** The commands that take a subcommand, and theirs. */
-const SUBCOMMANDS: Record<string, string[]> = {
-  orgs: ['create', 'list'],
-  keys: ['create', 'list', 'revoke'],
-};
+const SUBCOMMANDS: Record<string, string[]> = {};
+for (const [command, sub] of Object.keys(COMMANDS).map((name) => name.split(' '))) {
+  if (sub !== undefined) (SUBCOMMANDS[command!] ??= []).push(sub);
+}
 
 function unknownCommand(command: string, sub: string | undefined): UsageError {
   const subs = SUBCOMMANDS[command];
-  if (subs === undefined) return new UsageError(`unknown command "${command}"`, true);
+  if (subs === undefined) return new UsageError(`unknown command "${command}"`, USAGE);
   const choice = `${subs.slice(0, -1).join(', ')} or ${subs.at(-1)}`;
   return sub === undefined
-    ? new UsageError(`${command} needs a subcommand: ${choice}`, true)
-    : new UsageError(`unknown command "${command} ${sub}": ${command} takes ${choice}`, true);
+    ? new UsageError(`${command} needs a subcommand: ${choice}`, commandUsage(command))
+    : new UsageError(
+        `unknown command "${command} ${sub}": ${command} takes ${choice}`,
+        commandUsage(command),
+      );
 }
 
 type Flags = {
@@ -103,7 +92,7 @@ function parseArgsPlainly(argv: string[]) {
   } catch (err) {
     const code = (err as { code?: string }).code;
     const flag = /'(--?[^'= ]+)/.exec((err as Error).message)?.[1] ?? '';
-    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown flag ${flag}`, true);
+    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown flag ${flag}`, USAGE);
     if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
       const boolean =
         (OPTIONS as Record<string, { type: string }>)[flag.replace(/^--?/, '')]?.type === 'boolean';
@@ -133,7 +122,8 @@ function refuseOtherFlags(command: string, flags: Flags): void {
     if (flag === 'json' || flag === 'help' || flag === 'version') continue;
     // Given: a string flag has a value, a boolean one is set (its default is false).
     const given = flags[flag] !== undefined && flags[flag] !== false;
-    if (given && !takes.includes(flag)) throw new UsageError(`${command} does not take --${flag}`);
+    if (given && !takes.includes(flag))
+      throw new UsageError(`${command} does not take --${flag}`, commandUsage(command));
   }
 }
 
@@ -205,25 +195,34 @@ async function run(argv: string[]): Promise<void> {
   }
   if (flags.version) {
     // Alone: `mailroom serve --version` must not pass for a server that started.
-    if (positionals.length > 0) throw new UsageError('--version takes no command', true);
+    if (positionals.length > 0) throw new UsageError('--version takes no command', USAGE);
     print(json, { version: version() }, `mailroom ${version()}`);
     return;
   }
   if (flags.help || command === 'help') {
+    // `mailroom help keys create` asks what `mailroom keys create --help` does.
+    const [asked, askedSub] = command === 'help' ? [sub, arg] : [command, sub];
+    const subs = asked === undefined ? undefined : SUBCOMMANDS[asked];
     // `mailroom bogus --help` must not pass for help on a command that exists.
-    const subs = command === undefined ? undefined : SUBCOMMANDS[command];
-    if (command !== undefined && !['help', ...SIMPLE_COMMANDS].includes(command) && subs === undefined)
-      throw unknownCommand(command, sub);
-    if (subs !== undefined && sub !== undefined && !subs.includes(sub)) throw unknownCommand(command!, sub);
-    print(json, { usage: USAGE }, USAGE);
+    if (asked !== undefined && !SIMPLE_COMMANDS.includes(asked) && subs === undefined)
+      throw unknownCommand(asked, askedSub);
+    if (subs !== undefined && askedSub !== undefined && !subs.includes(askedSub))
+      throw unknownCommand(asked!, askedSub);
+    const usage =
+      asked === undefined ? USAGE : commandUsage(subs && askedSub ? `${asked} ${askedSub}` : asked);
+    print(json, { usage }, usage);
     return;
   }
   // A script that lost its command must not pass for one that ran it; asked for, usage is a success.
-  if (command === undefined) throw new UsageError('a command is needed', true);
+  if (command === undefined) throw new UsageError('a command is needed', USAGE);
   // `keys revoke A B` must not revoke A and quietly drop B.
   const takes = command === 'keys' && sub === 'revoke' ? 3 : SIMPLE_COMMANDS.includes(command) ? 1 : 2;
   if (positionals.length > takes) {
-    throw new UsageError(`unexpected argument "${positionals[takes]}"`, true);
+    const name = takes === 1 ? command : `${command} ${sub}`;
+    throw new UsageError(
+      `unexpected argument "${positionals[takes]}"`,
+      COMMANDS[name] ? commandUsage(name) : USAGE,
+    );
   }
   const commandName = `${command} ${sub ?? ''}`.trim();
   refuseOtherFlags(commandName, flags);
@@ -339,7 +338,7 @@ run(argv).catch((err: unknown) => {
     : said;
   // The JSON line says what went wrong; the usage text is for whoever reads stderr.
   if (json) console.log(JSON.stringify({ error: message }));
-  const usage = err instanceof UsageError && err.showUsage ? `\n\n${USAGE}` : '';
+  const usage = err instanceof UsageError && err.usage ? `\n\n${err.usage}` : '';
   console.error(`mailroom: ${known ? message : (err instanceof Error && err.stack) || message}${usage}`);
   process.exit(
     err instanceof UsageError || (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS') ? 2 : 1,

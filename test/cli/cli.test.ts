@@ -22,6 +22,7 @@ interface Result {
   code: number;
   json: Record<string, unknown>;
   stdout: string;
+  stderr?: string;
 }
 
 describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
@@ -191,8 +192,12 @@ describe('mailroom CLI usage errors', () => {
     };
     delete env.DATABASE_URL;
     const done = await run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env }).then(
-      (r) => ({ code: 0, stdout: r.stdout }),
-      (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
+      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+      (e: { code: number; stdout: string; stderr: string }) => ({
+        code: e.code,
+        stdout: e.stdout,
+        stderr: e.stderr,
+      }),
     );
     const last = done.stdout.trim().split('\n').at(-1) ?? '';
     return { ...done, json: JSON.parse(last) as Record<string, unknown> };
@@ -234,6 +239,28 @@ describe('mailroom CLI usage errors', () => {
     ]);
     const help = await cli('--help', '--json');
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
+    // Help on one command is that command's, not the list of all: `help X` asks what `X --help` does.
+    const own = await Promise.all([
+      cli('keys', 'create', '--help', '--json'),
+      cli('help', 'keys', 'create', '--json'),
+      cli('keys', '--help', '--json'),
+      cli('serve', '-h', '--json'),
+    ]);
+    const usage = own.map((r) => (r.code === 0 ? String(r.json.usage) : `exit ${r.code}`));
+    expect(usage[0]).toMatch(/^Usage: mailroom keys create --name NAME --permissions /);
+    expect(usage[0]).toContain('--org ORG_ID');
+    expect(usage[0]).not.toContain('orgs list');
+    expect(usage[1]).toBe(usage[0]);
+    expect(usage[2]).toMatch(/^Usage: mailroom keys <command>/);
+    expect(usage[2]).toContain('keys revoke KEY_ID');
+    expect(usage[2]).not.toContain('orgs');
+    expect(usage[3]).toMatch(/^Usage: mailroom serve \[--no-worker\]/);
+    // A flag the command does not take is followed, on stderr, by that command's help.
+    const wrongFlag = await cli('keys', 'list', '--permissions', 'sendEmails', '--json');
+    expect(wrongFlag.code).toBe(2);
+    expect(wrongFlag.stderr).toMatch(
+      /does not take --permissions\n\nUsage: mailroom keys list \[--org ORG_ID\]/,
+    );
     // The package's version, alone; with a command it is a usage error, not a command that ran.
     const { version } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
       version: string;
