@@ -213,7 +213,7 @@ export function freshBodies(make: () => unknown) {
 /**
  * The log level of every bench's server: `warn` unless BENCH_LOG_LEVEL says otherwise, so that the figures
  * compare Mailroom's work with the bare route's, which logs nothing. At the default `info` each request
- * writes a line (README, "Logs"), which `npm run bench` measures in a row of its own.
+ * writes a line (docs/behaviour.md, "Logs"), which `npm run bench` measures in a row of its own.
  */
 export const BENCH_LOG_LEVEL = process.env.BENCH_LOG_LEVEL ?? 'warn';
 

@@ -70,7 +70,7 @@ export function identifyCaller(keys: KeysService): (req: FastifyRequest, done: (
   };
 }
 
-/** The answer to a path no route serves, whatever the key (README): the same for every such path. */
+/** The answer to a path no route serves, whatever the key (docs/behaviour.md): the same for every such path. */
 export function routeNotFound(req: FastifyRequest): AppError {
   return new AppError('ROUTE_NOT_FOUND', `Route ${req.method} ${req.url.split('?')[0]} not found`);
 }

@@ -96,7 +96,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             // Every answer says where its key (or address) stands (api-v1.md 8); /health too, which is
             // not itself counted.
             response.headers = {
-              // A shutting-down server's 503 answers before counting (README, "Rate limits").
+              // A shutting-down server's 503 answers before counting (docs/behaviour.md, "Rate limits").
               ...(status === '503' ? UNCOUNTED_503_HEADERS : RATE_LIMIT_HEADERS),
               ...(status === '429' ? RETRY_AFTER : {}),
               ...(status === '401' ? WWW_AUTHENTICATE : {}),

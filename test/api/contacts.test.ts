@@ -57,7 +57,7 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     const res = await post({ email: uniqueEmail(), unsubscribed: true });
     expect(res.statusCode).toBe(201);
     expect(res.json().contact).toMatchObject({ tags: [], customFields: {}, unsubscribed: true });
-    // A tag given twice is kept once (README), in the order first given.
+    // A tag given twice is kept once (docs/behaviour.md), in the order first given.
     const tagged = await post({ email: uniqueEmail(), tags: ['b', 'a', 'b', 'a'] });
     expect(tagged.json().contact.tags).toEqual(['b', 'a']);
   });

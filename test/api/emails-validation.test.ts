@@ -39,11 +39,11 @@ const BAD_ADDRESSES = [
 ];
 
 // As contract.md lists them, written independently of the source's table, and the Content-* and Resent-*
-// families (README).
+// families (docs/behaviour.md).
 const REFUSED = (
   'From Sender To Cc Bcc Reply-To Subject Date Message-ID Return-Path Received DKIM-Signature ' +
   'MIME-Version Content-Type Content-Transfer-Encoding Content-Disposition ' +
-  // And the families README names: every Content-* and Resent-* header.
+  // And the families docs/behaviour.md names: every Content-* and Resent-* header.
   'Content-Base Content-Location Content-ID content-id Resent-From Resent-Bcc RESENT-SENDER ' +
   // Receiving servers' verdicts on trust and route, which a sender must not be able to forge.
   'Authentication-Results ARC-Seal ARC-Message-Signature arc-authentication-results Received-SPF Delivered-To'
@@ -178,7 +178,7 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
 
   it('html and text both missing is refused; either one is enough', async () => {
     expect400(await send({ to: base.to, subject: 'x' }), 'emails', ['html']);
-    // Empty counts as not given (README); spaces are something to send.
+    // Empty counts as not given (docs/behaviour.md); spaces are something to send.
     expect400(await send({ to: base.to, subject: 'x', text: '', html: '' }), 'emails', ['html']);
     expect((await send({ to: base.to, subject: 'x', text: ' ' })).statusCode).toBe(200);
     expect((await send({ to: base.to, subject: 'x', html: '<b>x</b>' })).statusCode).toBe(200);

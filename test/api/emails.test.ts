@@ -169,7 +169,7 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     const list = await t.call({ method: 'GET', url: '/api/v1/emails', auth: own });
     expect(list.json().pagination.total).toBe(1);
     expect((await post(base, 'k-2')).json().id).not.toBe(first.json().id);
-    // Compared as sent, less fields set to null (README "Idempotency"): `cc: null` is the same body, a
+    // Compared as sent, less fields set to null (docs/behaviour.md, "Idempotency"): `cc: null` is the same body, a
     // one-address array in place of the string another.
     expect((await post({ ...base, cc: null }, 'k-1')).json()).toEqual(first.json());
     expectError(await post({ ...base, to: [base.to] }, 'k-1'), 409, 'emails');

@@ -594,7 +594,7 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     expectError(await docs('/docs/json'), 429, 'contacts');
   });
 
-  it('an unknown path counts against the key under /api/, and against the address elsewhere (README)', async () => {
+  it('an unknown path counts against the key under /api/, and against the address elsewhere (docs/behaviour.md)', async () => {
     const key = (await t.newKey()).auth;
     const call = (url: string) => t.call({ method: 'GET', url, auth: key, remoteAddress: '10.9.9.5' });
     const outside = await call('/v1/lists');

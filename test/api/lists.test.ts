@@ -88,7 +88,7 @@ describe.each(storeKinds())('lists on %s', (kind) => {
   it('PUT with no field, an empty name or an unknown id fails', async () => {
     const id = await createList(t, auth);
     const put = (url: string, payload: object) => t.call({ method: 'PUT', url, auth, payload });
-    // The fields it may have; a name of null is "not given" (README, decisions), which the answer says
+    // The fields it may have; a name of null is "not given" (docs/behaviour.md, decisions), which the answer says
     // rather than "no key". A description of null clears it: not said to count as not given.
     const message = 'must have at least 1 of: name, description; name: null counts as not given';
     for (const body of [{}, { name: null }]) {
@@ -149,7 +149,7 @@ describe.each(storeKinds())('lists on %s', (kind) => {
     const rmAgain = await t.call({ method: 'DELETE', url, auth, payload: { contactIds: [a.id] } });
     expect(rmAgain.json().removed).toBe(0);
     expect((await getList(t, auth, id)).contactCount).toBe(1);
-    // Members come and go; the list itself (its name, its description) was not written (README).
+    // Members come and go; the list itself (its name, its description) was not written (docs/behaviour.md).
     expect(await updatedAt()).toBe(made);
   });
 

@@ -87,7 +87,7 @@ describe.each(storeKinds())('message content on %s', (kind) => {
       const bytes = word.replace(/_/g, '%20').replace(/=([0-9A-F]{2})/g, '%$1');
       expect(decodeURIComponent(bytes.replace(/[^%\w]/g, encodeURIComponent))).toBe(value);
     }
-    // Message ids get the angle brackets they lack (README).
+    // Message ids get the angle brackets they lack (docs/behaviour.md).
     expect(valueOf('In-Reply-To')).toBe('<abc@x.test>');
     expect(valueOf('References')).toBe('<a@x.test> <b@y.test>');
   });

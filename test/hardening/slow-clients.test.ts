@@ -78,7 +78,7 @@ describe.each(storeKinds())('slow clients on %s', (kind) => {
         },
       );
       // Each is answered a 408 in the contract's body before the server hangs up, never a request handled
-      // (a trickle of headers has no request yet: the lists shape, README "Rate limits").
+      // (a trickle of headers has no request yet: the lists shape, docs/behaviour.md, "Rate limits").
       for (const c of slow) expect(c.answer()).toMatch(/^HTTP\/1\.1 408 /);
       for (const c of headers) {
         expect(JSON.parse(c.answer().split('\r\n\r\n')[1]!)).toEqual({

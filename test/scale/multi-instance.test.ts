@@ -121,7 +121,7 @@ describe.skipIf(noPostgres())('many processes on one PostgreSQL', () => {
 
   it('a worker killed mid-send loses nothing; only what it had in flight arrives twice, as the same message', async () => {
     // The doomed worker's relay takes each message and never answers: the worker dies with every send in
-    // flight, each of them already taken by the relay (README: only emails in flight at a crash can go
+    // flight, each of them already taken by the relay (docs/scaling.md: only emails in flight at a crash can go
     // out twice, with the same Message-ID). Once its leases run out, the other workers send them.
     const doomedSink = await startSmtpSink({ hold: () => new Promise(() => undefined) });
     try {
