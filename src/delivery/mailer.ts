@@ -5,6 +5,7 @@ import type Mail from 'nodemailer/lib/mailer/index.js';
 import { encodeWord } from 'nodemailer/lib/mime-funcs';
 import { ENCODED_WORD } from '../validation/addresses.js';
 import { isPrintableAscii } from '../validation/characters.js';
+import { isUnencodableHeader } from '../emails/emails.rules.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -83,9 +84,11 @@ export interface DkimOptions {
  * A subject nodemailer can fold into lines of at most 998 octets. It folds at whitespace only, so a word
  * of 900+ characters (the API allows 998) went out on a line of 999; such a subject is given as MIME
  * encoded-words (RFC 2047, nodemailer's own encoder), which fold between words and decode to the same text.
+ * So is a subject with a run of 60 spaces, which folding would turn into lines of spaces alone (obsolete
+ * syntax: readers shrink the run).
  */
 export function foldableSubject(subject: string): string {
-  return /\S{900}/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
+  return /\S{900}|[ \t]{60}/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
 }
 
 /**
@@ -100,30 +103,32 @@ function literal(text: string): string {
 /**
  * Custom headers as the API took them. A value of printable ASCII goes out as written, folded at its spaces
  * as nodemailer folds every header: left to nodemailer, any value with a `"` went out as an encoded-word
- * (`X-SMTPAPI: =?UTF-8?Q?=7B=22category=22...`), which relays reading JSON metadata headers and filters
- * reading `List-Id` cannot read. Left to nodemailer as before: values with other characters (it
- * MIME-encodes them), with what reads as an encoded-word (`=?`: written out, readers would decode it to
- * other text than was sent, as for subjects), with spaces at either end (parsers drop them; encoded they
- * stay) or a run of spaces folding could turn into a line of spaces alone; and In-Reply-To and References,
- * which nodemailer writes as message ids, with the angle brackets an id lacks.
+ * (`X-SMTPAPI: =?UTF-8?Q?=7B=22category=22...`), which relays reading JSON metadata headers cannot read.
+ * MIME-encoded here (RFC 2047, as subjects that need it): values with other characters; with what reads as
+ * an encoded-word (`=?`: written out, readers would decode it to other text than was sent); with a space or
+ * tab at either end (parsers drop them); with a run of 60 spaces, which folding would turn into lines of
+ * spaces alone (obsolete syntax, and readers shrink the run). Nodemailer itself encodes only values with a
+ * `"` or a non-ASCII character, so it sent the others raw. Never encoded: headers that cannot be
+ * (isUnencodableHeader, printable ASCII by then), and In-Reply-To and References, which nodemailer writes as
+ * message ids, with the angle brackets an id lacks.
  */
 function customHeaders(headers: Record<string, string>): Mail.Headers {
   const out: Record<string, string | { prepared: true; foldLines: true; value: string }> = {};
   for (const [name, value] of Object.entries(headers)) {
-    out[name] = verbatim(name, value) ? { prepared: true, foldLines: true, value } : value;
+    if (MESSAGE_ID_HEADERS.has(name.toLowerCase())) out[name] = value;
+    else {
+      const asWritten = isUnencodableHeader(name) || writable(value);
+      out[name] = { prepared: true, foldLines: true, value: asWritten ? value : encodeWord(value, 'Q', 52) };
+    }
   }
   return out as Mail.Headers;
 }
 
 const MESSAGE_ID_HEADERS = new Set(['in-reply-to', 'references']);
 
-function verbatim(name: string, value: string): boolean {
-  return (
-    isPrintableAscii(value) &&
-    !value.includes('=?') &&
-    !/^[ \t]|[ \t]$|[ \t]{60}/.test(value) &&
-    !MESSAGE_ID_HEADERS.has(name.toLowerCase())
-  );
+/** Whether a text reads back as written in a header: printable ASCII with nothing parsers change. */
+function writable(text: string): boolean {
+  return isPrintableAscii(text) && !text.includes('=?') && !/^[ \t]|[ \t]$|[ \t]{60}/.test(text);
 }
 
 /**

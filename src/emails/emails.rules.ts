@@ -58,11 +58,28 @@ export function isRefusedHeader(name: string): boolean {
 }
 
 /**
- * Headers whose values are message ids (RFC 5322) or a structured field (OTP-Token): an encoded-word in them
- * would be read as literal text, so nodemailer sends them unencoded, and a non-ASCII character in one would
- * go out as raw 8-bit, which relays without SMTPUTF8 may refuse.
+ * Headers whose values are message ids (RFC 5322), structured fields (OTP-Token) or a mailing list's URLs
+ * and id (RFC 2369, 2919, 8058): an encoded-word in them is read as literal text, so a client no longer
+ * finds the message, the unsubscribe link or the list. They go out as written, and so must be printable
+ * ASCII (a URL percent-encodes the rest); a non-ASCII character would have gone out MIME-encoded, the whole
+ * value one encoded-word, or as raw 8-bit, which relays without SMTPUTF8 may refuse.
  */
-const UNENCODABLE_HEADERS = new Set(['in-reply-to', 'references', 'otp-token']);
+const UNENCODABLE_HEADERS = new Set([
+  'in-reply-to',
+  'references',
+  'otp-token',
+  'list-id',
+  'list-help',
+  'list-unsubscribe',
+  'list-unsubscribe-post',
+  'list-subscribe',
+  'list-post',
+  'list-owner',
+  'list-archive',
+]);
+
+/** Whether a custom header's value must go out as written, never MIME-encoded (UNENCODABLE_HEADERS). */
+export const isUnencodableHeader = (name: string): boolean => UNENCODABLE_HEADERS.has(name.toLowerCase());
 
 // RFC 5322 field name: printable US-ASCII except colon.
 const FIELD_NAME = /^[!-9;-~]+$/;
@@ -140,8 +157,8 @@ function checkRules(body: Loose, errors: DetailCollector) {
       errors.add(field, `is the header ${first} again (header names are case-insensitive): give it once`);
     } else if (typeof value !== 'string') continue;
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
-    else if (UNENCODABLE_HEADERS.has(name.toLowerCase()) && !isPrintableAscii(value)) {
-      errors.add(field, 'must be printable ASCII: this header cannot be MIME-encoded');
+    else if (isUnencodableHeader(name) && !isPrintableAscii(value)) {
+      errors.add(field, 'must be printable ASCII (percent-encode a URL): this header cannot be MIME-encoded');
     } else headers[name] = value;
   }
   return { to, cc, bcc, replyTo, from, headers };

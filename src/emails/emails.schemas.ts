@@ -73,7 +73,7 @@ export const SendEmailBody = withRules(
         FreeKeys(Type.String({ maxLength: 900, pattern: '\\S' }), {
           maxProperties: 50,
           description:
-            'Custom headers. Names: header field names of at most 100 printable ASCII characters without `:`, given once whatever their case, and not a reserved one: From, Sender, To, Cc, Bcc, Reply-To, Subject, Date, Message-ID, Return-Path, Received, DKIM-Signature, MIME-Version, Content-* (but Content-Language and Content-Description), Resent-*, ARC-*, Authentication-Results, Received-SPF, Delivered-To. Values: strings of at most 900 characters, no CR/LF; printable ASCII ones are sent as written, others MIME-encoded (docs/behaviour.md has which); In-Reply-To, References and OTP-Token values must be printable ASCII.',
+            'Custom headers. Names: header field names of at most 100 printable ASCII characters without `:`, given once whatever their case, and not a reserved one: From, Sender, To, Cc, Bcc, Reply-To, Subject, Date, Message-ID, Return-Path, Received, DKIM-Signature, MIME-Version, Content-* (but Content-Language and Content-Description), Resent-*, ARC-*, Authentication-Results, Received-SPF, Delivered-To. Values: strings of at most 900 characters, no CR/LF; printable ASCII ones are sent as written, others MIME-encoded (docs/behaviour.md has which); In-Reply-To, References, OTP-Token and List-* (List-Id, List-Unsubscribe, …) values must be printable ASCII: they go out as written.',
         }),
       ),
       tags: Type.Optional(Type.Array(Tag, { maxItems: MAX_TAGS })),

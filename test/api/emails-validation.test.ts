@@ -163,16 +163,32 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
     expect(ok.statusCode, ok.body).toBe(200);
   });
 
-  it('In-Reply-To, References and OTP-Token values must be printable ASCII (they cannot be MIME-encoded)', async () => {
+  it('In-Reply-To, References, OTP-Token and List-* values must be printable ASCII (they cannot be MIME-encoded)', async () => {
     const headers = {
       'In-Reply-To': '<réf@x.test>',
       references: '<ü@x.test> <b@x.test>',
       'OTP-Token': 'ünï',
+      // Encoded whole, a client no longer finds the unsubscribe link nor the list's id.
+      'List-Unsubscribe': '<https://shop.test/unsubscribe?name=Zoë>',
+      'List-Id': 'Café news <news.shop.test>',
     };
     const res = await send({ ...base, headers });
-    expect400(res, 'emails', ['headers.In-Reply-To', 'headers.references', 'headers.OTP-Token']);
-    expect(res.json().details[0].message).toBe('must be printable ASCII: this header cannot be MIME-encoded');
-    const ascii = { 'In-Reply-To': '<ref@x.test>', References: '<a@x.test>\t<b@x.test>', 'X-Other': 'ünï' };
+    expect400(res, 'emails', [
+      'headers.In-Reply-To',
+      'headers.references',
+      'headers.OTP-Token',
+      'headers.List-Unsubscribe',
+      'headers.List-Id',
+    ]);
+    expect(res.json().details[0].message).toBe(
+      'must be printable ASCII (percent-encode a URL): this header cannot be MIME-encoded',
+    );
+    const ascii = {
+      'In-Reply-To': '<ref@x.test>',
+      References: '<a@x.test>\t<b@x.test>',
+      'X-Other': 'ünï',
+      'List-Unsubscribe': '<https://shop.test/unsubscribe?name=Zo%C3%AB>',
+    };
     expect((await send({ ...base, headers: ascii })).statusCode).toBe(200);
   });
 

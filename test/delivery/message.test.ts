@@ -67,13 +67,27 @@ describe.each(storeKinds())('message content on %s', (kind) => {
       'X-SMTPAPI': '{"category":["receipt"],"unique_args":{"order":"42"}}',
       'List-Id': '"Acme News" <news.acme.test>',
       'X-Quote': 'say "hi"',
+      // Never encoded (a client would not find the link), whatever it holds.
+      'List-Unsubscribe': '<https://acme.test/u?t=a=?b>',
     };
-    // Encoded as before: non-ASCII; what reads as an encoded-word (readers would show "a b"); spaces at an
-    // end, which parsers drop from a value written out.
-    const encoded = { 'X-Accents': 'ünï "q"', 'X-Look': '=?utf-8?q?a b?= "x"', 'X-Trail': 'say "hi" ' };
+    // Encoded: non-ASCII; what reads as an encoded-word (readers would show "a b", or "Hacked"); a space or
+    // tab at an end, which parsers drop from a value written out; a run of spaces folding would make lines
+    // of spaces alone. Nodemailer encodes only values with a `"` or non-ASCII: the others are Mailroom's.
+    const encoded = {
+      'X-Accents': 'ünï "q"',
+      'X-Look': '=?utf-8?q?a b?= "x"',
+      'X-Trail': 'say "hi" ',
+      'X-Ew': '=?UTF-8?B?SGFja2Vk?=',
+      'X-Tr': 'trail   ',
+      'X-Sp': '  lead',
+      'X-Tab': '\tstart',
+      'X-Run': `a${' '.repeat(100)}b`,
+    };
     const ids = { 'In-Reply-To': 'abc@x.test', References: '<a@x.test> b@y.test' };
     const headers = { ...verbatim, ...encoded, ...ids };
-    const id = await sendEmail(t, auth, { to: 'ann@example.org', subject: 'Headers', text: 'x', headers });
+    // A subject's run of spaces is encoded too, as it reads back whole.
+    const subject = `Headers${' '.repeat(100)}run`;
+    const id = await sendEmail(t, auth, { to: 'ann@example.org', subject, text: 'x', headers });
     expect((await settled(t, auth, id)).status).toBe('sent');
     const { raw } = sink.messages[0]!;
     const unfolded = raw
@@ -83,10 +97,19 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     const valueOf = (name: string) => new RegExp(`^${name}: (.*)$`, 'im').exec(unfolded)![1];
     for (const [name, value] of Object.entries(verbatim)) expect(valueOf(name)).toBe(value);
     for (const [name, value] of Object.entries(encoded)) {
-      const word = /^=\?UTF-8\?Q\?(\S+)\?=$/.exec(valueOf(name)!)![1]!;
-      const bytes = word.replace(/_/g, '%20').replace(/=([0-9A-F]{2})/g, '%$1');
-      expect(decodeURIComponent(bytes.replace(/[^%\w]/g, encodeURIComponent))).toBe(value);
+      // One encoded-word or several, folded between them (the space between two is not part of the text).
+      const words = valueOf(name)!.split(' ');
+      const decoded = words.map((w) => {
+        const word = /^=\?UTF-8\?Q\?(\S+)\?=$/.exec(w)![1]!;
+        return word.replace(/_/g, '%20').replace(/=([0-9A-F]{2})/g, '%$1');
+      });
+      expect(decodeURIComponent(decoded.join('').replace(/[^%\w]/g, encodeURIComponent))).toBe(value);
     }
+    expect((await simpleParser(raw)).subject).toBe(subject);
+    // No header line is spaces alone (RFC 5322 forbids generating them).
+    expect(raw.toString('latin1').split('\r\n\r\n')[0]!.split('\r\n')).not.toContainEqual(
+      expect.stringMatching(/^[ \t]*$/),
+    );
     // Message ids get the angle brackets they lack (docs/behaviour.md).
     expect(valueOf('In-Reply-To')).toBe('<abc@x.test>');
     expect(valueOf('References')).toBe('<a@x.test> <b@y.test>');
