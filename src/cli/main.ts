@@ -14,7 +14,7 @@ import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
 import { sqliteFile } from '../store/store.js';
 import { isStoreUnavailable } from '../store/dialect.js';
-import { COMMANDS, USAGE, commandUsage } from './usage.js';
+import { COMMANDS, USAGE, commandUsage } from './commands.js';
 
 /** A command line that cannot run: exit 2. `usage`: the help text that follows the message on stderr. */
 class UsageError extends Error {
@@ -102,21 +102,9 @@ function parseArgsPlainly(argv: string[]) {
   }
 }
 
-/** The flags each command takes, beside --json and --help (which all take): any other is a usage error. */
-const COMMAND_FLAGS: Record<string, readonly (keyof Flags)[]> = {
-  serve: ['no-worker'],
-  worker: [],
-  migrate: [],
-  'orgs create': ['name'],
-  'orgs list': [],
-  'keys create': ['name', 'permissions', 'org'],
-  'keys list': ['org'],
-  'keys revoke': [],
-};
-
 /** `keys revoke K --org X` must not revoke K in whatever organisation it is, as if --org were heard. */
 function refuseOtherFlags(command: string, flags: Flags): void {
-  const takes = COMMAND_FLAGS[command];
+  const takes = COMMANDS[command]?.flags;
   if (takes === undefined) return;
   for (const flag of Object.keys(OPTIONS) as (keyof Flags)[]) {
     if (flag === 'json' || flag === 'help' || flag === 'version') continue;
@@ -216,15 +204,15 @@ async function run(argv: string[]): Promise<void> {
   // A script that lost its command must not pass for one that ran it; asked for, usage is a success.
   if (command === undefined) throw new UsageError('a command is needed', USAGE);
   // `keys revoke A B` must not revoke A and quietly drop B.
-  const takes = command === 'keys' && sub === 'revoke' ? 3 : SIMPLE_COMMANDS.includes(command) ? 1 : 2;
+  const commandName = SIMPLE_COMMANDS.includes(command) ? command : `${command} ${sub ?? ''}`.trim();
+  const known = COMMANDS[commandName];
+  const takes = commandName.split(' ').length + (known?.argument ? 1 : 0);
   if (positionals.length > takes) {
-    const name = takes === 1 ? command : `${command} ${sub}`;
     throw new UsageError(
       `unexpected argument "${positionals[takes]}"`,
-      COMMANDS[name] ? commandUsage(name) : USAGE,
+      known ? commandUsage(commandName) : USAGE,
     );
   }
-  const commandName = `${command} ${sub ?? ''}`.trim();
   refuseOtherFlags(commandName, flags);
   switch (commandName) {
     case 'serve': {

@@ -1,7 +1,12 @@
-// The CLI's help: one entry a command, from which both `mailroom --help` (every command, a line or two
-// each) and `mailroom <command> --help` (that command: what it does, each flag, what --json prints) are made.
+// The CLI's commands: one entry each, from which main.ts takes the flags and arguments a command accepts,
+// and the help is made: `mailroom --help` (every command, a line or two each) and `mailroom <command> --help`
+// (that command: what it does, each flag, what --json prints).
 
-interface CommandHelp {
+interface Command {
+  /** The flags it takes beside --json and --help, which all take: any other is a usage error. */
+  flags: readonly string[];
+  /** It takes an argument after its name (`keys revoke KEY_ID`); any other is a usage error. */
+  argument?: true;
   /** The command line after `mailroom`, flags included. */
   synopsis: string;
   /** One line, for the list of every command. */
@@ -10,8 +15,9 @@ interface CommandHelp {
   details: string[];
 }
 
-export const COMMANDS: Record<string, CommandHelp> = {
+export const COMMANDS: Record<string, Command> = {
   serve: {
+    flags: ['no-worker'],
     synopsis: 'serve [--no-worker]',
     summary: 'serve the API (and deliver mail unless --no-worker)',
     details: [
@@ -23,6 +29,7 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   worker: {
+    flags: [],
     synopsis: 'worker',
     summary: 'deliver mail only',
     details: [
@@ -33,6 +40,7 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   migrate: {
+    flags: [],
     synopsis: 'migrate',
     summary: "bring the store's schema up to date",
     details: [
@@ -42,6 +50,7 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   'orgs create': {
+    flags: ['name'],
     synopsis: 'orgs create --name NAME',
     summary: 'create an organisation',
     details: [
@@ -52,6 +61,7 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   'orgs list': {
+    flags: [],
     synopsis: 'orgs list',
     summary: 'list organisations',
     details: [
@@ -61,6 +71,7 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   'keys create': {
+    flags: ['name', 'permissions', 'org'],
     synopsis: 'keys create --name NAME --permissions readContacts,writeContacts,sendEmails [--org ORG_ID]',
     summary: 'create an API key (shown once)',
     details: [
@@ -76,6 +87,7 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   'keys list': {
+    flags: ['org'],
     synopsis: 'keys list [--org ORG_ID]',
     summary: 'list API keys (never the keys themselves)',
     details: [
@@ -87,6 +99,8 @@ export const COMMANDS: Record<string, CommandHelp> = {
     ],
   },
   'keys revoke': {
+    flags: [],
+    argument: true,
     synopsis: 'keys revoke KEY_ID',
     summary: 'revoke an API key',
     details: [
