@@ -6,6 +6,7 @@ import { type RecipientRow, insertEvents } from '../emails/emails.repository.js'
 import type { EmailRow } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import * as queue from './queue.repository.js';
+import { LogThrottle } from './log-throttle.js';
 
 export interface ClaimedEmail {
   email: EmailRow;
@@ -41,7 +42,7 @@ export class Leases {
   private held = new Set<string>();
   private heartbeat: NodeJS.Timeout | undefined;
   /** When a failed renewal was last logged: while the store is down, at most once a minute. */
-  private failureLoggedAt = -Infinity;
+  private readonly failureLog = new LogThrottle(FAILURE_LOG_EVERY_MS);
 
   constructor(private readonly o: LeaseOptions) {}
 
@@ -105,7 +106,7 @@ export class Leases {
   private async renew(): Promise<void> {
     if (this.held.size === 0) {
       // Nothing to renew says nothing of the store: the next refusal starts a new outage, logged.
-      this.failureLoggedAt = -Infinity;
+      this.failureLog.reset();
       return;
     }
     const until = this.o.clock.now().getTime() + this.o.leaseMs;
@@ -117,11 +118,9 @@ export class Leases {
       );
       // Only those still this worker's: a lease another worker took over is not extended here.
       if (renewed.length > 0) this.o.onRenewed?.(renewed, until);
-      this.failureLoggedAt = -Infinity;
+      this.failureLog.reset();
     } catch (err) {
-      const now = performance.now();
-      if (now - this.failureLoggedAt < FAILURE_LOG_EVERY_MS) return;
-      this.failureLoggedAt = now;
+      if (!this.failureLog.due()) return;
       this.o.logger.warn({ err }, 'delivery: renewing leases failed (logged again at most once a minute)');
     }
   }

@@ -18,6 +18,7 @@ import {
 } from './mailer.js';
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import { FAILURE_LOG_EVERY_MS, Leases } from './leases.js';
+import { LogThrottle } from './log-throttle.js';
 import { type AttemptResult, ResultRecorder } from './recorder.js';
 import { retryDelayMs } from './retry.js';
 
@@ -75,7 +76,7 @@ export class DeliveryWorker {
    */
   private stalled = 0;
   /** When a refused result was last logged: at most once a minute for the whole worker. */
-  private recordFailureLoggedAt = -Infinity;
+  private readonly recordFailureLog = new LogThrottle(FAILURE_LOG_EVERY_MS);
   /** Attempts not yet recorded (sending, or their result waiting for its commit). */
   private inflight = new Set<Promise<void>>();
   private readonly leases: Leases;
@@ -93,7 +94,7 @@ export class DeliveryWorker {
   private lastCleanup = 0;
   /** Claims failed in a row, and when that was last logged. */
   private failures = 0;
-  private failureLoggedAt = 0;
+  private readonly claimFailureLog = new LogThrottle(FAILURE_LOG_EVERY_MS);
   private readonly recorder: ResultRecorder;
 
   constructor(private readonly o: WorkerOptions) {
@@ -222,9 +223,8 @@ export class DeliveryWorker {
 
   private claimFailed(err: unknown): void {
     this.failures++;
-    const now = this.o.clock.now().getTime();
-    if (this.failures === 1 || now - this.failureLoggedAt >= FAILURE_LOG_EVERY_MS) {
-      this.failureLoggedAt = now;
+    if (this.failures === 1) this.claimFailureLog.reset();
+    if (this.claimFailureLog.due()) {
       this.o.logger.error(
         { err, failures: this.failures },
         'delivery: claiming failed; retrying with backoff (logged again at most once a minute)',
@@ -377,9 +377,7 @@ export class DeliveryWorker {
           if (this.abandoned) throw err;
           // Stalled from the first refusal until the store takes it (or stop() gives up).
           if (tries === 0) this.stalled++;
-          const now = performance.now();
-          if (now - this.recordFailureLoggedAt >= FAILURE_LOG_EVERY_MS) {
-            this.recordFailureLoggedAt = now;
+          if (this.recordFailureLog.due()) {
             // Logged again at most once a minute: tries go on for as long as the store refuses.
             log.warn(
               { err: (err as Error).message, tries: tries + 1, stalled: this.stalled },
