@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError, DetailCollector, throwIfAny, validationError } from '../errors.js';
-import { type Page, pagination } from '../paging.js';
+import { type Page, pagination, totalOf } from '../paging.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 import type { Executor, Store } from '../store/store.js';
@@ -191,14 +191,14 @@ export class ContactsService {
     const { contacts, total: learned } = next
       ? { contacts: next, total: undefined }
       : await repo.pageContacts(db, orgId, filter, { page, limit }, { knownTotal: known });
-    // A short first page is the whole result: no need to count at all. A maintained count comes with any
-    // page that has rows; an empty page past the end reads it alone.
-    const total =
-      known ??
-      learned ??
-      (page === 1 && contacts.length < limit
-        ? contacts.length
-        : ((await findMaintainedCount(db, orgId, filter)) ?? (await repo.countContacts(db, orgId, filter))));
+    // A maintained count comes with any page that has rows; a search's is counted, unless kept.
+    const total = await totalOf(
+      { page, limit },
+      contacts.length,
+      known ?? learned,
+      async () =>
+        (await findMaintainedCount(db, orgId, filter)) ?? (await repo.countContacts(db, orgId, filter)),
+    );
     if (search && known === undefined) this.kept.keepTotal(orgId, search.term, search.version, total);
     return { contacts, pagination: pagination({ page, limit }, total) };
   }

@@ -10,6 +10,10 @@ import type { SendEmailBody } from './emails.schemas.js';
 export const MAX_TO = 50;
 export const MAX_CC_BCC = 50;
 
+/** An email's delivery states (contract.md): queued → sending → sent | deferred | failed. */
+export const EMAIL_STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'] as const;
+export type EmailStatus = (typeof EMAIL_STATUSES)[number];
+
 export type SendEmailInput = Static<typeof SendEmailBody>;
 
 export const REFUSED_HEADERS = new Set(

@@ -1,12 +1,11 @@
 import { createHash } from 'node:crypto';
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, pagination } from '../paging.js';
+import { type Page, pagination, totalOf } from '../paging.js';
 import type { NewEmail } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
-import type { EmailStatus } from './emails.schemas.js';
-import { type SendEmailInput, normalizeEmail } from './emails.rules.js';
+import { type EmailStatus, type SendEmailInput, normalizeEmail } from './emails.rules.js';
 import * as repo from './emails.repository.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
@@ -59,11 +58,10 @@ export class EmailsService {
     /** Called after an email is committed, so an in-process worker can start at once. */
     private readonly onQueued: () => void = () => undefined,
   ) {
+    const defaultFrom = parseConfiguredMailbox(config.mailFrom);
     // config.ts has already refused a MAIL_FROM this cannot parse.
-    this.defaultFrom = parseConfiguredMailbox(config.mailFrom) ?? {
-      name: undefined,
-      address: 'mailroom@localhost',
-    };
+    if (!defaultFrom) throw new Error(`MAIL_FROM cannot be parsed: ${config.mailFrom}`);
+    this.defaultFrom = defaultFrom;
     this.messageIdDomain = domainOf(this.defaultFrom.address);
   }
 
@@ -179,12 +177,9 @@ export class EmailsService {
     const page = { page: query.page, limit: query.limit };
     const status = query.status || undefined;
     const { rows, total: carried } = await repo.pageEmails(this.store.db, orgId, status, page);
-    // A short first page is the whole result; an empty page past the end reads the count alone.
-    const total =
-      carried ??
-      (page.page === 1 && rows.length < page.limit
-        ? rows.length
-        : await repo.countEmails(this.store.db, orgId, status));
+    const total = await totalOf(page, rows.length, carried, () =>
+      repo.countEmails(this.store.db, orgId, status),
+    );
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }
 }

@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Clock, firstIdAt } from '../clock.js';
 import type { Store } from '../store/store.js';
-import type { EmailStatus } from './emails.schemas.js';
+import type { EmailStatus } from './emails.rules.js';
 import * as repo from './emails.repository.js';
 
 export const DAY_MS = 86_400_000;

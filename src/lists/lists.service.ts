@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, pagination } from '../paging.js';
+import { type Page, pagination, totalOf } from '../paging.js';
 import type { ListRow } from '../store/schema.js';
 import { isForeignKeyViolation, isRetryableConflict } from '../store/dialect.js';
 import type { Executor, Store } from '../store/store.js';
@@ -62,8 +62,7 @@ export class ListsService {
 
   async page(orgId: string, page: Page) {
     const { rows, total: carried } = await repo.pageLists(this.store.db, orgId, page);
-    // Rows carry the total; an empty page past the end reads it alone (an empty first page: none at all).
-    const total = carried ?? (page.page === 1 ? 0 : await repo.countLists(this.store.db, orgId));
+    const total = await totalOf(page, rows.length, carried, () => repo.countLists(this.store.db, orgId));
     return { lists: rows.map(toList), pagination: pagination(page, total) };
   }
 
