@@ -71,9 +71,9 @@ class SmtpThread {
       const waiter = this.waiting.get(reply.id);
       if (!waiter) return;
       this.settled(reply.id);
-      if (reply.result) waiter.resolve(reply.result);
-      else if (reply.error!.notStarted) waiter.reject(new NotStartedError(reply.error!.message));
-      else waiter.reject(new DeliveryError(reply.error!.message, reply.error!.permanent));
+      if ('result' in reply) waiter.resolve(reply.result);
+      else if (reply.error.notStarted) waiter.reject(new NotStartedError(reply.error.message));
+      else waiter.reject(new DeliveryError(reply.error.message, reply.error.permanent));
     });
     let failure = 'it stopped';
     this.worker.on('error', (err) => {
@@ -97,16 +97,16 @@ class SmtpThread {
     return new Promise((resolve, reject) => {
       if (this.waiting.size === 0) this.worker.ref();
       this.waiting.set(id, { resolve, reject });
-      this.worker.postMessage({ id, message, startBy } satisfies ThreadRequest);
+      this.worker.postMessage({ kind: 'send', id, message, startBy } satisfies ThreadRequest);
     });
   }
 
   extend(ids: string[], startBy: number): void {
-    this.worker.postMessage({ extend: { ids, startBy } } satisfies ThreadRequest);
+    this.worker.postMessage({ kind: 'extend', ids, startBy } satisfies ThreadRequest);
   }
 
   cancel(emailId: string): void {
-    this.worker.postMessage({ cancel: emailId } satisfies ThreadRequest);
+    this.worker.postMessage({ kind: 'cancel', emailId } satisfies ThreadRequest);
   }
 
   private settled(id: number): void {
@@ -117,7 +117,7 @@ class SmtpThread {
   /** Closes the pool (QUIT on idle connections); a connection still stuck after a second is cut. */
   async close(): Promise<void> {
     if (this.gone) return;
-    this.worker.postMessage({ close: true } satisfies ThreadRequest);
+    this.worker.postMessage({ kind: 'close' } satisfies ThreadRequest);
     let grace: NodeJS.Timeout | undefined;
     const cut = new Promise<void>((resolve) => {
       grace = setTimeout(() => void this.worker.terminate().then(() => resolve()), CLOSE_GRACE_MS);
@@ -128,23 +128,20 @@ class SmtpThread {
   }
 }
 
-export interface ThreadRequest {
-  id?: number;
-  message?: OutgoingMessage;
-  /** SendOptions.startBy of the message. */
-  startBy?: number | undefined;
+/** What the main thread asks of the SMTP thread. */
+export type ThreadRequest =
+  /** A message to send; startBy is SendOptions.startBy. */
+  | { kind: 'send'; id: number; message: OutgoingMessage; startBy: number | undefined }
   /** Later startBy for sends not begun yet (Mailer.extend). */
-  extend?: { ids: string[]; startBy: number };
+  | { kind: 'extend'; ids: string[]; startBy: number }
   /** An email whose send is dropped if not begun yet, aborted if it has (Mailer.cancel). */
-  cancel?: string;
-  close?: boolean;
-}
+  | { kind: 'cancel'; emailId: string }
+  | { kind: 'close' };
 
-export interface ThreadReply {
-  id: number;
-  result?: DeliveryResult;
-  error?: { message: string; permanent: boolean; notStarted?: boolean };
-}
+/** The SMTP thread's answer to a send. */
+export type ThreadReply =
+  | { id: number; result: DeliveryResult }
+  | { id: number; error: { message: string; permanent: boolean; notStarted: boolean } };
 
 function relayName(url: URL): string {
   return `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;

@@ -20,30 +20,31 @@ lowerThreadPriority(SMTP_THREAD_NICENESS);
 const relay = new SmtpRelay(workerData as SmtpMailerOptions);
 
 port.on('message', (request: ThreadRequest) => {
-  if (request.close) {
-    relay.close();
-    port.close();
-    return;
+  switch (request.kind) {
+    case 'close':
+      relay.close();
+      port.close();
+      return;
+    case 'extend':
+      relay.extend(request.ids, request.startBy);
+      return;
+    case 'cancel':
+      relay.cancel(request.emailId);
+      return;
+    case 'send': {
+      const { id } = request;
+      relay.send(request.message, request.startBy).then(
+        (result) => port.postMessage({ id, result } satisfies ThreadReply),
+        (err: unknown) =>
+          port.postMessage({
+            id,
+            error: {
+              message: err instanceof Error ? err.message : String(err),
+              permanent: err instanceof DeliveryError && err.permanent,
+              notStarted: err instanceof NotStartedError,
+            },
+          } satisfies ThreadReply),
+      );
+    }
   }
-  if (request.extend) {
-    relay.extend(request.extend.ids, request.extend.startBy);
-    return;
-  }
-  if (request.cancel !== undefined) {
-    relay.cancel(request.cancel);
-    return;
-  }
-  const id = request.id!;
-  relay.send(request.message!, request.startBy).then(
-    (result) => port.postMessage({ id, result } satisfies ThreadReply),
-    (err: unknown) =>
-      port.postMessage({
-        id,
-        error: {
-          message: err instanceof Error ? err.message : String(err),
-          permanent: err instanceof DeliveryError && err.permanent,
-          notStarted: err instanceof NotStartedError,
-        },
-      } satisfies ThreadReply),
-  );
 });
