@@ -10,22 +10,27 @@ import Fastify, {
   type FastifyServerOptions,
 } from 'fastify';
 import type { Redis } from 'ioredis';
-import type { Logger } from 'pino';
 import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
-import { AppError, idNotFound, requestTimedOut, validationError } from './errors.js';
-import { type AnyEndpoint, refuseHeaderProblems, timesSent } from './http/endpoint.js';
+import { AppError } from './errors.js';
+import { type AnyEndpoint, refuseHeaderProblems } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
+import { absoluteReset, bodyDeadline, finishHeaders } from './http/answer-headers.js';
 import { Unauthorized, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
-import { clientErrorHandler, originForm, writeLastAnswer } from './http/client-errors.js';
+import { clientErrorHandler, originForm } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
-import { healthSchema, openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
+import { openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
+import { registerHealth } from './http/health.js';
+import { badHost } from './http/host.js';
 import { refuseBody, useJsonBodies } from './http/json-body.js';
-import { armBodyDeadline, drainUnreadBody, holdContinue, sendContinue } from './http/unread-bodies.js';
+import { registerOverlongIds } from './http/overlong-ids.js';
+import { logAnswer, nextRequestId } from './http/request-log.js';
+import { type Shutdown, registerShutdownHooks } from './http/shutdown.js';
+import { holdContinue, sendContinue } from './http/unread-bodies.js';
 import { parseQueryString } from './http/query-string.js';
 import { type ServiceDeps, type Services, createServices } from './services.js';
 
@@ -45,6 +50,8 @@ export interface AppDeps extends ServiceDeps {
 }
 
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+/** Counts a request against its rate limit, as the plugin does for a route (the 429 is its rejection). */
+type Limit = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
 
 /** Every API route and the permission it needs, in one table. */
 export function routeTable(s: Services): [Method, string, Permission, AnyEndpoint][] {
@@ -79,57 +86,10 @@ export async function buildApp(
   // Who is calling is settled before rate limiting, so limits count per key; a failed lookup is kept and
   // reported by the permission check, after the rate-limit headers are set.
   const identify = identifyCaller(services.keys);
-  // @fastify/rate-limit reports seconds until the window ends; the API promises the unix time it ends.
-  // Converted as soon as the plugin has set it, within the same second (see ratelimit/shared-store.ts).
-  const absoluteReset = (reply: FastifyReply): void => {
-    const reset = reply.getHeader('x-ratelimit-reset');
-    if (reset !== undefined && Number(reset) < 1e9) {
-      reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + Number(reset));
-    }
-  };
-  // A body still arriving REQUEST_TIMEOUT_MS after its headers gets a 408, unless answered already, and
-  // its connection is cut (unread-bodies.ts).
-  const bodyDeadline = (req: FastifyRequest, reply: FastifyReply): void =>
-    armBodyDeadline(req, reply, config.requestTimeoutMs, () => {
-      // Written to the socket: the body parser still waits, so no reply can go the usual way. The
-      // contract's body and the headers every answer has, rate-limit ones included (counted by now).
-      absoluteReset(reply);
-      const limits = Object.fromEntries(
-        Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
-      );
-      const timedOut = requestTimedOut();
-      const { status, body } = renderError(timedOut, req.url, req.id);
-      writeLastAnswer(req.raw.socket, status, body as object, limits);
-    });
-  let closing = false;
-  const finishHeaders = (req: FastifyRequest, reply: FastifyReply): void => {
-    // Only a connection's last request in progress says so: Node ends the connection after an answer with
-    // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
-    if (closing && app.connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
-    else drainUnreadBody(req, reply);
-    absoluteReset(reply);
-    reply.header('x-content-type-options', 'nosniff');
-    if (req.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
-  };
-  // One log line a request, once its connection is done with it: Fastify's two lines (`incoming request`,
-  // `request completed`) cost the server, at the default `info`, about half again the CPU of a contact
-  // create. The incoming line stays, at `debug`.
-  const logAnswer = (req: FastifyRequest, reply: FastifyReply): void => {
-    req.log.debug({ req }, 'incoming request');
-    // Above `info` (LOG_LEVEL=warn) the line is never written: no listener to add and remove either (no
-    // logger at all: Fastify's stand-in has no levels).
-    if (!(req.log as Partial<Logger>).isLevelEnabled?.('info')) return;
-    reply.raw.once('close', () => {
-      req.log.info(
-        { req, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime },
-        reply.raw.writableFinished
-          ? 'request completed'
-          : 'request aborted: the connection closed before the answer',
-      );
-    });
-  };
+  // Set once the server closes (http/shutdown.ts), for every answer's headers (http/answer-headers.ts).
+  const shutdown: Shutdown = { closing: false };
   // Set once the rate-limit plugin is registered; errors raised before routing are counted through it.
-  const late: { limit?: (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> } = {};
+  const late: { limit?: Limit } = {};
 
   const loggerOption =
     deps.logger && typeof (deps.logger as FastifyBaseLogger).info === 'function'
@@ -147,7 +107,8 @@ export async function buildApp(
     requestTimeout: config.requestTimeoutMs,
     http: {
       connectionsCheckingInterval: Math.ceil(config.requestTimeoutMs / 2),
-      // An HTTP/1.1 request without Host is refused by badHost below, with a body: Node's own 400 has none.
+      // An HTTP/1.1 request without Host is refused by badHost (http/host.ts), with a body: Node's own 400
+      // has none.
       requireHostHeader: false,
     },
     // A connection with nothing arriving is cut (with no answer) after this: never before the request
@@ -155,25 +116,25 @@ export async function buildApp(
     // paused under a longer REQUEST_TIMEOUT_MS without its 408.
     connectionTimeout: Math.max(60_000, 2 * config.requestTimeoutMs),
     keepAliveTimeout: 72_000,
-    // Requests arriving while the server closes get the contract's 503 from the hook below instead.
+    // Requests arriving while the server closes get the contract's 503 from http/shutdown.ts's hook instead.
     return503OnClosing: false,
     genReqId: nextRequestId,
     // A request target in absolute form (`GET http://host/api/v1/contacts`, RFC 9112 3.2.2) is routed by its
     // path as any other: read as written, it missed every check of the path (`Cache-Control: no-store` on
     // /api/, the key's rate limit on unknown /api/ routes) while the router still served it.
     rewriteUrl: (req) => originForm(req.url ?? '/'),
-    // One line a request instead of Fastify's two (logAnswer below).
+    // One line a request instead of Fastify's two (logAnswer, http/request-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.
     routerOptions: { maxParamLength: 2048, querystringParser: parseQueryString },
     // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the
     // contract's body too. No hook runs for them, so they are identified and counted here, like any request.
     frameworkErrors: (err, req, reply) => {
-      bodyDeadline(req, reply as FastifyReply);
+      bodyDeadline(req, reply as FastifyReply, config.requestTimeoutMs);
       const answer = (e: unknown) => {
         const { status, body } = renderError(e, req.url, req.id);
         // No onSend hook runs for these either.
-        finishHeaders(req, reply as FastifyReply);
+        finishHeaders(req, reply as FastifyReply, shutdown.closing, app.connections);
         void (reply as FastifyReply).code(status).send(body);
       };
       // A request without a good Host is refused as such here too (badHost), before what is wrong with its URL.
@@ -186,6 +147,7 @@ export async function buildApp(
             ]));
       logAnswer(req, reply as FastifyReply);
       identify(req, () => {
+        // Set by then: buildApp sets it before it returns, and no request arrives before that.
         late.limit!(req, reply as FastifyReply).then(() => answer(appErr), answer);
       });
     },
@@ -193,28 +155,8 @@ export async function buildApp(
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  // The router refuses a path parameter over maxParamLength before it matches any route: the answer is the
-  // route's 404 for an id it cannot hold where the path is one of its routes (`List not found`), and the
-  // unknown route's otherwise, as for the same path with a short id.
-  const idRoutes: { method: string; path: RegExp; url: string }[] = [];
-  app.addHook('onRoute', ({ method, url }) => {
-    if (!url.includes('/:')) return;
-    const segments = url
-      .split('/')
-      .map((s) => (s.startsWith(':') ? '[^/]+' : s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
-    for (const m of [method].flat())
-      idRoutes.push({ method: m, path: new RegExp(`^${segments.join('/')}$`), url });
-  });
-  const overlongId = (req: FastifyRequest): AppError => {
-    let path = req.url.split('?')[0]!;
-    try {
-      path = decodeURI(path);
-    } catch {
-      // matched as written
-    }
-    const route = idRoutes.find((r) => r.method === req.method && r.path.test(path));
-    return route ? idNotFound(route.url) : routeNotFound(req);
-  };
+  // Before any route is added, so that it knows every route with a path id.
+  const overlongId = registerOverlongIds(app);
 
   // An expectation other than 100-continue (which Node answers itself) is set aside, as RFC 9110 lets a
   // server do, and the request answered as any other: Node's own answer would be a bare 417, outside the
@@ -258,26 +200,11 @@ export async function buildApp(
   app.addHook('onRequest', (req, reply, done) => {
     logAnswer(req, reply);
     // Before any hook that may answer: a request refused while shutting down has a body to drain too.
-    bodyDeadline(req, reply);
+    bodyDeadline(req, reply, config.requestTimeoutMs);
     done();
   });
 
-  // Once the server closes, a connection's last answer says Connection: close (finishHeaders): the client
-  // goes elsewhere, and no idle keep-alive connection is left behind.
-  app.addHook('preClose', async () => {
-    closing = true;
-  });
-  app.addHook('onRequest', (req, reply, done) => {
-    if (!closing) return done();
-    // A probe is answered in its own shape (the API's error body fails /health's schema: a 500), so a load
-    // balancer that reads it takes this instance out.
-    if (req.routeOptions.url === '/health') {
-      req.log.info('health: unavailable, shutting down');
-      void reply.code(503).send({ status: 'unavailable' as const });
-      return;
-    }
-    done(new AppError('SHUTTING_DOWN', 'The server is shutting down; retry shortly'));
-  });
+  registerShutdownHooks(app, shutdown);
 
   // Before any route, so that every route is in the OpenAPI document.
   await registerOpenApi(app);
@@ -304,7 +231,8 @@ export async function buildApp(
       ),
   });
   const limiter = app.rateLimit();
-  late.limit = (req, reply) => limiter.call(app, req as never, reply as never);
+  const limit: Limit = (req, reply) => limiter.call(app, req as never, reply as never);
+  late.limit = limit;
   // After the rate-limit plugin, so the docs page and its files are limited per address like any route.
   await registerDocsPage(app);
 
@@ -313,10 +241,10 @@ export async function buildApp(
     // An unknown route is answered before its body is read, once counted (per key under /api/, else per
     // address): read first, a body up to BODY_LIMIT_BYTES was held in memory for a 404, with no key asked
     // for, and a client that expects 100-continue was asked to send it. Unread, it is dropped as it arrives.
-    // /health refuses a bad Host itself, with the standing a probe's every answer carries (below).
+    // /health refuses a bad Host itself, with the standing a probe's every answer carries (http/health.ts).
     const hostFault = req.routeOptions.url === '/health' ? undefined : badHost(req);
     if (req.is404) {
-      late.limit!(req, reply).then(() => done(hostFault ?? routeNotFound(req)), done);
+      limit(req, reply).then(() => done(hostFault ?? routeNotFound(req)), done);
       return;
     }
     const fault = hostFault ?? permissionFault(req);
@@ -325,7 +253,7 @@ export async function buildApp(
   });
 
   app.addHook('onSend', (req, reply, payload, done) => {
-    finishHeaders(req, reply);
+    finishHeaders(req, reply, shutdown.closing, app.connections);
     done(null, payload);
   });
 
@@ -335,32 +263,7 @@ export async function buildApp(
     throw routeNotFound(req);
   });
 
-  // Not rate-limited (contract.md): a probe is never refused, nor counted. Like every answer (api-v1.md 8)
-  // it carries the caller's rate-limit headers: its address's standing as it is (no key is looked up for
-  // a route outside /api/ that needs no permission).
-  const standing = app.createRateLimit();
-  app.get('/health', { config: { rateLimit: false }, schema: healthSchema }, async (req, reply) => {
-    try {
-      const s = await standing(req, { increment: false });
-      if (!s.isAllowed) {
-        reply.header('x-ratelimit-limit', s.max);
-        reply.header('x-ratelimit-remaining', s.remaining);
-        // Seconds left, as the plugin sets it on counted routes: finishHeaders makes it the unix time.
-        reply.header('x-ratelimit-reset', s.ttlInSeconds);
-      }
-    } catch (err) {
-      // The counters could not be read: the probe is answered all the same.
-      req.log.warn({ err: (err as Error).message }, 'health: rate-limit standing not read');
-    }
-    const hostFault = badHost(req);
-    if (hostFault) throw hostFault;
-    try {
-      await store.ping();
-      return { status: 'ok' as const };
-    } catch {
-      return reply.code(503).send({ status: 'unavailable' as const });
-    }
-  });
+  registerHealth(app, store);
 
   app.get('/api/v1/openapi.json', { schema: openApiSchema }, async () => app.swagger());
 
@@ -385,33 +288,3 @@ export async function buildApp(
 
   return app;
 }
-
-let counter = 0;
-const bootId = Math.random().toString(36).slice(2, 8);
-/** Request ids unique across restarts of the process, cheap enough for every request. */
-function nextRequestId(): string {
-  counter = (counter + 1) % Number.MAX_SAFE_INTEGER;
-  return `req-${bootId}-${counter.toString(36)}`;
-}
-
-/**
- * RFC 9112 3.2: an HTTP/1.1 request without a Host header, with two, or with one that is no host (a
- * name or address, and a port), is a 400, answered in the contract's shape and counted like any request
- * (Node's own check answered a missing one with no body at all, and let the others through, keeping the
- * first of two). An empty Host is allowed, as the RFC allows it.
- */
-function badHost(req: FastifyRequest): AppError | undefined {
-  const host = req.headers.host;
-  if (host === undefined) {
-    if (req.raw.httpVersion !== '1.1') return undefined;
-    return validationError([{ field: 'Host', message: 'is required in an HTTP/1.1 request' }]);
-  }
-  if (timesSent(req, 'host') > 1) return validationError([{ field: 'Host', message: 'must be sent once' }]);
-  if (!HOST.test(host)) {
-    return validationError([{ field: 'Host', message: 'must be a host name or address, and a port if any' }]);
-  }
-  return undefined;
-}
-
-/** RFC 3986's host (an IP literal in brackets, or a name or IPv4 address) and an optional port. */
-const HOST = /^(?:\[[A-Za-z0-9._~!$&'()*+,;=:-]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;

@@ -46,10 +46,11 @@ function injected(raw: IncomingMessage): boolean {
 /**
  * Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time would
  * hold its connection for ever. The body gets the same time, from then: a body not all sent by then is
- * answered by `late` if the request has no answer yet (app.ts writes the 408), and its connection is cut.
- * Armed from the first onRequest hook, and by frameworkErrors for requests refused before routing. What
- * counts is whether the client sent the whole body (`complete`), not whether anyone read it: a handler
- * slower than the deadline is no late body, nor is a body Fastify never reads (a GET's) or a drained one.
+ * answered by `late` if the request has no answer yet (answer-headers.ts writes the 408), and its
+ * connection is cut. Armed from the first onRequest hook, and by frameworkErrors for requests refused
+ * before routing. What counts is whether the client sent the whole body (`complete`), not whether anyone
+ * read it: a handler slower than the deadline is no late body, nor is a body Fastify never reads (a GET's)
+ * or a drained one.
  */
 export function armBodyDeadline(
   req: FastifyRequest,

@@ -27,9 +27,10 @@ const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
 ) => CounterStore;
 
 /**
- * The plugin shows the seconds left in the window, rounded up, and app.ts turns them into the unix time the
- * window ends. Reported as if the window ended on the next whole second, every request of one window
- * shows the same time; from the exact end, the two roundings made it move by a second within a window.
+ * The plugin shows the seconds left in the window, rounded up, and http/answer-headers.ts turns them into
+ * the unix time the window ends. Reported as if the window ended on the next whole second, every request of
+ * one window shows the same time; from the exact end, the two roundings made it move by a second within a
+ * window.
  */
 function endingOnWholeSecond(cb: Callback): Callback {
   return (err, result) => {

@@ -1,5 +1,5 @@
-// The body's deadline (armBodyDeadline, app.ts's 408) on a bare Fastify app with a route slower than the
-// deadline: a body still arriving at the deadline gets the 408 and a cut connection; a request that arrived
+// The body's deadline (armBodyDeadline, the 408 of answer-headers.ts) on a bare Fastify app with a route
+// slower than the deadline: a body still arriving at the deadline gets the 408 and a cut connection; a request that arrived
 // whole never does, however slow its answer, whether its body was read, never read (a GET's, however long),
 // or empty (Content-Length: 0), pipelined behind a slow request too; a late body's 408 waits for the answers
 // owed to the requests pipelined before it.
