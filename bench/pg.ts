@@ -7,7 +7,7 @@ import { type ChildProcess, execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import os from 'node:os';
 import autocannon from 'autocannon';
-import { createServices } from '../src/app.js';
+import { createServices } from '../src/services.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/store/from-config.js';
 import {

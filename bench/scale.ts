@@ -11,7 +11,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import { createServices } from '../src/app.js';
+import { createServices } from '../src/services.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/store/from-config.js';
 import { SearchIndexer } from '../src/store/search-index.js';

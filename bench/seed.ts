@@ -10,7 +10,7 @@ import type { ContactRow } from '../src/store/schema.js';
 import { uuidIds } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/store/from-config.js';
-import { createServices } from '../src/app.js';
+import { createServices } from '../src/services.js';
 
 const BATCH = 400;
 

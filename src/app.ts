@@ -41,9 +41,6 @@ declare module 'fastify' {
   }
 }
 
-// The services are built apart (services.ts), so that the CLI can use them without loading Fastify.
-export { type Services, createServices };
-
 export interface AppDeps extends ServiceDeps {
   logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
   redis?: Redis | undefined;

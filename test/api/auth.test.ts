@@ -2,7 +2,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Permission } from '../../src/auth/keys.js';
 import { KEY_CACHE_TTL_MS } from '../../src/auth/keys.service.js';
-import { createServices } from '../../src/app.js';
+import { createServices } from '../../src/services.js';
 import type { TestApp } from '../helpers/app.js';
 import { expectError, expectRateHeaders, useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';

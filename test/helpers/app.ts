@@ -1,6 +1,7 @@
 // A real app on a real store, driven with inject(). Keys are made through the real KeysService.
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import { buildApp, createServices, type Services } from '../../src/app.js';
+import { buildApp } from '../../src/app.js';
+import { createServices, type Services } from '../../src/services.js';
 import type { Permission } from '../../src/auth/keys.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import { type StoreKind, type TestStore, createTestStore } from './stores.js';
