@@ -207,7 +207,7 @@ export async function foldAddressChunks(
   return folded;
 }
 
-/** A fold's statements stop after this long (ms), a moment before the pool's query_timeout (store.ts). */
+/** A fold's statements stop after this long (ms), a moment before the pool's query_timeout (postgres-store.ts). */
 const FOLD_STATEMENT_MS = 14_000;
 /** How long this process's folds leave an organisation unrebuilt once its rebuild timed out (ms). */
 const GIVE_UP_MS = 60 * 60_000;

@@ -43,7 +43,7 @@ export function isStoreUnavailable(err: unknown): boolean {
   if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code))
     return true;
   // "Query read timeout": no answer within the pool's query_timeout, as from a server that stopped
-  // answering with the connection still open; the client is then ended (store.ts endOnReadTimeout), and
+  // answering with the connection still open; the client is then ended (pg-client.ts endOnReadTimeout), and
   // what its caller sends next (kysely's ROLLBACK) is "closed and is not queryable".
   return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Client was closed and is not queryable|Query read timeout|the database system is (starting up|shutting down)/i.test(
     messageOf(err),

@@ -4,7 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { type Config, ConfigError } from '../config.js';
-import { type Migrated, MigrationWaitError, type Store, createStore } from './store.js';
+import { MigrationWaitError } from './postgres-migrate.js';
+import { type Migrated, type Store, createStore } from './store.js';
 
 /**
  * What a process does with the store. A one-shot CLI command closes it again at once and needs no

@@ -1,5 +1,5 @@
 // 0016 (PostgreSQL): each contact's address, created_at and subscription in a narrow table of their own,
-// kept by statement triggers on contacts, for the trigram index (store.ts, migrate) to find an email term's
+// kept by statement triggers on contacts, for the trigram index (trigram-index.ts) to find an email term's
 // matches in. pg_trgm hands over candidates that each must be read to be rechecked, and a term whose
 // pieces stand in many other addresses (`s10000-2` in every `s100000-2…`) hands over ten times its
 // matches: 122,000 candidates at a million contacts, over 7,200 blocks of the contacts heap (460 bytes a

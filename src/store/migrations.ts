@@ -1,7 +1,7 @@
 // Schema migrations, run by kysely's Migrator at start-up and by `mailroom migrate`. The DDL is written with
 // kysely's schema builder so the same migration runs on SQLite and PostgreSQL; the dialect-specific pieces
 // (count triggers, the search index's tables) are chosen by the `dialect` argument. PostgreSQL's trigram
-// index is not a migration: it needs an extension a restricted role may not create (store.ts, migrate).
+// index is not a migration: it needs an extension a restricted role may not create (postgres-store.ts, migrate).
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import { type DialectName, isLockTimeout } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';
@@ -236,7 +236,7 @@ function initial(dialect: DialectName): Migration {
 
 /**
  * How long a PostgreSQL migration's statement waits for a lock (another transaction's on a table it
- * changes) before the run fails, to be tried again (store.ts migratePostgres). Waiting longer held every
+ * changes) before the run fails, to be tried again (postgres-migrate.ts). Waiting longer held every
  * other process's writes of that table in the lock's queue behind it for as long: a migration behind one
  * open transaction stalled contact writes for 40 s.
  */

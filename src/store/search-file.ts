@@ -39,7 +39,7 @@ const SCHEMA = `
   ${CHUNK_SCHEMA}`;
 
 function openIndexFile(file: string): BetterSqlite3.Database {
-  // Contacts' addresses: for this user only, as the database is (store.ts).
+  // Contacts' addresses: for this user only, as the database is (sqlite-store.ts).
   closeSync(openSync(file, 'a', 0o600));
   const db = new Sqlite(file);
   try {

@@ -114,7 +114,7 @@ const round = (): void => {
 };
 round();
 
-/** A reader of the database with the index file attached, as the store's own (store.ts); opened when asked. */
+/** A reader of the database with the index file attached, as the store's own (sqlite-store.ts); opened when asked. */
 let reader: BetterSqlite3.Database | undefined;
 const readRows = (sql: string, parameters: unknown[]): unknown[] => {
   if (!reader) {

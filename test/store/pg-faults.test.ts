@@ -27,7 +27,7 @@ import {
 const AT = '2031-07-01T00:00:00.000Z';
 /** The advisory lock kysely's migrator takes on PostgreSQL (its PostgresAdapter). */
 const KYSELY_MIGRATION_LOCK = '3853314791062309107';
-/** The advisory lock Mailroom takes around the trigram index's build and the old one's drop (store.ts). */
+/** The advisory lock Mailroom takes around the trigram index's build and the old one's drop (trigram-index.ts). */
 const TRGM_LOCK = 0x6d72_7467;
 
 describe.skipIf(noPostgres())('PostgreSQL faults', () => {

@@ -1,0 +1,54 @@
+// The PostgreSQL store's migration run: on a connection without statement timeouts, tried again a few times
+// when a statement waited too long for a lock.
+import { Kysely, PostgresDialect } from 'kysely';
+import { loadPg } from '../optional-packages.js';
+import {
+  MIGRATION_LOCK_TIMEOUT_MS,
+  type MigrationRun,
+  isMigrationLockWait,
+  migrateToLatest,
+} from './migrations.js';
+import { setUpLongStatements } from './pg-client.js';
+
+/** Migrations that could not get a lock another transaction held: the database's state, not a setting. */
+export class MigrationWaitError extends Error {}
+
+/** Runs of the migrations tried when one waited too long for a lock, MIGRATION_RETRY_MS apart. */
+const MIGRATION_TRIES = 6;
+const MIGRATION_RETRY_MS = 2_000;
+
+/**
+ * The migrations, on a connection of their own (setUpLongStatements): 0016's copy took 3.6 s at a million
+ * contacts on a fast day, and these machines run up to five times slower; a process started beside a
+ * migrating one waits for kysely's advisory lock (up to an hour, kysely's lock_timeout) instead of failing
+ * after 14 s with an error that blamed DATABASE_URL. A statement waiting over MIGRATION_LOCK_TIMEOUT_MS
+ * for a lock (a transaction left open on a table it changes) fails the run, which is tried again a few
+ * times, and then fails the start saying so.
+ */
+export async function migratePostgres(databaseUrl: string): Promise<MigrationRun> {
+  const pool = new (loadPg().Pool)({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: 5_000 });
+  pool.on('error', () => undefined);
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+    void setUpLongStatements(client).catch(() => undefined);
+  });
+  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
+  try {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await migrateToLatest(db, 'postgres');
+      } catch (err) {
+        if (!isMigrationLockWait(err)) throw err;
+        if (attempt >= MIGRATION_TRIES) {
+          throw new MigrationWaitError(
+            `a migration waited over ${MIGRATION_LOCK_TIMEOUT_MS / 1000} s for a lock, ${MIGRATION_TRIES} tries ${MIGRATION_RETRY_MS / 1000} s apart: another transaction keeps a table it changes locked (pg_stat_activity shows it); start again once that has ended`,
+            { cause: err },
+          );
+        }
+        await new Promise((r) => setTimeout(r, MIGRATION_RETRY_MS));
+      }
+    }
+  } finally {
+    await db.destroy();
+  }
+}
