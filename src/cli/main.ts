@@ -12,7 +12,7 @@ import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
-import { sqliteFile } from '../store/store.js';
+import { sqliteFile } from '../store/sqlite-store.js';
 import { isStoreUnavailable } from '../store/dialect.js';
 import { COMMANDS, USAGE, commandUsage } from './commands.js';
 

@@ -9,9 +9,6 @@ import type { KeyChanges } from './key-changes.js';
 import { createSqliteStore } from './sqlite-store.js';
 import { createPostgresStore } from './postgres-store.js';
 
-// For src/cli, which reads the database file's path from here.
-export { sqliteFile } from './sqlite-store.js';
-
 export type Executor = Kysely<Database>;
 
 export interface Migrated {
