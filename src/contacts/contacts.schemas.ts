@@ -38,7 +38,7 @@ const CustomFields = FreeKeys(CustomValue, {
     'Flat object: keys of 1 to 100 characters (not only spaces), values strings, numbers, booleans or null (null removes the field). The contact holds at most 50 keys and 16 KiB; a request names at most 100 keys.',
 });
 
-export const Contact = Type.Object(
+const Contact = Type.Object(
   {
     id: Type.String(),
     email: Type.String(),

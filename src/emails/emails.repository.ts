@@ -142,7 +142,7 @@ const statusPage = pagedShape((db, window, organizationId: string, status: strin
   newestFirst(db, window, organizationId, bucket).where('status', '=', status),
 );
 
-const bucketOf = (status: string | undefined) => (status === undefined ? 'all' : `status:${status}`);
+const statusBucket = (status: string | undefined) => (status === undefined ? 'all' : `status:${status}`);
 
 /** A page of emails, and their total when the page has rows to carry it. */
 export async function pageEmails(
@@ -152,7 +152,7 @@ export async function pageEmails(
   page: Page,
 ): Promise<{ rows: EmailSummaryRow[]; total: number | undefined }> {
   const offset = offsetOf(page);
-  const bucket = bucketOf(status);
+  const bucket = statusBucket(status);
   const rows =
     status === undefined
       ? await everyEmailPage.all(db, page.limit, offset, organizationId, bucket)
@@ -168,7 +168,7 @@ export function countEmails(
   organizationId: string,
   status: string | undefined,
 ): Promise<number> {
-  return emailCounts(db, organizationId, bucketOf(status));
+  return emailCounts(db, organizationId, statusBucket(status));
 }
 
 export type IdempotencyRow = Selectable<IdempotencyKeysTable>;

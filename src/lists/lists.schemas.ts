@@ -25,8 +25,8 @@ const ListFields = {
 };
 
 /** The create response has no updatedAt (api-v1.md 4.1). Titles name them in the OpenAPI document. */
-export const CreatedList = Type.Object(ListFields, { title: 'CreatedList' });
-export const List = Type.Object({ ...ListFields, updatedAt: Timestamp }, { title: 'List' });
+const CreatedList = Type.Object(ListFields, { title: 'CreatedList' });
+const List = Type.Object({ ...ListFields, updatedAt: Timestamp }, { title: 'List' });
 
 const errors = errorResponses(ContactsError);
 const lookupErrors = errorResponses(ContactsError, 404);

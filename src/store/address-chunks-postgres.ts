@@ -51,13 +51,13 @@ export const CHUNKS_TABLE = 'contact_address_chunks';
 export const DOMAIN_CHARS = LOOSE_CHARS;
 
 /**
- * An address's domain as SQL, as `domainOf` finds it: what follows its first @, up to any second one
+ * An address's domain as SQL, as `chunkDomainOf` finds it: what follows its first @, up to any second one
  * ('' without one). What a row's `domain` holds is in each of its addresses after an @.
  */
 const domainSql = (address: string) => `split_part(${address}, '@', 2)`;
 
 /** An address's domain, as `domainSql` finds it. */
-export function domainOf(address: string): string {
+function chunkDomainOf(address: string): string {
   const at = address.indexOf('@');
   if (at < 0) return '';
   const next = address.indexOf('@', at + 1);
@@ -242,7 +242,7 @@ async function mergeLoose(trx: Executor, org: string, max: number, domainChars: 
     const byDomain = new Map<string, { chars: number; addresses: string[] }>();
     for (const [address, n] of net) {
       for (let i = 0; i < n * sign; i++) {
-        const domain = domainOf(address);
+        const domain = chunkDomainOf(address);
         let group = byDomain.get(domain);
         if (!group) byDomain.set(domain, (group = { chars: 0, addresses: [] }));
         group.addresses.push(address);
