@@ -18,6 +18,7 @@ import { addressChanges, organizationSize } from './contact-counts.repository.js
 import { contactJson } from './contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from '../store/search-file.js';
+import { ISSUED_KEY_SQL, ISSUED_RETIRED_SQL } from '../store/search-index.js';
 import { walkNewest } from './contact-walk.js';
 import type { ContactFilter } from './contacts.repository.js';
 import { matchCase } from '../validation/addresses.js';
@@ -219,8 +220,7 @@ export async function countByEmailIndex(
 export async function addressesVersion(db: Executor, organizationId: string): Promise<string | undefined> {
   if (dialectOf(db) === 'postgres') return String(await addressChanges(db, organizationId));
   const { rows } = await sql<{ v: string }>`select
-      (select max(retired_to, (select coalesce(max(search_key), 0) from contacts)) from contacts_search_state)
-      || ':' || coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0) as v`.execute(
+      (select ${sql.raw(ISSUED_KEY_SQL)} from contacts_search_state) || ':' || ${sql.raw(ISSUED_RETIRED_SQL)} as v`.execute(
     db,
   );
   return rows[0]?.v;

@@ -12,6 +12,16 @@ import { AddressChunks, type IndexedContact } from './address-chunks.js';
 import { layOutAnew, openSearchFile } from './search-file.js';
 
 /** How many contacts one step indexes: large enough to be cheap per contact, small enough to be brief. */
+/**
+ * How far the contacts' search keys have been issued, as SQL over `contacts_search_state` (migration 0009):
+ * the highest search key, live or retired, and the highest retired id. The index catches up to them, and
+ * together they are the version of every organisation's addresses (addressesVersion); kept in one place so
+ * that the two can never read them apart.
+ */
+export const ISSUED_KEY_SQL = 'max(retired_to, (select coalesce(max(search_key), 0) from contacts))';
+export const ISSUED_RETIRED_SQL =
+  "coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0)";
+
 export const INDEX_BATCH = 1000;
 /** How many retired keys one step takes out of the index. */
 export const RETIRE_BATCH = 5000;
@@ -111,11 +121,10 @@ export class SearchIndexer {
       .get();
     if (!migrated) return undefined;
     this.reads = {
-      state: this.source.prepare(`select source,
-          max(retired_to, (select coalesce(max(search_key), 0) from contacts)) as issued_key,
-          coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0)
-            as issued_retired
-        from contacts_search_state`),
+      state: this.source.prepare(
+        `select source, ${ISSUED_KEY_SQL} as issued_key, ${ISSUED_RETIRED_SQL} as issued_retired
+          from contacts_search_state`,
+      ),
       retired: this.source.prepare(
         'select id, search_key from contacts_search_retired where id > ? order by id limit ?',
       ),
