@@ -344,11 +344,15 @@ export async function pageAfterContact(
   return rows.flatMap((r) => (r.json === null ? [] : [r.json]));
 }
 
-/** The organisation's contacts with these ids, as their API JSON text, in the order given; missing ones left out. */
+/**
+ * The organisation's contacts with these ids whose address still holds `term`, as their API JSON text, in
+ * the order given; the others left out (deleted, or their address changed since the ids were found).
+ */
 export async function contactsInOrder(
   db: Executor,
   organizationId: string,
   ids: string[],
+  term: string,
 ): Promise<string[]> {
   if (ids.length === 0) return [];
   const rows = await db
@@ -356,6 +360,7 @@ export async function contactsInOrder(
     .select(['contacts.id', asJson(db)])
     .where('contacts.organization_id', '=', organizationId)
     .where('contacts.id', 'in', ids)
+    .where(containsText(dialectOf(db), 'contacts.email_lower', matchCase(term)))
     .execute();
   const byId = new Map(rows.map((r) => [r.id, r.json]));
   return ids.flatMap((id) => byId.get(id) ?? []);

@@ -142,12 +142,13 @@ export class ContactsService {
     if (term === undefined || version === undefined) return this.readPage(orgId, filter, { page, limit });
     const kept = await this.kept.page(orgId, term, page, limit, version)?.catch(() => undefined);
     if (kept) {
-      const contacts = await repo.contactsInOrder(this.store.db, orgId, kept.ids);
+      const contacts = await repo.contactsInOrder(this.store.db, orgId, kept.ids, term);
       if (contacts.length === kept.ids.length) {
         return { contacts, pagination: pagination({ page, limit }, kept.total) };
       }
-      // Fewer: a contact was deleted after this request read the version, which is no longer current;
-      // the page and its total are read afresh, and nothing is kept under it.
+      // Fewer: a contact was deleted, or its address no longer holds the term, after this request read
+      // the version, which is no longer current (read by id alone, a page showed contacts that did not
+      // match); the page and its total are read afresh, and nothing is kept under it.
       return this.readPage(orgId, filter, { page, limit });
     }
     // Kept at once, before anything is awaited, so that requests for the same page share it.

@@ -4,7 +4,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type Kysely, sql } from 'kysely';
 import type { TestApp } from '../helpers/app.js';
-import { useApp } from '../helpers/api.js';
+import { createContact, useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
 import { insertContacts, pageAfterContact } from '../../src/contacts/contacts.repository.js';
 import { contactRow } from '../helpers/rows.js';
@@ -406,6 +406,43 @@ describe.each(storeKinds())('email substring search on %s', (kind) => {
     const afterAdd = await page2();
     expect(afterAdd.contacts.map((c) => c.id)).toEqual(withNew.slice(1, 6).reverse());
     expect(afterAdd.pagination.total).toBe(11);
+  });
+
+  it('never shows a contact whose address no longer holds the term, while addresses change under a kept page', async () => {
+    // A request that read the addresses' version just before a change committed found the page kept under
+    // that version, and read its contacts by id: one readdressed meanwhile came back with its new address.
+    for (let round = 0; round < 4; round++) {
+      const term = `drift${round}x`;
+      const made: string[] = [];
+      for (let i = 0; i < 16; i++)
+        made.push((await createContact(t, auth, { email: `${term}${i}@flock.test` })).id);
+      const query = { email: term, limit: '50' };
+      expect((await search(query)).pagination.total).toBe(16);
+      const moves = made.slice(0, 8).map((id, i) =>
+        t.call({
+          method: 'PUT',
+          url: '/api/v1/contacts',
+          auth,
+          payload: { id, email: `moved${round}-${i}@flock.test` },
+        }),
+      );
+      const reads = Array.from({ length: 8 }, () =>
+        t.call({ method: 'GET', url: '/api/v1/contacts', auth, query }),
+      );
+      const [moved, read] = await Promise.all([Promise.all(moves), Promise.all(reads)]);
+      for (const r of moved) expect(r.statusCode, r.body).toBe(200);
+      for (const r of read) {
+        expect(r.statusCode, r.body).toBe(200);
+        const emails = (r.json() as { contacts: { email: string }[] }).contacts.map((c) => c.email);
+        expect(
+          emails.filter((email) => !email.includes(term)),
+          `round ${round}`,
+        ).toEqual([]);
+      }
+      const after = await search(query);
+      expect(after.ids).toEqual(made.slice(8).reverse());
+      expect(after.pagination.total).toBe(8);
+    }
   });
 
   it('reads the page after a kept one from where it stopped, and only what it can answer so', async () => {
