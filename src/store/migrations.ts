@@ -252,6 +252,11 @@ export function isMigrationLockWait(err: unknown): boolean {
   return typeof err === 'object' && err !== null && waitedInMigration.has(err);
 }
 
+/** Every migration's name, oldest first, as a store records it once applied. */
+export function migrationNames(): string[] {
+  return Object.keys(new StaticProvider('sqlite').all());
+}
+
 class StaticProvider implements MigrationProvider {
   constructor(private readonly dialect: DialectName) {}
   async getMigrations(): Promise<Record<string, Migration>> {
@@ -277,7 +282,7 @@ class StaticProvider implements MigrationProvider {
     );
   }
 
-  private all(): Record<string, Migration> {
+  all(): Record<string, Migration> {
     return {
       '0001_initial': initial(this.dialect),
       '0002_contact_counts': contactCounts(this.dialect),

@@ -9,7 +9,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
 import { type Store, createStore } from '../../src/store/store.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { migrateTo } from '../../src/store/migrations.js';
+import { migrateTo, migrationNames } from '../../src/store/migrations.js';
 import type { Database } from '../../src/store/schema.js';
 
 export type StoreKind = 'sqlite' | 'postgres';
@@ -159,4 +159,15 @@ export async function olderStore(kind: 'sqlite' | 'postgres', migration: string)
     open: () => createStore({ databaseUrl: created.url, dataDir: tmpdir() }),
     drop: created.drop,
   };
+}
+
+/**
+ * The migrations from `first` to the newest, as a store upgraded from just before `first` applies them:
+ * an upgrade test names where it starts, and a new migration needs no edit of it.
+ */
+export function migrationsFrom(first: string): string[] {
+  const names = migrationNames();
+  const at = names.indexOf(first);
+  if (at < 0) throw new Error(`no migration ${first}`);
+  return names.slice(at);
 }

@@ -22,7 +22,13 @@ import { inOneSnapshot } from '../../src/store/snapshot.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import type { Database } from '../../src/store/schema.js';
 import { type Executor, type Store, createStore } from '../../src/store/store.js';
-import { type TestStore, createTestDatabase, useStore, noPostgres } from '../helpers/stores.js';
+import {
+  type TestStore,
+  createTestDatabase,
+  useStore,
+  noPostgres,
+  migrationsFrom,
+} from '../helpers/stores.js';
 import { contactRow } from '../helpers/rows.js';
 
 const AT = '2031-05-01T00:00:00.000Z';
@@ -374,7 +380,7 @@ describe.skipIf(noPostgres())('address chunks on postgres', () => {
       await old.destroy();
       store = createStore({ databaseUrl: created.url, dataDir: tmpdir() });
       expect(await store.migrate()).toEqual({
-        applied: ['0015_address_chunks_by_domain', '0016_contact_addresses'],
+        applied: migrationsFrom('0015_address_chunks_by_domain'),
         warnings: [],
       });
       // The rows of before stay as they were, of any domain, and count the same.
