@@ -84,11 +84,24 @@ export class Appender<DB> {
             await this.writeOrFind(batch);
             return () => undefined;
           },
-          (err) => !(err instanceof Error && unwritable.has(err)),
+          (err) => !(err instanceof Error && unwritable.has(err)) && !this.everyJobs(err),
         ),
       MAX_JOBS,
       concurrency,
     );
+  }
+
+  /**
+   * A batch's failure that each of its jobs would meet again if written alone: the store's, not a row's.
+   * On SQLite its write lock held by another process past busy_timeout, a full disk, an I/O error; on
+   * PostgreSQL such a fault the server answered (a statement stopped by statement_timeout while it waited
+   * on a lock, a cancel), which cannot commit late. Written again one by one, each job waited as long
+   * again in turn: behind a lock held for a minute, a batch of 30 creates answered over minutes, and on
+   * SQLite with the event loop stopped all that time. A connection lost with its answer is not one of
+   * these: its jobs are written again alone by the same ids (writeOrFind).
+   */
+  private everyJobs(err: unknown): boolean {
+    return isStoreUnavailable(err) && (!this.direct || answeredByServer(err));
   }
 
   /** Inserts the rows (tables in the order given, so parents come before children) in one commit. */

@@ -402,6 +402,30 @@ describe('appender', () => {
   });
 });
 
+describe('appender failures', () => {
+  /** An appender whose every transaction fails with `code`, counting its transactions. */
+  async function failing(code: string) {
+    let transactions = 0;
+    const appender = new Appender<{ t: { n: number } }>(async () => {
+      transactions++;
+      throw Object.assign(new Error(code), { code });
+    });
+    const results = await Promise.allSettled(
+      Array.from({ length: 5 }, (_, n) => appender.append([{ table: 't', rows: [{ n }] }])),
+    );
+    return { transactions, refused: results.filter((r) => r.status === 'rejected').length };
+  }
+
+  it("fails the batch at once on the store's fault, and writes each alone after a row's", async () => {
+    // Another process holding SQLite's write lock past busy_timeout: alone, each would wait it out again,
+    // one after another, with the event loop stopped.
+    expect(await failing('SQLITE_BUSY')).toEqual({ transactions: 1, refused: 5 });
+    expect(await failing('SQLITE_FULL')).toEqual({ transactions: 1, refused: 5 });
+    // A row the store refuses: which caller's it is, only writing each alone can tell.
+    expect(await failing('SQLITE_CONSTRAINT_UNIQUE')).toEqual({ transactions: 6, refused: 5 });
+  });
+});
+
 describe('group commit', () => {
   it('shares one commit among writes that arrive together', async () => {
     const db = new Kysely<{ t: { n: number } }>({

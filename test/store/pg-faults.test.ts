@@ -82,6 +82,40 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     }
   });
 
+  it('fail a batch of appends held by a lock past statement_timeout at once, not one caller after another', async () => {
+    const db = await createTestDatabase();
+    const store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 1_000 });
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      await store.migrate();
+      // A lock held for about three statement timeouts (a migration, an operator's transaction).
+      await admin.query('begin');
+      await admin.query('lock table organizations in share mode');
+      const release = setTimeout(() => void admin.query('rollback'), 3_000);
+      const org = (i: number) => ({ id: `held${i}`, name: `n${i}`, created_at: AT });
+      const results = await Promise.allSettled(
+        Array.from({ length: 6 }, (_, i) => store.append([{ table: 'organizations', rows: [org(i)] }])),
+      );
+      clearTimeout(release);
+      await admin.query('rollback');
+      // Written again one by one, each caller waited out the timeout in turn, and those whose turn came
+      // after the lock went were written late (past what the first answers already said of the store).
+      expect(results.map((r) => r.status)).toEqual(Array(6).fill('rejected'));
+      for (const r of results) expect(isStoreUnavailable((r as PromiseRejectedResult).reason)).toBe(true);
+      const rows = await store.db
+        .selectFrom('organizations')
+        .select('id')
+        .where('id', 'like', 'held%')
+        .execute();
+      expect(rows).toEqual([]);
+    } finally {
+      await admin.end().catch(() => undefined);
+      await store.close();
+      await db.drop();
+    }
+  });
+
   it('never commit a write the pool gave up on, whether the server stopped its statement or the pool stopped waiting', async () => {
     const db = await createTestDatabase();
     const store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 1_000 });
