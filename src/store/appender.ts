@@ -9,12 +9,15 @@ import {
   type DialectName,
   dialectOf,
   failedToConnect,
+  isBusy,
+  isLockTimeout,
+  isStatementCanceled,
   isTypeRefusal,
   isStoreUnavailable,
 } from './dialect.js';
 import { AppendStatements, pushValues } from './append-statements.js';
 import type { Database } from './schema.js';
-import { BatchQueue, type Settleable, writeTogetherOrAlone } from './batch-queue.js';
+import { BatchQueue, type RetryAlone, type Settleable, writeTogetherOrAlone } from './batch-queue.js';
 
 /** Rows for one table; a list of these is one caller's append. */
 export type AppendRows<DB> = {
@@ -84,7 +87,7 @@ export class Appender<DB> {
             await this.writeOrFind(batch);
             return () => undefined;
           },
-          (err) => !(err instanceof Error && unwritable.has(err)) && !this.everyJobs(err),
+          (err) => this.retryAlone(err),
         ),
       MAX_JOBS,
       concurrency,
@@ -92,16 +95,20 @@ export class Appender<DB> {
   }
 
   /**
-   * A batch's failure that each of its jobs would meet again if written alone: the store's, not a row's.
-   * On SQLite its write lock held by another process past busy_timeout, a full disk, an I/O error; on
-   * PostgreSQL such a fault the server answered (a statement stopped by statement_timeout while it waited
-   * on a lock, a cancel), which cannot commit late. Written again one by one, each job waited as long
-   * again in turn: behind a lock held for a minute, a batch of 30 creates answered over minutes, and on
-   * SQLite with the event loop stopped all that time. A connection lost with its answer is not one of
-   * these: its jobs are written again alone by the same ids (writeOrFind).
+   * How a failed batch's jobs are written again (writeTogetherOrAlone). One by one, so that a row's fault
+   * (a taken address) fails only its caller, and a connection lost with its answer is settled by writing
+   * each again by the same ids (writeOrFind). But a batch stopped by a timeout while it waited on a lock
+   * (PostgreSQL's statement_timeout or lock_timeout, or a cancel) is written again all at once: the lock
+   * may be one row's (another transaction's uncommitted copy of an address), so each caller gets its own
+   * try, while one after another each waited the timeout out in turn (behind a lock held for a minute, a
+   * batch of 30 creates answered over minutes). On SQLite a batch refused for the write lock another
+   * process held past busy_timeout is not written again: every job would wait for the same lock, with the
+   * event loop stopped.
    */
-  private everyJobs(err: unknown): boolean {
-    return isStoreUnavailable(err) && (!this.direct || answeredByServer(err));
+  private retryAlone(err: unknown): RetryAlone {
+    if (err instanceof Error && unwritable.has(err)) return 'no';
+    if (!this.direct) return isBusy(err) ? 'no' : 'one by one';
+    return isStatementCanceled(err) || isLockTimeout(err) ? 'all at once' : 'one by one';
   }
 
   /** Inserts the rows (tables in the order given, so parents come before children) in one commit. */

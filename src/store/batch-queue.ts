@@ -56,29 +56,43 @@ export interface Settleable<V> {
 }
 
 /**
- * Writes the jobs together; if that fails, writes each alone, so one bad job fails only itself (unless
- * `alone` says the failure is every job's). `write` resolves to what each written job gets back.
+ * After a batch failed, how its jobs are written again: each alone, one after another (so that one bad job
+ * fails only itself); each alone, all at once (a failure that may be one job's, but each of the others
+ * would wait as long again first); or not at all (the failure is every job's).
+ */
+export type RetryAlone = 'one by one' | 'all at once' | 'no';
+
+/**
+ * Writes the jobs together; if that fails, writes each alone as `alone` says of the failure. `write`
+ * resolves to what each written job gets back.
  */
 export async function writeTogetherOrAlone<J extends Settleable<V>, V>(
   jobs: J[],
   write: (jobs: J[]) => Promise<(job: J) => V>,
-  alone: (err: unknown) => boolean = () => true,
+  alone: (err: unknown) => RetryAlone = () => 'one by one',
 ): Promise<void> {
+  let retry: RetryAlone;
   try {
     const valueOf = await write(jobs);
     for (const job of jobs) job.resolve(valueOf(job));
     return;
   } catch (err) {
-    if (jobs.length === 1 || !alone(err)) {
+    retry = jobs.length === 1 ? 'no' : alone(err);
+    if (retry === 'no') {
       for (const job of jobs) job.reject(err);
       return;
     }
   }
-  for (const job of jobs) {
+  const writeAlone = async (job: J) => {
     try {
       job.resolve((await write([job]))(job));
     } catch (err) {
       job.reject(err);
     }
+  };
+  if (retry === 'all at once') {
+    await Promise.all(jobs.map(writeAlone));
+    return;
   }
+  for (const job of jobs) await writeAlone(job);
 }

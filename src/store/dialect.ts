@@ -79,6 +79,11 @@ export function isTypeRefusal(err: unknown): boolean {
   return code.startsWith('42') || ['22P02', '22003', '22007', '22008'].includes(code);
 }
 
+/** SQLite's write lock held by another connection past busy_timeout, or a table another one has locked. */
+export function isBusy(err: unknown): boolean {
+  return /^SQLITE_(BUSY|LOCKED)/.test(codeOf(err));
+}
+
 /** PostgreSQL's code for a statement stopped by its `statement_timeout` (or cancelled by an operator). */
 export function isStatementCanceled(err: unknown): boolean {
   return codeOf(err) === '57014';

@@ -82,33 +82,41 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     }
   });
 
-  it('fail a batch of appends held by a lock past statement_timeout at once, not one caller after another', async () => {
+  it('write a batch of appends stopped by statement_timeout again all at once, not one caller after another', async () => {
     const db = await createTestDatabase();
     const store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 1_000 });
     const admin = new pg.Client({ connectionString: db.url });
     await admin.connect();
+    const org = (id: string) => ({ id, name: id, created_at: AT });
+    const append = (ids: string[]) =>
+      Promise.allSettled(ids.map((id) => store.append([{ table: 'organizations', rows: [org(id)] }])));
     try {
       await store.migrate();
-      // A lock held for about three statement timeouts (a migration, an operator's transaction).
+      // A lock held for about three statement timeouts on the whole table (a migration, an operator).
       await admin.query('begin');
       await admin.query('lock table organizations in share mode');
-      const release = setTimeout(() => void admin.query('rollback'), 3_000);
-      const org = (i: number) => ({ id: `held${i}`, name: `n${i}`, created_at: AT });
-      const results = await Promise.allSettled(
-        Array.from({ length: 6 }, (_, i) => store.append([{ table: 'organizations', rows: [org(i)] }])),
-      );
+      let release = setTimeout(() => void admin.query('rollback'), 3_000);
+      const held = await append(['t1', 't2', 't3', 't4', 't5', 't6']);
       clearTimeout(release);
       await admin.query('rollback');
-      // Written again one by one, each caller waited out the timeout in turn, and those whose turn came
-      // after the lock went were written late (past what the first answers already said of the store).
-      expect(results.map((r) => r.status)).toEqual(Array(6).fill('rejected'));
-      for (const r of results) expect(isStoreUnavailable((r as PromiseRejectedResult).reason)).toBe(true);
-      const rows = await store.db
+      // Written again one by one, each caller waited the timeout out in turn, and those whose turn came
+      // after the lock went were written late; all at once, the timeout is waited out once more.
+      expect(held.map((r) => r.status)).toEqual(Array(6).fill('rejected'));
+      for (const r of held) expect(isStoreUnavailable((r as PromiseRejectedResult).reason)).toBe(true);
+      const table = await store.db
         .selectFrom('organizations')
         .select('id')
-        .where('id', 'like', 'held%')
+        .where('id', 'like', 't%')
         .execute();
-      expect(rows).toEqual([]);
+      expect(table).toEqual([]);
+      // A lock on one row (another transaction's uncommitted copy of its key): only its caller fails.
+      await admin.query('begin');
+      await admin.query(`insert into organizations (id, name, created_at) values ('r3', 'x', '${AT}')`);
+      release = setTimeout(() => void admin.query('rollback'), 5_000);
+      const row = await append(['r1', 'r2', 'r3', 'r4']);
+      clearTimeout(release);
+      await admin.query('rollback');
+      expect(row.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
     } finally {
       await admin.end().catch(() => undefined);
       await store.close();
