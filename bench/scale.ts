@@ -14,10 +14,10 @@ import autocannon from 'autocannon';
 import { createServices } from '../src/services.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/store/from-config.js';
-import { SearchIndexer } from '../src/store/search-index.js';
-import { foldAddressChunks, rebuildAddressChunksAlone } from '../src/store/address-chunks-postgres.js';
+import { SearchIndexer } from '../src/search/search-index.js';
+import { foldAddressChunks, rebuildAddressChunksAlone } from '../src/search/address-chunks-postgres.js';
 import type { Store } from '../src/store/store.js';
-import { SEARCH_FILE, removeSearchFile } from '../src/store/search-file.js';
+import { SEARCH_FILE, removeSearchFile } from '../src/search/search-file.js';
 import {
   benchDataDir,
   freePort,

@@ -4,13 +4,16 @@ import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../paging.js';
-import { countByEmailIndex, pageByEmailIndex } from './contact-search.repository.js';
-import { countByEmailOnPostgres, pageByEmailOnPostgres } from './contact-search-postgres.repository.js';
+import { countByEmailIndex, pageByEmailIndex } from '../search/contact-search.repository.js';
+import {
+  countByEmailOnPostgres,
+  pageByEmailOnPostgres,
+} from '../search/contact-search-postgres.repository.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf, organizationSize } from './contact-counts.repository.js';
-import { walkInOrder, walkPage } from './contact-walk.js';
+import { walkInOrder, walkPage } from '../search/contact-walk.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface ContactFilter {

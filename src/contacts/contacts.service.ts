@@ -12,10 +12,10 @@ import {
   updateRules,
 } from './contacts.rules.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
-import { addressesVersion } from './contact-search.repository.js';
+import { addressesVersion } from '../search/contact-search.repository.js';
 import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
-import { KeptSearches } from './kept-searches.js';
+import { KeptSearches } from '../search/kept-searches.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface Contact {
@@ -134,7 +134,7 @@ export class ContactsService {
       unsubscribed,
     };
     // An email substring alone: its total and pages are kept under the version of the organisation's
-    // addresses (kept-searches.ts). The version is read first, before the page and the count. A write
+    // addresses (search/kept-searches.ts). The version is read first, before the page and the count. A write
     // committed between the two reads may be in what is kept under that version, but it moved the version
     // on: whoever reads that version again began before the write committed, so may see it or not.
     const term = filter.tag === undefined && filter.unsubscribed === undefined ? filter.email : undefined;

@@ -13,7 +13,9 @@ export interface BackgroundThread {
 }
 
 export interface BackgroundThreadOptions<Report> {
-  /** The thread's module, beside this one, named without its extension. */
+  /** The starting module's import.meta.url: the thread's module is beside it. */
+  base: string;
+  /** The thread's module, beside `base`, named without its extension. */
   module: string;
   data: unknown;
   /** Told each time a thread starts, before it runs. */
@@ -33,7 +35,7 @@ export function startBackgroundThread<Report>(options: BackgroundThreadOptions<R
   let restart: NodeJS.Timeout | undefined;
   const start = (): void => {
     options.onStart?.();
-    const current = startThread(import.meta.url, options.module, options.data);
+    const current = startThread(options.base, options.module, options.data);
     thread = current;
     current.unref();
     let failure: unknown = new Error(`the thread ${options.module} stopped`);

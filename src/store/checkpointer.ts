@@ -45,6 +45,7 @@ export function startCheckpointer(
     everyMs: EVERY_MS,
   };
   const thread = startBackgroundThread<CheckpointThreadReport>({
+    base: import.meta.url,
     module: 'checkpoint-thread',
     data,
     onStart: () => writer.pragma(`wal_autocheckpoint = ${BACKSTOP_FRAMES}`),

@@ -1,5 +1,5 @@
 // 0009: the trigram index of contacts' emails moves out of the database into a file of its own
-// (DATA_DIR/mailroom-search.sqlite), which a thread keeps (store/search-index.ts). Kept here, its flushes
+// (DATA_DIR/mailroom-search.sqlite), which a thread keeps (search/search-index.ts). Kept here, its flushes
 // and segment merges held SQLite's one write lock and the server's event loop for 1-25 ms at a time, and
 // longer as the index grew: they were most of the p99 of every write.
 //

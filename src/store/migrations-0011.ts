@@ -1,5 +1,5 @@
 // 0011 (PostgreSQL): each organisation's contacts keep a version of their addresses, so the total of an
-// email search can be kept and used again until an address changes (contacts/kept-searches.ts). At
+// email search can be kept and used again until an address changes (search/kept-searches.ts). At
 // a million contacts PostgreSQL counts a term one contact in nine holds in 130–250 ms however it goes
 // about it (trigram index and heap, index-only or parallel scans), on every page of the same search.
 //

@@ -1,12 +1,12 @@
 // 0012 (PostgreSQL): each organisation's addresses in chunks, kept by statement triggers on contacts, for
-// the total of an email search that many contacts match (address-chunks-postgres.ts). The chunks of the
-// contacts already there are written here, in the migration's transaction: the triggers, created first,
+// the total of an email search that many contacts match (search/address-chunks-postgres.ts). The chunks of
+// the contacts already there are written here, in the migration's transaction: the triggers, created first,
 // hold writes to contacts until it commits, so no contact is missed or counted twice (about 2 s at a
-// million contacts). SQLite keeps its chunks in the search index file (address-chunks.ts).
+// million contacts). SQLite keeps its chunks in the search index file (search/address-chunks.ts).
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
-import { CHUNKS_TABLE, LOOSE_CHARS, PG_CHUNK_CHARS } from './address-chunks-postgres.js';
-import { END } from './address-chunks.js';
+import { CHUNKS_TABLE, LOOSE_CHARS, PG_CHUNK_CHARS } from '../search/address-chunks-postgres.js';
+import { END } from '../search/address-chunks.js';
 import { ORG_EXISTS, statementTrigger } from './migrations-0005.js';
 import { noSameAddressIn } from './migrations-0011.js';
 

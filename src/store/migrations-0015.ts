@@ -2,8 +2,9 @@
 // `.com`, `@exam`) was searched for in each address, cut out of every chunk where it stood: 120 ms for a
 // term all of a million contacts hold, 35 ms for one a ninth hold. Rows now say how many addresses they
 // hold (`n`) and, when these all share one, their domain; a row whose domain holds the term counts `n`
-// without being read (address-chunks-postgres.ts, contact-search-postgres.repository.ts). `rebuilt` marks
-// the rows a rebuild wrote, whose domain-less rows hold only domains too small for rows of their own.
+// without being read (search/address-chunks-postgres.ts, search/contact-search-postgres.repository.ts).
+// `rebuilt` marks the rows a rebuild wrote, whose domain-less rows hold only domains too small for rows of
+// their own.
 // The rows already there stay as they are, of any domain (n is 0 where no domain is, and unread): the
 // server's fold writes each organisation's chunks anew, by domain, in a statement of its own, the first
 // time it runs (about 2 s a million contacts). Done here, for every organisation in one statement, it held
@@ -12,7 +13,7 @@
 // (a rolling deploy, a rollback) can still write rows.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
-import { CHUNKS_TABLE, LOOSE_CHARS } from './address-chunks-postgres.js';
+import { CHUNKS_TABLE, LOOSE_CHARS } from '../search/address-chunks-postgres.js';
 import { chunkTriggers } from './migrations-0012.js';
 
 /**

@@ -1,6 +1,6 @@
 // 0016 (PostgreSQL): each contact's address, created_at and subscription in a narrow table of their own,
-// kept by statement triggers on contacts, for the trigram index (trigram-index.ts) to find an email term's
-// matches in. pg_trgm hands over candidates that each must be read to be rechecked, and a term whose
+// kept by statement triggers on contacts, for the trigram index (search/trigram-index.ts) to find an email
+// term's matches in. pg_trgm hands over candidates that each must be read to be rechecked, and a term whose
 // pieces stand in many other addresses (`s10000-2` in every `s100000-2…`) hands over ten times its
 // matches: 122,000 candidates at a million contacts, over 7,200 blocks of the contacts heap (460 bytes a
 // row), 47–53 ms warm and 120–220 while they came from the OS's cache; here (about 160 bytes a row) over

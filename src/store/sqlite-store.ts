@@ -12,9 +12,9 @@ import { WalSync } from './wal-sync.js';
 import { migrateToLatest, newerReleaseNote } from './migrations.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
-import { SearchIndexer } from './search-index.js';
-import { SEARCH_FILE, attachSearchFile, openSearchFile } from './search-file.js';
-import { type IndexingThread, lendReaderBeside, startSearchIndexer } from './search-indexer.js';
+import { SearchIndexer } from '../search/search-index.js';
+import { SEARCH_FILE, attachSearchFile, openSearchFile } from '../search/search-file.js';
+import { type IndexingThread, lendReaderBeside, startSearchIndexer } from '../search/search-indexer.js';
 import { fileKeyChanges } from './key-changes.js';
 import type { Store, StoreOptions } from './store.js';
 
@@ -80,7 +80,7 @@ export function createSqliteStore(options: StoreOptions): Store {
   const optimize = () => group.run((trx) => sql`pragma optimize`.execute(trx)).catch(() => undefined);
   const optimizer = setInterval(() => void optimize(), 30 * 60_000);
   optimizer.unref();
-  // Email substring search reads an index file of its own, which a thread keeps (search-index.ts).
+  // Email substring search reads an index file of its own, which a thread keeps (search/search-index.ts).
   const searchFile = path.join(options.dataDir, SEARCH_FILE);
   openSearchFile(searchFile).close();
   // Started by migrate(), once the index file is known to be this database's (SearchIndexer.verify).

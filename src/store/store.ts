@@ -78,8 +78,8 @@ export interface StoreOptions {
    */
   backgroundCheckpoints?: boolean;
   /**
-   * SQLite: the search index kept up to date by a thread of its own (search-index.ts), for processes that
-   * keep the store open. Default true; a one-shot CLI command leaves it to the next server.
+   * SQLite: the search index kept up to date by a thread of its own (search/search-index.ts), for processes
+   * that keep the store open. Default true; a one-shot CLI command leaves it to the next server.
    */
   backgroundSearchIndex?: boolean;
   /**

@@ -1,4 +1,4 @@
-// What the index file's address chunks (src/store/address-chunks.ts) hold, read back for tests.
+// What the index file's address chunks (src/search/address-chunks.ts) hold, read back for tests.
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 
 export interface ChunkEntry {

@@ -1,4 +1,4 @@
-// PostgreSQL's address chunks (migration 0012, store/address-chunks-postgres.ts): the count of an email
+// PostgreSQL's address chunks (migration 0012, search/address-chunks-postgres.ts): the count of an email
 // substring in them equals the count of the contacts themselves, for terms held twice in one address,
 // single characters and terms no one holds, through multi-row inserts, deletes, readdresses and folds;
 // in every snapshot while writers and folds run at once; and for contacts a store held before it was
@@ -8,7 +8,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
-import { countByChunksOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
+import { countByChunksOnPostgres } from '../../src/search/contact-search-postgres.repository.js';
 import {
   CHUNKS_TABLE,
   DOMAIN_CHARS,
@@ -17,7 +17,7 @@ import {
   foldAddressChunks,
   rebuildAddressChunks,
   rebuildAddressChunksAlone,
-} from '../../src/store/address-chunks-postgres.js';
+} from '../../src/search/address-chunks-postgres.js';
 import { inOneSnapshot } from '../../src/store/snapshot.js';
 import { migrateTo } from '../../src/store/migrations.js';
 import type { Database } from '../../src/store/schema.js';

@@ -7,20 +7,20 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
-import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
+import { countByEmailIndex, pageByEmailIndex } from '../../src/search/contact-search.repository.js';
 import {
   ALONE,
   countByChunksInTwo,
   pageByChunks,
   pageByChunksInTwo,
-} from '../../src/contacts/contact-chunks.repository.js';
+} from '../../src/search/contact-chunks.repository.js';
 import { organizationSize } from '../../src/contacts/contact-counts.repository.js';
-import { Finder, MAX_TIES, Newest } from '../../src/store/chunk-functions.js';
+import { Finder, MAX_TIES, Newest } from '../../src/search/chunk-functions.js';
 import { Sqlite, openQueryOnly } from '../../src/store/sqlite-driver.js';
-import { CHUNK_CHARS, END, isDamagedChunk } from '../../src/store/address-chunks.js';
-import { SearchIndexer } from '../../src/store/search-index.js';
-import { SEARCH_FILE, attachSearchFile } from '../../src/store/search-file.js';
-import type { ReaderBeside } from '../../src/store/search-indexer.js';
+import { CHUNK_CHARS, END, isDamagedChunk } from '../../src/search/address-chunks.js';
+import { SearchIndexer } from '../../src/search/search-index.js';
+import { SEARCH_FILE, attachSearchFile } from '../../src/search/search-file.js';
+import type { ReaderBeside } from '../../src/search/search-indexer.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { readChunks } from '../helpers/chunks.js';
 import { contactRow } from '../helpers/rows.js';

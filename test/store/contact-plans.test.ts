@@ -11,10 +11,10 @@ import { type CompiledQuery, Kysely, PostgresDialect, SqliteDialect, sql } from 
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
-import { pageByChunks } from '../../src/contacts/contact-chunks.repository.js';
-import { walkNewest } from '../../src/contacts/contact-walk.js';
+import { pageByChunks } from '../../src/search/contact-chunks.repository.js';
+import { walkNewest } from '../../src/search/contact-walk.js';
 import { containsText } from '../../src/store/dialect.js';
-import { SEARCH_FILE, attachSearchFile } from '../../src/store/search-file.js';
+import { SEARCH_FILE, attachSearchFile } from '../../src/search/search-file.js';
 import type { Database } from '../../src/store/schema.js';
 import { createStore } from '../../src/store/store.js';
 import { contactRow } from '../helpers/rows.js';

@@ -7,7 +7,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
-import { pageByEmailOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
+import { pageByEmailOnPostgres } from '../../src/search/contact-search-postgres.repository.js';
 import type { ContactFilter } from '../../src/contacts/contacts.repository.js';
 import { type TestStore, useStore, noPostgres } from '../helpers/stores.js';
 import { contactRow } from '../helpers/rows.js';

@@ -23,11 +23,11 @@ import type * as Threads from '../../src/threads.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eventually } from '../helpers/smtp.js';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
-import { countByEmailIndex, pageByEmailIndex } from '../../src/contacts/contact-search.repository.js';
+import { countByEmailIndex, pageByEmailIndex } from '../../src/search/contact-search.repository.js';
 import { migrateTo } from '../../src/store/migrations.js';
-import { SearchIndexer } from '../../src/store/search-index.js';
-import { SEARCH_FILE } from '../../src/store/search-file.js';
-import { readerBeside } from '../../src/store/search-indexer.js';
+import { SearchIndexer } from '../../src/search/search-index.js';
+import { SEARCH_FILE } from '../../src/search/search-file.js';
+import { readerBeside } from '../../src/search/search-indexer.js';
 import {
   ALONE,
   TWO_PARTS_FROM,
@@ -35,7 +35,7 @@ import {
   countByChunksInTwo,
   pageByChunks,
   pageByChunksInTwo,
-} from '../../src/contacts/contact-chunks.repository.js';
+} from '../../src/search/contact-chunks.repository.js';
 import { ftsPhrase } from '../../src/store/dialect.js';
 import type { NewContact, Database } from '../../src/store/schema.js';
 import { type Store, createStore } from '../../src/store/store.js';

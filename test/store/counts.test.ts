@@ -8,7 +8,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
 import { foldCountShards } from '../../src/store/counts.js';
-import { addressesVersion } from '../../src/contacts/contact-search.repository.js';
+import { addressesVersion } from '../../src/search/contact-search.repository.js';
 import type { NewContact, NewEmail } from '../../src/store/schema.js';
 import { type Executor, type Store } from '../../src/store/store.js';
 import { eventually } from '../helpers/smtp.js';

@@ -8,8 +8,8 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, expect, it } from 'vitest';
 import { createStore } from '../../src/store/store.js';
-import { SEARCH_FILE, openSearchFile } from '../../src/store/search-file.js';
-import { readerBeside } from '../../src/store/search-indexer.js';
+import { SEARCH_FILE, openSearchFile } from '../../src/search/search-file.js';
+import { readerBeside } from '../../src/search/search-indexer.js';
 import { Sqlite, openQueryOnly } from '../../src/store/sqlite-driver.js';
 import { eventually } from '../helpers/smtp.js';
 

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
-import { pageByEmailOnPostgres } from '../../src/contacts/contact-search-postgres.repository.js';
+import { pageByEmailOnPostgres } from '../../src/search/contact-search-postgres.repository.js';
 import { contactRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
 import {

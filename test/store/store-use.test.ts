@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/smtp.js';
 import { loadConfig } from '../../src/config.js';
 import { type StoreUse, openMigratedStore } from '../../src/store/from-config.js';
-import { SEARCH_FILE } from '../../src/store/search-file.js';
+import { SEARCH_FILE } from '../../src/search/search-file.js';
 import type { Store } from '../../src/store/store.js';
 
 const dirs: string[] = [];

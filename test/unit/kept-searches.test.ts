@@ -1,8 +1,8 @@
-// The kept totals and pages of email searches (contacts/kept-searches.ts): only under the version they were
+// The kept totals and pages of email searches (search/kept-searches.ts): only under the version they were
 // read at, the most recent 256 of each, a page being worked out shared with requests that come meanwhile,
 // and a failed one not kept.
 import { describe, expect, it } from 'vitest';
-import { KeptSearches, type PageAnswer } from '../../src/contacts/kept-searches.js';
+import { KeptSearches, type PageAnswer } from '../../src/search/kept-searches.js';
 
 const answer = (n: number): PageAnswer => ({ ids: [`c${n}`], total: n });
 

@@ -2,8 +2,8 @@
 // and the index of before 0016 dropped in the background.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client as PgClient } from 'pg';
-import { isExtensionUnavailable } from './dialect.js';
-import { connectLong } from './pg-client.js';
+import { isExtensionUnavailable } from '../store/dialect.js';
+import { connectLong } from '../store/pg-client.js';
 
 /** The advisory lock that serialises creating the pg_trgm extension and index (any fixed number). */
 const TRGM_LOCK = 0x6d72_7467; // 'mrtg'

@@ -27,9 +27,9 @@
 // call for a rebuild once they weigh a quarter of what is held (and UNSORTED_MIN_CHARS), as deletions do
 // at an eighth.
 import { type Kysely, sql } from 'kysely';
-import type { Executor } from './store.js';
+import type { Executor } from '../store/store.js';
 import { END } from './address-chunks.js';
-import { isStatementCanceled } from './dialect.js';
+import { isStatementCanceled } from '../store/dialect.js';
 
 /** Characters of addresses a chunk is filled to. */
 export const PG_CHUNK_CHARS = 16_384;
@@ -207,7 +207,10 @@ export async function foldAddressChunks(
   return folded;
 }
 
-/** A fold's statements stop after this long (ms), a moment before the pool's query_timeout (postgres-store.ts). */
+/**
+ * A fold's statements stop after this long (ms), a moment before the pool's query_timeout
+ * (store/postgres-store.ts).
+ */
 const FOLD_STATEMENT_MS = 14_000;
 /** How long this process's folds leave an organisation unrebuilt once its rebuild timed out (ms). */
 const GIVE_UP_MS = 60 * 60_000;

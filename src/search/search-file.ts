@@ -6,7 +6,7 @@
 // from the contacts, and searches stay exact meanwhile.
 import { closeSync, openSync, rmSync } from 'node:fs';
 import type BetterSqlite3 from 'better-sqlite3';
-import { Sqlite, useWal, withSmallCache } from './sqlite-driver.js';
+import { Sqlite, useWal, withSmallCache } from '../store/sqlite-driver.js';
 import { CHUNK_SCHEMA } from './address-chunks.js';
 import { registerChunkFunctions } from './chunk-functions.js';
 
@@ -39,7 +39,7 @@ const SCHEMA = `
   ${CHUNK_SCHEMA}`;
 
 function openIndexFile(file: string): BetterSqlite3.Database {
-  // Contacts' addresses: for this user only, as the database is (sqlite-store.ts).
+  // Contacts' addresses: for this user only, as the database is (store/sqlite-store.ts).
   closeSync(openSync(file, 'a', 0o600));
   const db = new Sqlite(file);
   try {

@@ -1,4 +1,4 @@
-// Email substring search on SQLite through the trigram index in its own file (store/search-file.ts,
+// Email substring search on SQLite through the trigram index in its own file (search-file.ts,
 // attached to the store's reader as `search`, keyed by contacts.search_key), with the contacts not in it yet
 // (above its watermark: written or readdressed in the last moments) read from contacts directly, so the
 // answer is exact either way. The index may still hold keys no contact has any more (deleted or
@@ -11,16 +11,16 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { containsText, dialectOf, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
-import { isChunkSearchable } from '../store/address-chunks.js';
+import { isChunkSearchable } from './address-chunks.js';
 import { countByChunks, pageByChunks } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
-import { addressChanges, organizationSize } from './contact-counts.repository.js';
-import { contactJson } from './contact-fields.js';
+import { addressChanges, organizationSize } from '../contacts/contact-counts.repository.js';
+import { contactJson } from '../contacts/contact-fields.js';
 import { rowCount } from '../store/prepared.js';
-import { isUnreadable } from '../store/search-file.js';
-import { ISSUED_KEY_SQL, ISSUED_RETIRED_SQL } from '../store/search-index.js';
+import { isUnreadable } from './search-file.js';
+import { ISSUED_KEY_SQL, ISSUED_RETIRED_SQL } from './search-index.js';
 import { walkNewest } from './contact-walk.js';
-import type { ContactFilter } from './contacts.repository.js';
+import type { ContactFilter } from '../contacts/contacts.repository.js';
 import { matchCase } from '../validation/addresses.js';
 
 /**

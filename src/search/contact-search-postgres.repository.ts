@@ -13,11 +13,11 @@ import type { Executor } from '../store/store.js';
 import { containsText, isStatementCanceled, isTrigramSearchable } from '../store/dialect.js';
 import type { Page } from '../paging.js';
 import { rowCount } from '../store/prepared.js';
-import { organizationSize } from './contact-counts.repository.js';
-import type { ContactFilter } from './contacts.repository.js';
-import { contactJson } from './contact-fields.js';
-import { END, isChunkSearchable } from '../store/address-chunks.js';
-import { CHUNKS_TABLE } from '../store/address-chunks-postgres.js';
+import { organizationSize } from '../contacts/contact-counts.repository.js';
+import type { ContactFilter } from '../contacts/contacts.repository.js';
+import { contactJson } from '../contacts/contact-fields.js';
+import { END, isChunkSearchable } from './address-chunks.js';
+import { CHUNKS_TABLE } from './address-chunks-postgres.js';
 import { inOneSnapshot } from '../store/snapshot.js';
 import { matchCase } from '../validation/addresses.js';
 

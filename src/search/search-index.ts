@@ -2,12 +2,12 @@
 // store's search thread (search-thread.ts).
 //
 // search_state.indexed_to is a watermark: every contact whose search_key is at or below it is in the
-// index under that key. A key names one address for good (migrations-0009.ts), so an entry is never
+// index under that key. A key names one address for good (store/migrations-0009.ts), so an entry is never
 // wrong, only left over: a key deleted or replaced stays in the index until the thread reads it from
 // contacts_search_retired, and a search's join to contacts drops it meanwhile. Contacts above the
 // watermark are not in the index yet, and a search reads them from contacts (contact-search.repository.ts).
 import type BetterSqlite3 from 'better-sqlite3';
-import { openQueryOnly } from './sqlite-driver.js';
+import { openQueryOnly } from '../store/sqlite-driver.js';
 import { AddressChunks, type IndexedContact } from './address-chunks.js';
 import { layOutAnew, openSearchFile } from './search-file.js';
 

@@ -8,7 +8,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { SearchIndexer } from './search-index.js';
 import { attachSearchFile, isUnreadable } from './search-file.js';
 import { isDamagedChunk } from './address-chunks.js';
-import { openQueryOnly, withStatementCache } from './sqlite-driver.js';
+import { openQueryOnly, withStatementCache } from '../store/sqlite-driver.js';
 
 export interface SearchThreadData {
   databaseFile: string;
@@ -114,7 +114,10 @@ const round = (): void => {
 };
 round();
 
-/** A reader of the database with the index file attached, as the store's own (sqlite-store.ts); opened when asked. */
+/**
+ * A reader of the database with the index file attached, as the store's own (store/sqlite-store.ts);
+ * opened when asked.
+ */
 let reader: BetterSqlite3.Database | undefined;
 const readRows = (sql: string, parameters: unknown[]): unknown[] => {
   if (!reader) {

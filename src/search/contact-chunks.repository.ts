@@ -1,14 +1,14 @@
 // Email substring reads on SQLite that many contacts match, through the index file's address chunks
-// (store/address-chunks.ts, searched by store/chunk-functions.ts): a count, and a page. A chunk holds the
+// (address-chunks.ts, searched by chunk-functions.ts): a count, and a page. A chunk holds the
 // contacts at or below the index's watermark; those above it (written or readdressed in the last moments)
 // are read from contacts, and keys retired but not yet taken out of the chunks are left out, so every
 // answer is exact. Each read is one statement, so one snapshot of both files.
 import { type RawBuilder, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import type { Page } from '../paging.js';
-import { contactJson } from './contact-fields.js';
+import { contactJson } from '../contacts/contact-fields.js';
 import { rowCount } from '../store/prepared.js';
-import { type ReaderBeside, readerBeside } from '../store/search-indexer.js';
+import { type ReaderBeside, readerBeside } from './search-indexer.js';
 
 /** Keys retired and not yet taken out of the chunks, above which these reads decline (a big delete). */
 const STALE_MAX = 10_000;

@@ -3,9 +3,9 @@
 // write the index costs the database; it rides in the store's group commit, as a few rows per contact
 // deleted or readdressed.
 import { type Kysely, sql } from 'kysely';
-import type { Database } from './schema.js';
-import type { Executor } from './store.js';
-import { startBackgroundThread } from './background-thread.js';
+import type { Database } from '../store/schema.js';
+import type { Executor } from '../store/store.js';
+import { startBackgroundThread } from '../store/background-thread.js';
 import type { SearchThreadData, SearchThreadReport, SearchThreadRequest } from './search-thread.js';
 
 /** How often the thread looks for new contacts and retired keys when it has caught up. */
@@ -127,6 +127,7 @@ export function startSearchIndexer(options: IndexingThreadOptions): IndexingThre
     asked.clear();
   };
   const thread = startBackgroundThread<SearchThreadReport>({
+    base: import.meta.url,
     module: 'search-thread',
     data,
     onReport: (report) => {

@@ -1,12 +1,12 @@
 // Walks of an organisation's created_at index, newest first, testing each contact's address: how an email
-// search finds a page among the newest contacts, or the page after a kept one (contacts.repository.ts), on
-// both stores. One query shape, two dialects.
+// search finds a page among the newest contacts, or the page after a kept one
+// (contacts/contacts.repository.ts), on both stores. One query shape, two dialects.
 import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import type { DialectName } from '../store/dialect.js';
 import type { Page } from '../paging.js';
 import { rowCount } from '../store/prepared.js';
-import { contactJson } from './contact-fields.js';
+import { contactJson } from '../contacts/contact-fields.js';
 
 /**
  * The contacts that `matches` among the first `budget` (-1: all) of those `where` selects, walked newest
