@@ -117,7 +117,9 @@ function customHeaders(headers: Record<string, string>): Mail.Headers {
   for (const [name, value] of Object.entries(headers)) {
     if (MESSAGE_ID_HEADERS.has(name.toLowerCase())) out[name] = value;
     else {
-      const asWritten = isUnencodableHeader(name) || writable(value);
+      // An unencodable header is printable ASCII since the API refused others; one accepted before that
+      // (queued across the upgrade) is encoded as it used to be rather than sent as raw 8-bit.
+      const asWritten = (isUnencodableHeader(name) && isPrintableAscii(value)) || writable(value);
       out[name] = { prepared: true, foldLines: true, value: asWritten ? value : encodeWord(value, 'Q', 52) };
     }
   }
