@@ -35,6 +35,17 @@ for (const [command, sub] of Object.keys(COMMANDS).map((name) => name.split(' ')
   if (sub !== undefined) (SUBCOMMANDS[command!] ??= []).push(sub);
 }
 
+/** The help for what a command line names: one command, a group of them (`keys`), or else every command. */
+function usageFor(positionals: readonly string[]): string {
+  const [command, sub] = positionals;
+  if (command === undefined) return USAGE;
+  if (COMMANDS[command]) return commandUsage(command);
+  if (SUBCOMMANDS[command] === undefined) return USAGE;
+  return sub !== undefined && COMMANDS[`${command} ${sub}`]
+    ? commandUsage(`${command} ${sub}`)
+    : commandUsage(command);
+}
+
 function unknownCommand(command: string, sub: string | undefined): UsageError {
   const subs = SUBCOMMANDS[command];
   if (subs === undefined) return new UsageError(`unknown command "${command}"`, USAGE);
@@ -79,7 +90,9 @@ function parse(argv: string[]): { positionals: string[]; flags: Flags } {
   const seen = new Set<string>();
   for (const token of tokens) {
     if (token.kind !== 'option') continue;
-    if (seen.has(token.name)) throw new UsageError(`--${token.name} is given more than once`);
+    if (seen.has(token.name)) {
+      throw new UsageError(`--${token.name} is given more than once`, usageFor(positionals));
+    }
     seen.add(token.name);
   }
   return { positionals, flags: values as Flags };
@@ -92,11 +105,13 @@ function parseArgsPlainly(argv: string[]) {
   } catch (err) {
     const code = (err as { code?: string }).code;
     const flag = /'(--?[^'= ]+)/.exec((err as Error).message)?.[1] ?? '';
-    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown flag ${flag}`, USAGE);
+    // The command it was for, read leniently, so that its help follows the message.
+    const usage = usageFor(parseArgs({ args: argv, allowPositionals: true, strict: false }).positionals);
+    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown flag ${flag}`, usage);
     if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
       const boolean =
         (OPTIONS as Record<string, { type: string }>)[flag.replace(/^--?/, '')]?.type === 'boolean';
-      throw new UsageError(boolean ? `${flag} takes no value` : `${flag} needs a value`);
+      throw new UsageError(boolean ? `${flag} takes no value` : `${flag} needs a value`, usage);
     }
     throw err;
   }
@@ -173,6 +188,18 @@ function print(json: boolean, value: object, human: string): void {
 
 async function run(argv: string[]): Promise<void> {
   const { positionals, flags } = parse(argv);
+  try {
+    await runCommand(positionals, flags);
+  } catch (err) {
+    // A flag's or an argument's fault found by the command itself (`--name is required`): its help follows.
+    if (err instanceof UsageError && err.usage === undefined) {
+      throw new UsageError(err.message, usageFor(positionals));
+    }
+    throw err;
+  }
+}
+
+async function runCommand(positionals: string[], flags: Flags): Promise<void> {
   const [command, sub, arg] = positionals;
   const json = flags.json;
   // start-signals.ts guessed the command before parsing (`--name serve orgs create` looks like serve to it):
@@ -189,13 +216,23 @@ async function run(argv: string[]): Promise<void> {
   }
   if (flags.help || command === 'help') {
     // `mailroom help keys create` asks what `mailroom keys create --help` does.
-    const [asked, askedSub] = command === 'help' ? [sub, arg] : [command, sub];
+    const named = command === 'help' ? positionals.slice(1) : positionals;
+    const [asked, askedSub] = named;
+    if (asked === 'help') {
+      print(json, { usage: USAGE }, USAGE);
+      return;
+    }
     const subs = asked === undefined ? undefined : SUBCOMMANDS[asked];
     // `mailroom bogus --help` must not pass for help on a command that exists.
     if (asked !== undefined && !SIMPLE_COMMANDS.includes(asked) && subs === undefined)
       throw unknownCommand(asked, askedSub);
     if (subs !== undefined && askedSub !== undefined && !subs.includes(askedSub))
       throw unknownCommand(asked!, askedSub);
+    // `mailroom help keys create extra` must not pass for help that heard all of it.
+    const words = asked === undefined ? 0 : subs && askedSub ? 2 : 1;
+    if (named.length > words) {
+      throw new UsageError(`unexpected argument "${named[words]}"`, usageFor(named));
+    }
     const usage =
       asked === undefined ? USAGE : commandUsage(subs && askedSub ? `${asked} ${askedSub}` : asked);
     print(json, { usage }, usage);

@@ -261,6 +261,21 @@ describe('mailroom CLI usage errors', () => {
     expect(wrongFlag.stderr).toMatch(
       /does not take --permissions\n\nUsage: mailroom keys list \[--org ORG_ID\]/,
     );
+    // So is any fault of a flag or an argument of a known command, found by parsing or by the command.
+    for (const args of [
+      ['keys', 'create', '--bogus'],
+      ['keys', 'create', '--name'],
+      ['orgs', 'create'],
+      ['keys', 'revoke'],
+    ]) {
+      const r = await cli(...args, '--json');
+      expect([args, r.code]).toEqual([args, 2]);
+      expect(r.stderr).toContain(`\n\nUsage: mailroom ${args[0]} ${args[1]} `);
+    }
+    // Help that did not hear all of the command line is no help: `extra` is refused, not ignored.
+    const extra = await cli('help', 'keys', 'create', 'extra', '--json');
+    expect([extra.code, extra.json.error]).toEqual([2, 'unexpected argument "extra"']);
+    expect((await cli('help', 'help', '--json')).code).toBe(0);
     // The package's version, alone; with a command it is a usage error, not a command that ran.
     const { version } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
       version: string;
