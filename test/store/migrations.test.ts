@@ -5,8 +5,32 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Kysely, SqliteDialect, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
-import { migrateToLatest } from '../../src/store/migrations.js';
+import { migrateToLatest, migrationNames } from '../../src/store/migrations.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
+
+describe('migration names', () => {
+  it('are the ones stores have recorded, in order: a name changed or dropped would be run again or lost', () => {
+    // Upgrade tests take the names from migrationNames (migrationsFrom); this pins the list itself.
+    expect(migrationNames()).toEqual([
+      '0001_initial',
+      '0002_contact_counts',
+      '0003_contact_search',
+      '0004_email_counts',
+      '0005_counts_per_statement',
+      '0006_deferred_contact_search',
+      '0007_unsubscribed_only_index',
+      '0008_stored_contact_json',
+      '0009_search_index_file',
+      '0010_created_index_with_address',
+      '0011_address_versions',
+      '0012_address_chunks',
+      '0013_marked_default_organization',
+      '0014_list_counts_per_statement',
+      '0015_address_chunks_by_domain',
+      '0016_contact_addresses',
+    ]);
+  });
+});
 
 describe('SQLite migrations', () => {
   const dirs: string[] = [];
