@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError, DetailCollector, throwIfAny, validationError } from '../errors.js';
-import { type Page, pagination, totalOf } from '../paging.js';
+import { type Page, pageAndTotal, pagination } from '../paging.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 import type { Executor, Store } from '../store/store.js';
@@ -184,19 +184,21 @@ export class ContactsService {
   ) {
     const db = this.store.db;
     const known = search && this.kept.total(orgId, search.term, search.version);
-    const next =
-      search?.after === undefined
-        ? undefined
-        : await repo.pageAfterContact(db, orgId, search.term, search.after, { page, limit }, known);
-    // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
-    const { contacts, total: learned } = next
-      ? { contacts: next, total: undefined }
-      : await repo.pageContacts(db, orgId, filter, { page, limit }, { knownTotal: known });
+    const read = async () => {
+      const next =
+        search?.after === undefined
+          ? undefined
+          : await repo.pageAfterContact(db, orgId, search.term, search.after, { page, limit }, known);
+      // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
+      const { contacts, total: learned } = next
+        ? { contacts: next, total: undefined }
+        : await repo.pageContacts(db, orgId, filter, { page, limit }, { knownTotal: known });
+      return { rows: contacts, total: known ?? learned };
+    };
     // A maintained count comes with any page that has rows; a search's is counted, unless kept.
-    const total = await totalOf(
+    const { rows: contacts, total } = await pageAndTotal(
       { page, limit },
-      contacts.length,
-      known ?? learned,
+      read,
       async () =>
         (await findMaintainedCount(db, orgId, filter)) ?? (await repo.countContacts(db, orgId, filter)),
     );

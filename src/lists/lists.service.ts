@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, pagination, totalOf } from '../paging.js';
+import { type Page, pageAndTotal, pagination } from '../paging.js';
 import type { ListRow } from '../store/schema.js';
 import { isForeignKeyViolation, isRetryableConflict } from '../store/dialect.js';
 import type { Executor, Store } from '../store/store.js';
@@ -61,8 +61,11 @@ export class ListsService {
   }
 
   async page(orgId: string, page: Page) {
-    const { rows, total: carried } = await repo.pageLists(this.store.db, orgId, page);
-    const total = await totalOf(page, rows.length, carried, () => repo.countLists(this.store.db, orgId));
+    const { rows, total } = await pageAndTotal(
+      page,
+      () => repo.pageLists(this.store.db, orgId, page),
+      () => repo.countLists(this.store.db, orgId),
+    );
     return { lists: rows.map(toList), pagination: pagination(page, total) };
   }
 
