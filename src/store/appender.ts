@@ -98,17 +98,18 @@ export class Appender<DB> {
    * How a failed batch's jobs are written again (writeTogetherOrAlone). One by one, so that a row's fault
    * (a taken address) fails only its caller, and a connection lost with its answer is settled by writing
    * each again by the same ids (writeOrFind). But a batch stopped by a timeout while it waited on a lock
-   * (PostgreSQL's statement_timeout or lock_timeout, or a cancel) is written again all at once: the lock
-   * may be one row's (another transaction's uncommitted copy of an address), so each caller gets its own
-   * try, while one after another each waited the timeout out in turn (behind a lock held for a minute, a
-   * batch of 30 creates answered over minutes). On SQLite a batch refused for the write lock another
-   * process held past busy_timeout is not written again: every job would wait for the same lock, with the
-   * event loop stopped.
+   * (PostgreSQL's statement_timeout or lock_timeout, or a cancel) is written again in rounds of a few at
+   * once: the lock may be one row's (another transaction's uncommitted copy of an address), so each caller
+   * gets its own try, while one after another each waited the timeout out in turn (behind a lock held for
+   * a minute, a batch of 30 creates answered over minutes); a round that all times out too means the lock
+   * is the table's, and the rest are refused at once, without holding a connection each. On SQLite a batch
+   * refused for the write lock another process held past busy_timeout is not written again: every job
+   * would wait for the same lock, with the event loop stopped.
    */
   private retryAlone(err: unknown): RetryAlone {
     if (err instanceof Error && unwritable.has(err)) return 'no';
     if (!this.direct) return isBusy(err) ? 'no' : 'one by one';
-    return isStatementCanceled(err) || isLockTimeout(err) ? 'all at once' : 'one by one';
+    return isStatementCanceled(err) || isLockTimeout(err) ? 'in rounds' : 'one by one';
   }
 
   /** Inserts the rows (tables in the order given, so parents come before children) in one commit. */

@@ -57,10 +57,14 @@ export interface Settleable<V> {
 
 /**
  * After a batch failed, how its jobs are written again: each alone, one after another (so that one bad job
- * fails only itself); each alone, all at once (a failure that may be one job's, but each of the others
- * would wait as long again first); or not at all (the failure is every job's).
+ * fails only itself); each alone, a round of them at once (a failure that may be one job's, but that each
+ * of the others would first wait out again: once a whole round fails so too, the wait was every job's, and
+ * the rest are refused with the batch's failure); or not at all (the failure is every job's).
  */
-export type RetryAlone = 'one by one' | 'all at once' | 'no';
+export type RetryAlone = 'one by one' | 'in rounds' | 'no';
+
+/** Jobs written alone at once, a round at a time ('in rounds'). */
+export const ALONE_ROUND = 8;
 
 /**
  * Writes the jobs together; if that fails, writes each alone as `alone` says of the failure. `write`
@@ -72,27 +76,38 @@ export async function writeTogetherOrAlone<J extends Settleable<V>, V>(
   alone: (err: unknown) => RetryAlone = () => 'one by one',
 ): Promise<void> {
   let retry: RetryAlone;
+  let failure: unknown;
   try {
     const valueOf = await write(jobs);
     for (const job of jobs) job.resolve(valueOf(job));
     return;
   } catch (err) {
+    failure = err;
     retry = jobs.length === 1 ? 'no' : alone(err);
     if (retry === 'no') {
       for (const job of jobs) job.reject(err);
       return;
     }
   }
-  const writeAlone = async (job: J) => {
+  /** Writes the job alone and settles it; the error that refused it, if one did. */
+  const writeAlone = async (job: J): Promise<unknown> => {
     try {
       job.resolve((await write([job]))(job));
+      return undefined;
     } catch (err) {
       job.reject(err);
+      return err ?? new Error('refused');
     }
   };
-  if (retry === 'all at once') {
-    await Promise.all(jobs.map(writeAlone));
+  if (retry === 'one by one') {
+    for (const job of jobs) await writeAlone(job);
     return;
   }
-  for (const job of jobs) await writeAlone(job);
+  for (let i = 0; i < jobs.length; i += ALONE_ROUND) {
+    const errors = await Promise.all(jobs.slice(i, i + ALONE_ROUND).map(writeAlone));
+    if (errors.every((err) => err !== undefined && alone(err) === 'in rounds')) {
+      for (const job of jobs.slice(i + ALONE_ROUND)) job.reject(failure);
+      return;
+    }
+  }
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { BatchQueue } from '../../src/store/batch-queue.js';
+import { ALONE_ROUND, BatchQueue, writeTogetherOrAlone } from '../../src/store/batch-queue.js';
 
 const tick = () => new Promise((r) => setTimeout(r, 2));
 
@@ -44,5 +44,46 @@ describe('BatchQueue', () => {
     for (let i = 0; i < 9; i++) queue.push(i);
     await queue.idle();
     expect(seen).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+});
+
+describe('writeTogetherOrAlone in rounds', () => {
+  const timeout = Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
+  const alone = (err: unknown) => ((err as { code?: string }).code === '57014' ? 'in rounds' : 'one by one');
+
+  /** 20 jobs whose batch times out; `stuck` says which job, written alone, times out too. */
+  async function run(stuck: (n: number) => boolean) {
+    let writes = 0;
+    const jobs = Array.from({ length: 20 }, (_, n) => {
+      const job = { n, resolve: (_v: number) => {}, reject: (_e: unknown) => {} };
+      return {
+        job,
+        settled: new Promise<string>((ok) => ((job.resolve = () => ok('ok')), (job.reject = () => ok('no')))),
+      };
+    });
+    type Job = { n: number; resolve: (v: number) => void; reject: (e: unknown) => void };
+    await writeTogetherOrAlone<Job, number>(
+      jobs.map((j) => j.job),
+      async (batch) => {
+        writes++;
+        if (batch.length > 1 || stuck(batch[0]!.n)) throw timeout;
+        return (job) => job.n;
+      },
+      alone,
+    );
+    return { writes, outcomes: await Promise.all(jobs.map((j) => j.settled)) };
+  }
+
+  it('writes each alone, a round at a time, when the lock was one row’s: only that job fails', async () => {
+    const { writes, outcomes } = await run((n) => n === 3);
+    expect(writes).toBe(21);
+    expect(outcomes.filter((o) => o === 'no')).toHaveLength(1);
+    expect(outcomes[3]).toBe('no');
+  });
+
+  it('refuses the rest at once when a whole round waited out the timeout again: the lock was the table’s', async () => {
+    const { writes, outcomes } = await run(() => true);
+    expect(writes).toBe(1 + ALONE_ROUND);
+    expect(outcomes).toEqual(Array(20).fill('no'));
   });
 });
