@@ -233,8 +233,7 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
     if (named.length > words) {
       throw new UsageError(`unexpected argument "${named[words]}"`, usageFor(named));
     }
-    const usage =
-      asked === undefined ? USAGE : commandUsage(subs && askedSub ? `${asked} ${askedSub}` : asked);
+    const usage = usageFor(named);
     print(json, { usage }, usage);
     return;
   }

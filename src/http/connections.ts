@@ -61,16 +61,13 @@ export function trackConnections(server: Server): Connections {
         // statement failed) with nothing of it done. With no store work at the grace's end (SQLite; the
         // body of a request still arriving), its connection is cut at once.
         const until = performance.now() + ANSWER_MS;
-        for (
-          let first = true;
-          interrupt && stopping && inProgress() && performance.now() < until;
-          first = false
-        ) {
+        for (let sweeps = 0; interrupt && stopping && inProgress() && performance.now() < until; sweeps++) {
           const working = await Promise.race([
             interrupt().catch(() => 0),
             delay(until - performance.now()).then(() => 0),
           ]);
-          if (first && working === 0) break;
+          // No connection checked out at the grace's end: no store work to wait for.
+          if (sweeps === 0 && working === 0) break;
           await delay(SWEEP_MS);
         }
         if (stopping) server.closeAllConnections();
