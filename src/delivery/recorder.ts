@@ -4,7 +4,7 @@
 // A result is written only while its claim still holds the lease (owner and attempt number match).
 import type { EventRow } from '../emails/emails.repository.js';
 import { insertEvents } from '../emails/emails.repository.js';
-import { type Settleable, writeTogetherOrAlone } from '../store/batch-queue.js';
+import { type Settleable, aloneAfter, writeTogetherOrAlone } from '../store/batch-queue.js';
 import type { Executor, Store } from '../store/store.js';
 import type { Verdict } from './outcome.js';
 import * as queue from './queue.repository.js';
@@ -66,10 +66,14 @@ export class ResultRecorder {
     this.timer = undefined;
     const jobs = this.held.splice(0);
     if (jobs.length === 0) return;
-    void writeTogetherOrAlone<Job, boolean>(jobs, async (batch) => {
-      const held = await this.store.batch((trx) => this.write(trx, batch));
-      return (job) => held.has(claimOf(job.result));
-    });
+    void writeTogetherOrAlone<Job, boolean>(
+      jobs,
+      async (batch) => {
+        const held = await this.store.batch((trx) => this.write(trx, batch));
+        return (job) => held.has(claimOf(job.result));
+      },
+      aloneAfter,
+    );
   }
 
   /** Writes the results whose claims still hold their leases; returns those claims (claimOf). */

@@ -9,15 +9,18 @@ import {
   type DialectName,
   dialectOf,
   failedToConnect,
-  isBusy,
-  isLockTimeout,
-  isStatementCanceled,
   isTypeRefusal,
   isStoreUnavailable,
 } from './dialect.js';
 import { AppendStatements, pushValues } from './append-statements.js';
 import type { Database } from './schema.js';
-import { BatchQueue, type RetryAlone, type Settleable, writeTogetherOrAlone } from './batch-queue.js';
+import {
+  BatchQueue,
+  type RetryAlone,
+  type Settleable,
+  aloneAfter,
+  writeTogetherOrAlone,
+} from './batch-queue.js';
 
 /** Rows for one table; a list of these is one caller's append. */
 export type AppendRows<DB> = {
@@ -95,21 +98,11 @@ export class Appender<DB> {
   }
 
   /**
-   * How a failed batch's jobs are written again (writeTogetherOrAlone). One by one, so that a row's fault
-   * (a taken address) fails only its caller, and a connection lost with its answer is settled by writing
-   * each again by the same ids (writeOrFind). But a batch stopped by a timeout while it waited on a lock
-   * (PostgreSQL's statement_timeout or lock_timeout, or a cancel) is written again in rounds of a few at
-   * once: the lock may be one row's (another transaction's uncommitted copy of an address), so each caller
-   * gets its own try, while one after another each waited the timeout out in turn (behind a lock held for
-   * a minute, a batch of 30 creates answered over minutes); a round that all times out too means the lock
-   * is the table's, and the rest are refused at once, without holding a connection each. On SQLite a batch
-   * refused for the write lock another process held past busy_timeout is not written again: every job
-   * would wait for the same lock, with the event loop stopped.
+   * How a failed batch's jobs are written again (aloneAfter): a connection lost with its answer is settled
+   * by writing each again by the same ids (writeOrFind), unless the look itself could not tell.
    */
   private retryAlone(err: unknown): RetryAlone {
-    if (err instanceof Error && unwritable.has(err)) return 'no';
-    if (!this.direct) return isBusy(err) ? 'no' : 'one by one';
-    return isStatementCanceled(err) || isLockTimeout(err) ? 'in rounds' : 'one by one';
+    return err instanceof Error && unwritable.has(err) ? 'no' : aloneAfter(err);
   }
 
   /** Inserts the rows (tables in the order given, so parents come before children) in one commit. */

@@ -1,6 +1,7 @@
 // The queue behind group commit and batched appends: jobs that arrive while batches are being written
 // wait and go together in the next one. At most `concurrency` batches are in flight at a time: one for
 // SQLite's single writer; a few on PostgreSQL, where a batch waits on round trips more than on CPU.
+import { isBusy, isWaitStopped } from './dialect.js';
 
 export class BatchQueue<J> {
   private queue: J[] = [];
@@ -65,6 +66,18 @@ export type RetryAlone = 'one by one' | 'in rounds' | 'no';
 
 /** Jobs written alone at once, a round at a time ('in rounds'). */
 export const ALONE_ROUND = 8;
+
+/**
+ * How a failed batch's jobs are written again. A batch refused for SQLite's write lock, held by another
+ * process past busy_timeout: not at all, as each would wait for the same lock with the event loop stopped.
+ * One stopped by a timeout or a cancel on PostgreSQL: in rounds, as the lock it waited on may be one row's
+ * (only its caller should fail) or the table's (each would wait the timeout out again). Anything else one
+ * by one, so that a row's fault (a taken address) fails only its caller.
+ */
+export function aloneAfter(err: unknown): RetryAlone {
+  if (isBusy(err)) return 'no';
+  return isWaitStopped(err) ? 'in rounds' : 'one by one';
+}
 
 /**
  * Writes the jobs together; if that fails, writes each alone as `alone` says of the failure. `write`

@@ -105,6 +105,14 @@ export function isLockTimeout(err: unknown): boolean {
 }
 
 /**
+ * A PostgreSQL statement stopped by a timeout (statement_timeout, lock_timeout) or a cancel: most often
+ * while it waited on a lock, which the statements after it may wait on in turn.
+ */
+export function isWaitStopped(err: unknown): boolean {
+  return isStatementCanceled(err) || isLockTimeout(err);
+}
+
+/**
  * A PostgreSQL extension this role may not create (42501), that the server does not have installed
  * (58P01), or cannot load (0A000).
  */

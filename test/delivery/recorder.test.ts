@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uuidIds } from '../../src/clock.js';
 import { claimDue } from '../../src/delivery/queue.repository.js';
 import { type AttemptResult, ResultRecorder } from '../../src/delivery/recorder.js';
+import { ALONE_ROUND } from '../../src/store/batch-queue.js';
+import type { Store } from '../../src/store/store.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { storeKinds } from '../helpers/stores.js';
 
@@ -141,5 +143,41 @@ describe.each(storeKinds())('result recorder on %s', (kind) => {
       ['queued', null],
       ['failed', '550 no such user'],
     ]);
+  });
+});
+
+describe('result recorder behind a lock', () => {
+  it('writes the results of a batch stopped by a timeout again in rounds, not one after another', async () => {
+    // What PostgreSQL answers a write that waited on a table's lock past statement_timeout, each time.
+    const timeout = Object.assign(new Error('canceling statement due to statement timeout'), {
+      code: '57014',
+    });
+    let writes = 0;
+    const store = {
+      batch: () => {
+        writes++;
+        return Promise.reject(timeout);
+      },
+    } as unknown as Store;
+    const recorder = new ResultRecorder(store, 'w1');
+    const at = new Date().toISOString();
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) =>
+        recorder.record({
+          emailId: `e${i}`,
+          attempts: 1,
+          status: 'sent',
+          nextAttemptAt: null,
+          lastError: null,
+          at,
+          verdicts: new Map(),
+          events: [],
+        }),
+      ),
+    );
+    expect(outcomes.map((o) => o.status)).toEqual(Array(20).fill('rejected'));
+    // One after another, each result waited the timeout out again (21 writes); a round of them all timing
+    // out too means the lock is the table's, and the rest are refused with the batch's error at once.
+    expect(writes).toBe(1 + ALONE_ROUND);
   });
 });

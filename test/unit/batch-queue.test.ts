@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ALONE_ROUND, BatchQueue, writeTogetherOrAlone } from '../../src/store/batch-queue.js';
+import { ALONE_ROUND, BatchQueue, aloneAfter, writeTogetherOrAlone } from '../../src/store/batch-queue.js';
 
 const tick = () => new Promise((r) => setTimeout(r, 2));
 
@@ -85,5 +85,21 @@ describe('writeTogetherOrAlone in rounds', () => {
     const { writes, outcomes } = await run(() => true);
     expect(writes).toBe(1 + ALONE_ROUND);
     expect(outcomes).toEqual(Array(20).fill('no'));
+  });
+});
+
+describe('aloneAfter', () => {
+  const coded = (code: string) => Object.assign(new Error(code), { code });
+  it('says how a failed batch is written again, by what refused it', () => {
+    // Another process's write lock on SQLite: every job would wait for it again, with the loop stopped.
+    expect(aloneAfter(coded('SQLITE_BUSY'))).toBe('no');
+    expect(aloneAfter(coded('SQLITE_LOCKED_SHAREDCACHE'))).toBe('no');
+    // PostgreSQL's statement_timeout, lock_timeout or a cancel: a row's lock or the table's.
+    expect(aloneAfter(coded('57014'))).toBe('in rounds');
+    expect(aloneAfter(coded('55P03'))).toBe('in rounds');
+    // A taken address, a full disk, a connection lost: one job's fault, or settled one by one.
+    for (const code of ['23505', 'SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_FULL', 'ECONNRESET']) {
+      expect(aloneAfter(coded(code))).toBe('one by one');
+    }
   });
 });
