@@ -53,8 +53,8 @@ export class NotStartedError extends Error {}
 export interface SendOptions {
   /**
    * Epoch ms past which the message is not handed to the relay: a send still waiting for a connection then
-   * rejects with NotStartedError. The worker gives its lease's end, less a margin, so that a paused process
-   * does not send, once it runs again, mail whose lease ran out meanwhile (another worker sends it).
+   * rejects with NotStartedError. The worker gives its lease's end less a margin, so a process paused
+   * meanwhile does not send mail whose lease ran out (another worker sends it).
    */
   startBy?: number | undefined;
 }
@@ -65,10 +65,9 @@ export interface Mailer {
   /** A later startBy for these emails' sends (by OutgoingMessage.id) not begun yet: their leases were renewed. */
   extend?(emailIds: string[], startBy: number): void;
   /**
-   * Stops this email's send: dropped if it has not begun (it rejects with NotStartedError), its connection
-   * closed if it is talking to the relay. The worker stopped waiting for it and records it deferred, so it
-   * must not go out later as well as on its retry: certain for a send not begun, or stuck before its data;
-   * data already written may still be taken by the relay.
+   * Stops this email's send: dropped if not begun (it rejects with NotStartedError), its connection closed if
+   * talking to the relay. The worker records it deferred, so it must not also go out later: certain before
+   * its data, but data already written may still be taken by the relay.
    */
   cancel?(emailId: string): void;
   close(): Promise<void>;
@@ -81,44 +80,39 @@ export interface DkimOptions {
 }
 
 /**
- * A subject nodemailer can fold into lines of at most 998 octets. It folds at whitespace only, so a word
- * of 900+ characters (the API allows 998) went out on a line of 999; such a subject is given as MIME
- * encoded-words (RFC 2047, nodemailer's own encoder), which fold between words and decode to the same text.
- * So is a subject with a run of 60 spaces, which folding would turn into lines of spaces alone (obsolete
- * syntax: readers shrink the run).
+ * A subject nodemailer can fold into lines of at most 998 octets. It folds only at whitespace, so a subject
+ * with a word of 900+ characters (the API allows 998), or a run of 60 spaces (folding would leave lines of
+ * spaces alone, which readers shrink), goes as RFC 2047 encoded-words: they fold between words and decode to
+ * the same text.
  */
 export function foldableSubject(subject: string): string {
   return /\S{900}|[ \t]{60}/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
 }
 
 /**
- * A subject that holds what reads as a MIME encoded-word (`=?UTF-8?B?SGFja2Vk?=`), itself encoded: sent as
- * it is, mail clients decode it ("Hacked"), and the recipient reads other words than the API stored and
- * shows. (Display names cannot be: an encoded-word may not be quoted, so the API refuses such names.)
+ * A subject holding what reads as a MIME encoded-word (`=?UTF-8?B?SGFja2Vk?=`) is itself encoded, or mail
+ * clients would decode it and show other words than the API stored. (Display names cannot be: an encoded-word
+ * may not be quoted, so the API refuses such names.)
  */
 function literal(text: string): string {
   return ENCODED_WORD.test(text) ? encodeWord(text, 'Q', 52) : text;
 }
 
 /**
- * Custom headers as the API took them. A value of printable ASCII goes out as written, folded at its spaces
- * as nodemailer folds every header: left to nodemailer, any value with a `"` went out as an encoded-word
- * (`X-SMTPAPI: =?UTF-8?Q?=7B=22category=22...`), which relays reading JSON metadata headers cannot read.
- * MIME-encoded here (RFC 2047, as subjects that need it): values with other characters; with what reads as
- * an encoded-word (`=?`: written out, readers would decode it to other text than was sent); with a space or
- * tab at either end (parsers drop them); with a run of 60 spaces, which folding would turn into lines of
- * spaces alone (obsolete syntax, and readers shrink the run). Nodemailer itself encodes only values with a
- * `"` or a non-ASCII character, so it sent the others raw. Never encoded: headers that cannot be
- * (isUnencodableHeader, printable ASCII by then), and In-Reply-To and References, which nodemailer writes as
- * message ids, with the angle brackets an id lacks.
+ * Custom headers as the API took them. Printable ASCII goes out as written, folded at its spaces: nodemailer
+ * would encode a value with a `"`, which relays reading JSON metadata headers (X-SMTPAPI) then cannot read.
+ * Encoded (RFC 2047): other characters, and what readers would change if sent raw: `=?` (decoded), a space or
+ * tab at either end (dropped), a run of 60 spaces (folded into lines of spaces alone). Never encoded: headers
+ * that cannot be (isUnencodableHeader), and In-Reply-To and References, which nodemailer writes as message
+ * ids, in angle brackets.
  */
 function customHeaders(headers: Record<string, string>): Mail.Headers {
   const out: Record<string, string | { prepared: true; foldLines: true; value: string }> = {};
   for (const [name, value] of Object.entries(headers)) {
     if (MESSAGE_ID_HEADERS.has(name.toLowerCase())) out[name] = value;
     else {
-      // An unencodable header is printable ASCII since the API refused others; one accepted before that
-      // (queued across the upgrade) is encoded as it used to be rather than sent as raw 8-bit.
+      // An unencodable header is printable ASCII, as the API refuses others; one queued before the API did so
+      // is still encoded rather than sent as raw 8-bit.
       const asWritten = (isUnencodableHeader(name) && isPrintableAscii(value)) || writable(value);
       out[name] = { prepared: true, foldLines: true, value: asWritten ? value : encodeWord(value, 'Q', 52) };
     }
@@ -134,9 +128,9 @@ function writable(text: string): boolean {
 }
 
 /**
- * A body whose bare CRs are line breaks (CRLF), as the SMTP client makes them on the wire anyway: nodemailer
- * signs the body as given, so a `\r\r\n` left in broke the DKIM signature of every such message, and the
- * file outbox dropped the CR and joined the lines.
+ * Bare CRs made line breaks (CRLF), as the SMTP client makes them on the wire anyway: nodemailer signs the
+ * body as given, so a `\r\r\n` left in would break the DKIM signature, and the file outbox would drop the CR
+ * and join the lines.
  */
 function lines(body: string | null): string | undefined {
   return body?.replace(/\r(?!\n)/g, '\r\n') ?? undefined;

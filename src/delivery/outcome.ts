@@ -115,14 +115,13 @@ export function settle(
 }
 
 /**
- * A relay's answer as a store can hold it: PostgreSQL refuses a NUL in text, and a relay may send one
- * (`250 queued as \0ABC`). Refused, the result could never be recorded, and the email stayed `sending`.
- * On one line: an event's detail has a line per recipient, and the lines of a reply in several
- * (`550-The account … does not exist.\n550 https://…`) read as other recipients'.
+ * A relay's answer as a store can hold it. No NUL: PostgreSQL refuses one in text (`250 queued as \0ABC`),
+ * and a result that cannot be recorded leaves the email `sending`. One line: an event's detail has a line per
+ * recipient, so the lines of a multi-line reply would read as other recipients'.
  */
 function storable(text: string): string {
-  // Split and trimmed, not one regex around the line break: that took time in the square of a run of
-  // spaces, and a relay may send a reply of a megabyte (seconds of the event loop).
+  // Split and trimmed, not one regex around the line break: that is quadratic in a run of spaces, and a
+  // relay's reply may be a megabyte (seconds of the event loop).
   const oneLine =
     text.includes('\n') || text.includes('\r')
       ? text

@@ -6,12 +6,9 @@ import { SmtpRelay, type SmtpMailerOptions } from './smtp-relay.js';
 import { lowerThreadPriority } from '../threads.js';
 
 /**
- * Delivery waits; a client waiting for its 2xx does not. With every core busy (2 cores: the event loop,
- * this thread, the relay's own work), this thread at the process's priority took about as much CPU as the
- * event loop, and acceptance paid for it. Accepted emails a second while the worker delivered, median of 5
- * alternating pairs on 2 cores: 11,100 with this thread 10 nice levels down against 9,800 (7,800-12,300)
- * at the same priority; delivered meanwhile, 1,550 a second against 1,730. With a core to spare it makes
- * no difference; once requests stop, delivery has the CPU to itself.
+ * Delivery can wait; a client waiting for its 2xx cannot. With every core busy, this thread at the process's
+ * priority takes about as much CPU as the event loop and acceptance pays for it; niced, it costs delivery a
+ * little and gives acceptance its CPU. With a core to spare, or no requests, it makes no difference.
  */
 const SMTP_THREAD_NICENESS = 10;
 

@@ -52,11 +52,10 @@ const RESULT_HOLD_MS = 20;
 /** While claims fail (the store is down), the wait between tries doubles up to this. */
 const MAX_CLAIM_BACKOFF_MS = 5_000;
 /**
- * A result the store refused to record (a dropped connection, a restart, a full disk) is tried again,
- * waiting twice as long each time up to recordRetryMaxMs, for as long as the store refuses it: given up,
- * the email would be claimed again once its lease ran out and sent again, although it was delivered.
- * Meanwhile the worker holds the email (no claim of its own takes it again, and renewals go on), so the
- * result lands as soon as the store is back. Only a shutdown that gave up waiting (stop) ends the tries.
+ * A result the store refused (a dropped connection, a restart, a full disk) is tried again, the wait doubling
+ * up to recordRetryMaxMs, until the store takes it: given up, the email would be claimed again after its
+ * lease and sent twice. The worker holds the email meanwhile (no claim of its own retakes it; renewals go
+ * on); only stop() giving up ends the tries.
  */
 const RECORD_RETRY_FIRST_MS = 100;
 const DEFAULT_RECORD_RETRY_MAX_MS = 1_000;
@@ -277,10 +276,9 @@ export class DeliveryWorker {
   }
 
   /**
-   * Per-recipient verdicts of one attempt; a failed send is a verdict too, never an exception. Undefined
-   * for a send that failed after stop() gave up on it, or that never began (NotStartedError): the mailer
-   * closing under it is no verdict on the email, and recording one would defer it with that text instead
-   * of leaving it to its lease.
+   * Per-recipient verdicts of one attempt; a failed send is a verdict too, never an exception. Undefined for
+   * a send that failed after stop() gave up on it, or never began (NotStartedError): that is no verdict on
+   * the email, and recording one would defer it instead of leaving it to its lease.
    */
   private async send(
     recipients: RecipientRow[],
