@@ -40,7 +40,7 @@ export function finishHeaders(
   connections: Connections,
 ): void {
   // Only a connection's last request in progress says so: Node ends the connection after an answer with
-  // Connection: close, and the answers of requests pipelined behind it, done or refused, were lost.
+  // Connection: close, and the answers of requests pipelined behind it, done or refused, would be lost.
   if (closing && connections.requestsOn(req.raw.socket) <= 1) reply.header('connection', 'close');
   else drainUnreadBody(req, reply);
   absoluteReset(reply);

@@ -69,12 +69,10 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
 const LINGER_MS = 2_000;
 
 /**
- * Ends the connection after the answers written to it, reading and dropping what the client still sends
- * for up to LINGER_MS (a lingering close, RFC 9112 9.6). A socket destroyed as soon as its answer was out
- * meets the bytes the client is still writing with a reset, which throws away the answer the client has not
- * read yet: 23 of 30 clients sending a megabyte of headers got no 431 at all. After a parse error, Node's
- * parser keeps reading the socket meanwhile and reports each later packet as an error, which
- * clientErrorHandler ignores; the connection closes once the client ends its side too, or at LINGER_MS.
+ * Ends the connection after the answers written to it, reading and dropping what the client still sends for
+ * up to LINGER_MS (a lingering close, RFC 9112 9.6): destroyed at once, the socket would meet those bytes
+ * with a reset, which throws away the answer the client has not read. After a parse error Node reports each
+ * later packet as an error, which clientErrorHandler ignores.
  */
 export function closeAfterAnswer(socket: Socket): void {
   socket.end();
@@ -86,12 +84,11 @@ export function closeAfterAnswer(socket: Socket): void {
 type AnsweringSocket = Socket & { _httpMessage?: (ServerResponse & { req?: { complete: boolean } }) | null };
 
 /**
- * Runs `then` once the requests Node read whole on this connection before the bytes it refused have been
- * answered: a request whose body ended a byte before its Content-Length said, or one pipelined before
- * garbage, was run (an email accepted, say), and its answer must reach the client before the 400 and the
- * close, or the client would take it as refused and send it again. Node keeps the answer in progress as
- * the socket's `_httpMessage`, and the next one queued behind it takes its place when it finishes. A
- * request whose own body Node could not read (bad chunk framing) is not waited for: it never finishes.
+ * Runs `then` once the requests Node read whole on this connection, before the bytes it refused, are
+ * answered: such a request was run (an email accepted, say), and unless its answer comes before the 400 and
+ * the close, the client takes it as refused and sends it again. The answer in progress is the socket's
+ * `_httpMessage`, the next queued one taking its place as it finishes. A request whose own body Node could
+ * not read (bad chunk framing) never finishes, so is not waited for.
  */
 export function afterAnswers(socket: AnsweringSocket, then: () => void): void {
   const answer = socket._httpMessage;

@@ -5,10 +5,9 @@ import { type AppError, validationError } from '../errors.js';
 import { timesSent } from './endpoint.js';
 
 /**
- * RFC 9112 3.2: an HTTP/1.1 request without a Host header, with two, or with one that is no host (a
- * name or address, and a port), is a 400, answered in the contract's shape and counted like any request
- * (Node's own check answered a missing one with no body at all, and let the others through, keeping the
- * first of two). An empty Host is allowed, as the RFC allows it.
+ * RFC 9112 3.2: an HTTP/1.1 request without a Host header, with two, or with one that is no host (a name or
+ * address, and a port) is a 400 in the contract's shape, counted like any request: Node's own check would
+ * answer a missing one with no body and let the others through. An empty Host is allowed (the RFC allows it).
  */
 export function badHost(req: FastifyRequest): AppError | undefined {
   const host = req.headers.host;

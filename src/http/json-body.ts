@@ -72,10 +72,9 @@ export function useJsonBodies(app: FastifyInstance): void {
     }
     const body = bytes.toString('utf8');
     parseJson(req, body, (err, value) => {
-      // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is actually wrong. Only
-      // text that is valid JSON was refused for its keys: `{"constructor":1,}` is just broken JSON. The
-      // key is named by its path only in a body small enough to walk: a walk of every key of a 10 MiB body
-      // held the event loop for seconds (a valid body holds a few hundred entries).
+      // Fastify words a prototype-poisoning refusal as "not valid JSON"; say what is wrong, but only for text
+      // that is valid JSON (`{"constructor":1,}` is just broken). The key is named by its path only in a body
+      // small enough to walk: walking a 10 MiB body holds the event loop for seconds.
       const parsed = err && /"(__proto__|constructor)"\s*:/.test(body) ? plainParse(body) : undefined;
       if (parsed) {
         const field = (body.length <= NAMED_KEYS_MAX_BYTES && forbiddenKey(parsed.value)) || 'body';

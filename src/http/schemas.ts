@@ -28,13 +28,13 @@ export const Pagination = Type.Object(
   { title: 'Pagination' },
 );
 
-// Nullable values as type arrays rather than anyOf: fast-json-stringify writes these directly, while an
-// anyOf makes it run a validator on every value to pick the branch (a profile of GET contacts showed it).
+// Nullable values as type arrays rather than anyOf: fast-json-stringify writes these directly, while an anyOf
+// makes it run a validator on every value to pick the branch.
 export const NullableString = Type.Unsafe<string | null>({ type: ['string', 'null'] });
 /**
- * An object whose keys are the client's to choose, each holding `value`. Not Type.Record: it keys the
- * values by the pattern `^.*$`, whose `.` stops at a line break, so a key holding one was refused as an
- * unknown field.
+ * An object whose keys are the client's to choose, each holding `value`. Not Type.Record: it keys the values
+ * by the pattern `^.*$`, whose `.` stops at a line break, so a key holding one would be refused as an unknown
+ * field.
  */
 export function FreeKeys<T extends TSchema>(value: T, options: TSchemaOptions = {}) {
   return Type.Unsafe<Record<string, Static<T>>>({ ...options, type: 'object', additionalProperties: value });

@@ -12,11 +12,10 @@ const waiting = new WeakSet<IncomingMessage>();
 const restarts = new WeakMap<IncomingMessage, () => void>();
 
 /**
- * Node answers `Expect: 100-continue` itself, before any hook runs, so a client sent its whole body to be
- * refused unread. With a listener, the request reaches Fastify unanswered instead, and `sendContinue` asks
- * for the body once the request has passed its checks. A request refused before that gets its answer at
- * once, without the 100; Node then closes the connection, as RFC 9110 (10.1.1) lets it, since the client may
- * or may not send the body it announced.
+ * Node answers `Expect: 100-continue` itself, before any hook runs, so a client would send its whole body
+ * only to be refused unread. With a listener the request reaches Fastify unanswered, and sendContinue asks
+ * for the body once it has passed its checks; one refused first is answered without the 100, and Node then
+ * closes the connection (RFC 9110 10.1.1), as the client may or may not send its body.
  */
 export function holdContinue(server: Server): void {
   server.on('checkContinue', (req: IncomingMessage, res) => {
@@ -45,12 +44,10 @@ function injected(raw: IncomingMessage): boolean {
 
 /**
  * Node's requestTimeout stops counting once the headers are in, so a body trickled a byte at a time would
- * hold its connection for ever. The body gets the same time, from then: a body not all sent by then is
- * answered by `late` if the request has no answer yet (answer-headers.ts writes the 408), and its
- * connection is cut. Armed from the first onRequest hook, and by frameworkErrors for requests refused
- * before routing. What counts is whether the client sent the whole body (`complete`), not whether anyone
- * read it: a handler slower than the deadline is no late body, nor is a body Fastify never reads (a GET's)
- * or a drained one.
+ * hold its connection for ever: the body gets the same time again, then is answered by `late` (the 408,
+ * answer-headers.ts) if unanswered, and its connection cut. Armed by the first onRequest hook, and by
+ * frameworkErrors before routing. It goes by whether the client sent the whole body (`complete`), not whether
+ * it was read: a slow handler or an unread or drained body is not late.
  */
 export function armBodyDeadline(
   req: FastifyRequest,
@@ -96,15 +93,12 @@ export function armBodyDeadline(
 }
 
 /**
- * An answer given before the request's body is in: a body refused unread (413, 415), or a request refused
- * before its body was read (401, 403, 429). Node closes the socket as soon as such an answer is written when
- * the connection is to close (Fastify asks for that after refusing a body; the client may have asked), while
- * the client is still sending. The client's kernel meets the next bytes it sends with a reset, which throws
- * away the answer it has not read yet: of 50 bodies of 11 MB sent at once to a 10 MB limit, 38 got no answer
- * at all (curl: "broken pipe"), and 26 of 30 clients sending Connection: close and a bad key got no 401.
- * Instead, the connection stays open and Node reads the rest of the body and drops it, so the answer
- * arrives; it then serves the next request, or closes if the client asked it to (Connection: close, or
- * HTTP/1.0). The body's deadline (armBodyDeadline) still holds.
+ * An answer given before the body is in (413, 415 unread; 401, 403, 429 before reading). On a connection that
+ * is to close (Fastify asks so after refusing a body; the client may too), Node closes the socket once the
+ * answer is written while the client still sends, and the client's kernel meets its next bytes with a reset
+ * that throws away the unread answer. So the connection stays open and the rest of the body is read and
+ * dropped; then the next request is served, or the connection closes if the client asked (Connection: close,
+ * HTTP/1.0). armBodyDeadline still bounds it.
  */
 export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply): void {
   const raw = req.raw;
