@@ -44,11 +44,10 @@ export const REFUSED_HEADERS = new Set(
 );
 
 /**
- * Whole families Mailroom keeps for itself: `Content-*` headers (all but Content-Language and
- * Content-Description) describe the MIME structure it builds (`Content-Base` or `Content-Location` could
- * point mail clients at other files), and `Resent-*` headers name senders and recipients, which would get
- * around the From rule in the clients that show them. `ARC-*` headers are a receiving server's sealed
- * record of the authentication it saw (RFC 8617).
+ * Whole families Mailroom keeps for itself: `Content-*` (but Content-Language and Content-Description)
+ * describe the MIME structure it builds, and `Content-Base` or `Content-Location` could point mail clients at
+ * other files; `Resent-*` name senders and recipients, getting around the From rule in clients that show
+ * them; `ARC-*` are a receiving server's sealed record of the authentication it saw (RFC 8617).
  */
 const REFUSED_PREFIXES = ['content-', 'resent-', 'arc-'];
 /** Content-* headers that say nothing about the structure: a localised message's language, a label. */
@@ -62,11 +61,10 @@ export function isRefusedHeader(name: string): boolean {
 }
 
 /**
- * Headers whose values are message ids (RFC 5322), structured fields (OTP-Token) or a mailing list's URLs
- * and id (RFC 2369, 2919, 8058): an encoded-word in them is read as literal text, so a client no longer
- * finds the message, the unsubscribe link or the list. They go out as written, and so must be printable
- * ASCII (a URL percent-encodes the rest); a non-ASCII character would have gone out MIME-encoded, the whole
- * value one encoded-word, or as raw 8-bit, which relays without SMTPUTF8 may refuse.
+ * Headers whose values are message ids (RFC 5322), structured fields (OTP-Token) or a mailing list's URLs and
+ * id (RFC 2369, 2919, 8058): an encoded-word in them reads as literal text, and clients lose the message, the
+ * unsubscribe link or the list. So they go out as written and must be printable ASCII (a URL percent-encodes
+ * the rest): raw 8-bit may be refused by relays without SMTPUTF8.
  */
 const UNENCODABLE_HEADERS = new Set([
   'in-reply-to',

@@ -159,9 +159,9 @@ export class EmailsService {
   async get(orgId: string, asked: string) {
     // Ids are UUIDs, which RFC 9562 reads in either case; they are made and stored in lower case.
     const id = UUID_TEXT.test(asked) ? asked.toLowerCase() : asked;
-    // One snapshot: read apart, a delivery recorded in between showed an email still `sending` whose
-    // recipients were already `sent`. The recipients and events of another organisation's email are read
-    // too, and dropped with the 404.
+    // One snapshot: read apart, a delivery recorded in between would show an email still `sending` whose
+    // recipients are already `sent`. The recipients and events of another organisation's email are read too,
+    // and dropped with the 404.
     const [row, recipients, events] = await this.store.snapshot((db) =>
       Promise.all([repo.findEmail(db, orgId, id), repo.listRecipients(db, id), repo.listEvents(db, id)]),
     );

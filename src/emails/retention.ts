@@ -1,12 +1,8 @@
-// EMAIL_RETENTION_DAYS: emails that ended (sent, failed) are removed with their recipients and events once
-// their createdAt is that many days old. Each process that delivers runs it on a timer of its own, never
-// inside a delivery poll; on PostgreSQL one of them at a time (Store.alone). A run walks the email ids in
-// order: they are UUID v7, so the oldest come first and "made before the cutoff" is a bound on the primary
-// key's index, whatever the organisations. Each slice is read without a lock; its ended emails are deleted
-// in a commit of their own, createdAt checked again there (on PostgreSQL an id carries the time of the
-// accepting host's clock, createdAt the database's), followed by a pause, so a first run over years of
-// mail takes about a fifth of the store's writer. Emails still on their way stay, however old; the next
-// run looks at them again.
+// EMAIL_RETENTION_DAYS: ended emails (sent, failed) are removed, with their recipients and events, once their
+// createdAt is that many days old; emails still on their way stay, however old. Each delivering process runs
+// it on a timer of its own, never inside a delivery poll. Ids are UUID v7, so walking them in order finds the
+// oldest first and the cutoff bounds the primary key whatever the organisations; createdAt is checked again
+// in the delete, as on PostgreSQL an id carries the accepting host's clock and createdAt the database's.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Clock, firstIdAt } from '../clock.js';
@@ -28,9 +24,12 @@ const RETRY_MS = 60_000;
  * of them (a run lasts minutes at most once the first over a backlog is done).
  */
 const ELSEWHERE_WARN_RUNS = 6;
-/** Emails read a slice; the ended ones among them are deleted in one commit (about 5 ms on SQLite). */
+/** Emails read a slice; the ended ones among them are deleted in one short commit. */
 const SLICE = 100;
-/** The pause after each slice's delete: four times as long as the delete took, within these bounds. */
+/**
+ * The pause after each slice's delete: four times as long as the delete took, within these bounds, so a run
+ * over a backlog takes about a fifth of the store's writer.
+ */
 const MIN_PAUSE_MS = 20;
 const MAX_PAUSE_MS = 2_000;
 
