@@ -18,8 +18,8 @@ const MAX_LABEL = 63;
 
 /**
  * The dot-atom check, within the lengths a relay accepts (RFC 5321: a local part of at most 64 octets; a
- * domain label at most 63), and a top-level domain that is not all digits (`x@1.2.3.4` is no host name).
- * Each of these was accepted with a 200 and then failed at the relay.
+ * domain label at most 63), and a top-level domain that is not all digits (`x@1.2.3.4` is no host name):
+ * otherwise such an address is accepted with a 200 and then fails at the relay.
  */
 export function isValidEmail(address: string): boolean {
   if (address.length > MAX_ADDRESS || !EMAIL.test(address)) return false;
@@ -31,8 +31,8 @@ export function isValidEmail(address: string): boolean {
 
 /**
  * An address (or a term looked for in addresses) as it is matched, ignoring case: ASCII letters lowered,
- * nothing else. Addresses are ASCII; String#toLowerCase would also turn U+212A (KELVIN SIGN) into `k`, so
- * a term no address can hold found, updated or deleted an ASCII contact.
+ * nothing else. Addresses are ASCII; String#toLowerCase would also turn U+212A (KELVIN SIGN) into `k`, so a
+ * term no address can hold would find, update or delete an ASCII contact.
  */
 export function matchCase(text: string): string {
   return text.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
@@ -42,9 +42,9 @@ export function matchCase(text: string): string {
 export const MAX_MAILBOX = 1000;
 
 /**
- * `Name <address>`: the name and what the last `<` and the final `>` enclose, found by a scan. A regex
- * (`^(.*?)\s*<([^<>]*)>$`) backtracked quadratically on a long run of spaces before a `<`: one 100 KB
- * `to` held the event loop for 9 s.
+ * `Name <address>`: the name and what the last `<` and the final `>` enclose, found by a scan: a regex
+ * (`^(.*?)\s*<([^<>]*)>$`) backtracks quadratically on a long run of spaces before a `<`, holding the event
+ * loop for seconds.
  */
 function splitAngle(value: string): { name: string; address: string } | undefined {
   if (!value.endsWith('>')) return undefined;

@@ -1,9 +1,8 @@
 // Two Ajv instances: bodies are validated strictly (no type coercion, unknown fields are errors, every error
-// reported), query strings and path params are coerced from text. Ajv errors become {field, message} with
-// the field written as the client wrote it (ajv-errors.ts), beside checks for characters (characters.ts).
-// A schema may carry rules that JSON Schema cannot say (withRules); they run beside Ajv, so one 400 lists
-// every offending field, not only those of whichever check ran first; each field is named once, with the most
-// telling of its problems.
+// reported), query strings and path params are coerced from text. Ajv errors become {field, message} with the
+// field as the client wrote it (ajv-errors.ts), beside checks for characters (characters.ts). Rules JSON
+// Schema cannot say (withRules) run beside Ajv, so one 400 lists every offending field, each named once with
+// its most telling problem.
 import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
@@ -53,10 +52,10 @@ function integerFields(schema: unknown): string[] {
 const DECIMAL = /^-?[0-9]+$/;
 
 /**
- * No request body holds more entries (object keys and array items, all told) than this: a valid one has a
- * few hundred at most (100 custom fields, 100 contact ids, 50 × 4 addresses and 50 headers). One that
- * holds more is answered by the first schema error alone: every check of every entry (and a detail for
- * each) would hold the event loop for seconds, or a minute, on a 10 MiB body of tiny keys.
+ * No request body holds more entries (object keys and array items, all told) than this: a valid one has a few
+ * hundred at most (100 custom fields, 100 contact ids, 50 × 4 addresses and 50 headers). One that holds more
+ * is answered by the first schema error alone: checking every entry of a 10 MiB body of tiny keys, with a
+ * detail for each, would hold the event loop for seconds.
  */
 const MAX_ENTRIES = 2_000;
 /** Details in one answer at most; the rest are counted in a last one. */
@@ -64,8 +63,8 @@ const MAX_DETAILS = 100;
 
 /**
  * Whether the objects and arrays in `data` hold more than MAX_ENTRIES entries in all. An object's keys are
- * counted as they come, never copied out: `Object.values` of 760,000 custom fields (a 9 MB body) took
- * 1.2–1.5 s on its own, more than parsing the body.
+ * counted as they come, never copied out: `Object.values` of a 9 MB body of custom fields takes longer than
+ * parsing it.
  */
 function tooManyEntries(data: unknown): boolean {
   let count = 0;
