@@ -98,9 +98,8 @@ const ofOrganizationList =
 
 /**
  * PostgreSQL walks a list's members in contact id order on the primary key's index for the rest of the
- * transaction: without fresh planner statistics (a list filled a moment ago) it read every remaining member
- * by bitmap and sorted them, for each slice (a delete of 200,000 members took seconds, growing with the
- * square of the list).
+ * transaction: without fresh planner statistics (a list filled a moment ago) it would read every remaining
+ * member by bitmap and sort them for each slice, so a delete would grow with the square of the list.
  */
 async function walkMembersByIndex(db: Executor): Promise<void> {
   await sql`set local enable_bitmapscan = off`.execute(db);
@@ -115,13 +114,11 @@ const LOCK_PASSES = 4;
 
 export async function deleteList(db: Executor, organizationId: string, id: string): Promise<boolean> {
   if (dialectOf(db) === 'postgres') {
-    // The members left are locked first, in contact id order, and the list's row after them: the order
-    // in which a removal (or a slice of this delete) locks its members and then the list's row, for its
-    // contactCount. Deleting the list first locked its row and then cascaded to the members, the other
-    // way round, and deadlocked with removals under way (7 deletes of 8 failed after their retries beside
-    // four adders and four removers of 100 members). Members added while a pass waited are locked by the
-    // next pass, until one finds no more: the cascade would meet them after the list's row otherwise.
-    // Counted, not sent back: a walk that ran out of walks can leave many.
+    // The members left are locked first, in contact id order, then the list's row: the order in which a
+    // removal (or a slice of this delete) locks members and then the list's row for its contactCount;
+    // deleting the list first would cascade the other way round and deadlock with removals. Members added
+    // while a pass waited are locked by the next pass, until one finds no more, or the cascade would meet
+    // them after the list's row. Counted, not sent back: the members left can be many.
     await walkMembersByIndex(db);
     const left = db
       .selectFrom('list_members')
@@ -157,9 +154,9 @@ export async function existingContactIds(
   let query = db.selectFrom('contacts').select(['id', 'organization_id']).where('id', 'in', contactIds);
   // On PostgreSQL the contacts found stay until the caller commits (FOR KEY SHARE blocks their deletion;
   // taken in id order, as against a transaction deleting several); one deleted meanwhile is not found.
-  // Another organisation's contacts among the ids are locked too, harmlessly, and dropped below.
-  // Otherwise each deletion committed between this read and the memberships' insert failed the insert's
-  // foreign key, and a request adding contacts that were being deleted ran out of retries (a 500).
+  // Another organisation's contacts among the ids are locked too, harmlessly, and dropped below. Unlocked, a
+  // deletion committed before the memberships' insert would fail its foreign key, and a request adding
+  // contacts being deleted could run out of retries (a 500).
   if (dialectOf(db) === 'postgres') query = query.orderBy('id').forKeyShare();
   const rows = await query.execute();
   return rows.filter((r) => r.organization_id === organizationId).map((r) => r.id);
@@ -182,14 +179,12 @@ export async function addMembers(
 }
 
 /**
- * Removes up to `limit` of the list's memberships if the list is the organisation's: what deleting a list
- * does before deleting it, a slice a commit (ListsService.delete). Returns how many it removed, and on
- * PostgreSQL the cursor to pass as `after` for the next slice.
- * On SQLite (one writer) a slice is found and deleted by where its rows are stored: probing the primary
- * key for each of 2,000 contact ids took 5 times as long. On PostgreSQL a slice is the next `limit`
- * members in contact id order, locked in that order (a removal of several members locks them in the
- * same order, `removeMembers`): locked as stored, a slice and a removal each held a membership the other
- * waited for, and one of them was killed as a deadlock.
+ * Removes up to `limit` of the list's memberships if the list is the organisation's: a slice of a list's
+ * delete, one a commit (ListsService.delete). Returns how many, and on PostgreSQL the cursor to pass as
+ * `after` next. SQLite (one writer) finds and deletes a slice by where its rows are stored, far faster than
+ * probing the primary key per contact. PostgreSQL takes the next `limit` members in contact id order, locked
+ * in that order as removeMembers locks them: locked as stored, a slice and a removal could each hold a
+ * membership the other waits for, and deadlock.
  */
 export async function removeSomeMembers(
   db: Executor,
@@ -231,10 +226,10 @@ export async function removeSomeMembers(
 export async function removeMembers(db: Executor, listId: string, contactIds: string[]): Promise<number> {
   if (dialectOf(db) === 'postgres') {
     // One statement that deletes what it locked, in contact id order, as a list's delete locks its members
-    // (removeSomeMembers, deleteList). Locked first and then deleted by a second statement, the members
-    // added in between were deleted too, locked as stored, and deadlocked with a list's delete.
-    // Found from the ids, an index probe each: asked for in contact id order off the index, PostgreSQL
-    // with stale statistics walked every member of a large list to pick out the hundred (113 ms, not 1).
+    // (removeSomeMembers, deleteList): deleted by a second statement, members added in between would be
+    // deleted too, locked as stored, and deadlock with a list's delete. Found from the ids, an index probe
+    // each: asked for in contact id order off the index, PostgreSQL with stale statistics may walk every
+    // member of a large list to pick out the hundred.
     const locked = sql`(select m.ctid from unnest(${contactIds}::text[]) as ids(id)
       join list_members m on m.list_id = ${listId} and m.contact_id = ids.id
       order by ids.id for update of m)`;

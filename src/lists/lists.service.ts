@@ -25,7 +25,10 @@ export const toList = (r: ListRow): List => ({
 });
 
 const DELETE_SLICE = 2_000;
-/** Walks over a list's members in one round of its delete, at most (PostgreSQL; ListsService.delete). */
+/**
+ * Walks over a list's members in one round of its delete, at most (PostgreSQL): adds that outpace the walk
+ * cannot keep the delete going for ever.
+ */
 const MAX_WALKS = 3;
 /** Rounds of walks and the list's own delete, while that deadlocks past the store's retries. */
 const DELETE_ROUNDS = 3;
@@ -35,7 +38,7 @@ export class ListsService {
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly ids: Ids,
-    /** Memberships removed a commit when a list is deleted (about 10 ms of SQLite's writer). */
+    /** Memberships removed a commit when a list is deleted: a brief hold of SQLite's writer. */
     private readonly deleteSlice = DELETE_SLICE,
   ) {}
 
@@ -87,16 +90,12 @@ export class ListsService {
   }
 
   /**
-   * The list's memberships go first, a slice a commit, then the list: one statement cascading to 300,000
-   * memberships held SQLite's writer, and so every other write, for about a second. Between slices other
-   * writes go on. Another organisation's list loses nothing. Slices go on while they remove over half a
-   * slice. On PostgreSQL the slices walk the members in contact id order, and members added behind the
-   * walk are left: the walk starts again from the first while the last one removed over half a slice, at
-   * most MAX_WALKS times (adds that outpace it cannot keep the delete going for ever). The list's own
-   * delete then takes what is left, locking those members in contact id order before the list
-   * (repo.deleteList), as a removal does; members added below those already locked can still close a
-   * cycle, and a deadlock that outlasts the store's retries sends the delete back to the walk, at most
-   * DELETE_ROUNDS times, and then answers it (a 500).
+   * The memberships go first, a slice a commit (while each removes over half a slice), then the list: one
+   * statement cascading to a large list would hold SQLite's writer, and every other write, for as long. On
+   * PostgreSQL a walk leaves the members added behind it, so it starts again while the last walk removed over
+   * half a slice (MAX_WALKS). The list's delete then locks the rest in contact id order before the list, as a
+   * removal does (repo.deleteList); members added below those can still deadlock it, which past the store's
+   * retries sends it back to the walk (DELETE_ROUNDS), then answers a 500.
    */
   async delete(orgId: string, id: string): Promise<void> {
     for (let round = 1; ; round++) {
