@@ -252,7 +252,7 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
   refuseOtherFlags(commandName, flags);
   switch (commandName) {
     case 'serve': {
-      // Loaded only here: the HTTP stack, the mailer and the worker took half of every command's start-up.
+      // Loaded only here: the HTTP stack, mailer and worker would be half of every command's start-up.
       const { serve } = await import('../server.js');
       const { host, port } = await serve(loadConfig(), { worker: !flags['no-worker'], json });
       if (json) console.log(JSON.stringify({ status: 'listening', host, port }));

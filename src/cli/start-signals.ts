@@ -1,8 +1,7 @@
-// A SIGTERM or SIGINT that reaches `serve` or `worker` while their modules are still loading (about a second
-// on a busy machine, before server.ts can hold it) would end the process at once, with 143 and not a word.
-// This module imports nothing and is the CLI's first import (bin/mailroom.js loads it before the CLI), so it
-// holds such a signal from the start; the server takes it over (takeStartSignal) and stops once started.
-// A second signal meanwhile stops the process at once, as later in start-up.
+// A SIGTERM or SIGINT that reaches `serve` or `worker` while their modules still load (about a second on a
+// busy machine) would end the process at once, with 143 and not a word. This module imports nothing and is
+// loaded first (bin/mailroom.js), so it holds such a signal until the server takes it over (takeStartSignal)
+// and stops once started; a second signal meanwhile stops the process at once.
 
 const HOLDS = new Set(['serve', 'worker']);
 
