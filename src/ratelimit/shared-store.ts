@@ -27,9 +27,9 @@ const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
 ) => CounterStore;
 
 /**
- * The plugin shows the seconds left in the window, rounded up, and http/answer-headers.ts turns them into
- * the unix time the window ends. Reported as if the window ended on the next whole second, every request of
- * one window shows the same time; from the exact end, the two roundings made it move by a second within a
+ * The plugin shows the seconds left in the window, rounded up, and http/answer-headers.ts turns them into the
+ * unix time the window ends. Reported as if the window ended on the next whole second, every request of one
+ * window shows the same time; from the exact end, the two roundings would move it by a second within a
  * window.
  */
 function endingOnWholeSecond(cb: Callback): Callback {
@@ -47,11 +47,10 @@ const LATE_TIMER_MS = 650;
 const REDIS_RETRY_MS = 5_000;
 
 /**
- * Counters in Redis when it answers, else in this process. A Redis that stops answering without closing
- * the connection (a dead host, a dropped route) still looks connected: its commands time out instead
- * (runtime.ts sets the timeout). Once a second command fails that way, this process counts locally for
- * REDIS_RETRY_MS rather than making every request wait for a timeout. `onChange` hears when counting
- * moves off Redis and back.
+ * Counters in Redis when it answers, else in this process. A Redis that stops answering without closing the
+ * connection (a dead host, a dropped route) still looks connected, and its commands time out (runtime.ts);
+ * after a second such failure this process counts locally for REDIS_RETRY_MS rather than have every request
+ * wait out a timeout. `onChange` hears when counting moves off Redis and back.
  */
 export function sharedLimitStore(
   redis: Redis | undefined,
