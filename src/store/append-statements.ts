@@ -1,20 +1,14 @@
 // PostgreSQL: a batch of appended rows (appender.ts) as one statement that can run named
-// (named-statements.ts). Sent unnamed, a multi-row INSERT is parsed and planned on every run, and its text
-// changes with every row count, so it could not be named as it was. Named, PostgreSQL's CPU per accepted
-// email (its three tables, over HTTP, builds alternated) went from 68–76 µs to 54–66, and per new contact
-// from 48–57 to 44–50. So each table's rows are padded with rows of NULLs up to a power of two, which a
-// WHERE drops before they are inserted: a table has a few row counts (1, 2, 4, … while its rows hold at
-// most MAX_PADDED_PARAMETERS values), and a statement one of their combinations. The first
-// MAX_NAMED_SHAPES combinations a process meets are named; any other batch is written exactly (unpadded)
-// and unnamed, as before.
+// (named-statements.ts), not parsed and planned on every run. A multi-row INSERT's text changes with its row
+// count, so each table's rows are padded with rows of NULLs, which a WHERE drops, up to a power of two: a few
+// shapes per table. The first MAX_NAMED_SHAPES combinations a process meets are named; any other batch goes
+// exact and unnamed.
 //
 // The padded rows sit in a VALUES list under a SELECT, where PostgreSQL cannot take the parameters' types
-// from the columns they go into: the first row casts each parameter to its column's type, without a
-// length or precision (`bpchar`, not `character`, which means char(1)), so that a value too long for
-// its column is still refused, never cut. The types are read once per table; a statement PostgreSQL
-// refuses for a value that does not convert is built again if the table's types changed meanwhile (a
-// migration run by a newer process). Until then values go through the old type's conversion: a process
-// only ever writes the values of its own version's schema, which it read after migrating.
+// from their columns: the first row casts each to its column's type without length or precision (`bpchar`,
+// not `character`, which means char(1)), so a value too long for its column is still refused, never cut. The
+// types are read once per table (changedSince: again after a migration); a process writes only the values of
+// its own version's schema, which it read after migrating.
 import { CompiledQuery, type Kysely, sql } from 'kysely';
 import { nameStatement } from './named-statements.js';
 

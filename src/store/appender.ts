@@ -1,9 +1,8 @@
-// Batched appends: new rows from concurrent callers (accepted emails with their recipients and events)
-// are written together, one multi-row INSERT per table and one commit for the lot, instead of a
-// transaction of several statements per caller. That is where acceptance spends its time on
-// PostgreSQL (round trips, one commit each) and, less so, on SQLite (a savepoint per write).
-// A caller's promise settles only after its rows are durably committed. If a shared batch fails, each
-// caller's rows are written again on their own, so one bad row fails only its own caller.
+// Batched appends: rows from concurrent callers (accepted emails with their recipients and events) go in one
+// multi-row INSERT per table and one commit for the lot, not a transaction of several statements each: round
+// trips and commits are where acceptance spends its time. A caller's promise settles only once its rows are
+// durably committed; if a shared batch fails, each caller's rows are written again alone, so one bad row
+// fails only its own caller.
 import { CompiledQuery, type Insertable, type Kysely, type QueryCreator, sql } from 'kysely';
 import {
   type DialectName,
@@ -42,11 +41,11 @@ const MAX_JOBS = 500;
 /** Errors of batches whose rows may or may not be in (writeOrFind): not written again alone. */
 const unwritable = new WeakSet<Error>();
 /**
- * A look for a batch's rows (writeOrFind) that fails within LOOK_QUICK_MS (a new connection cut by the
- * fault that lost the write's answer) is tried again, LOOK_TRIES times in all, LOOK_RETRY_MS and then twice
- * that apart. Answered 503 after one such failure, an email that was in and went out was sent twice by a
- * client that retried without a key (a helper's proxy cut connections at random). A look that failed
- * slowly (a timeout) is not tried again: the store is slow or gone, and the caller would wait as long again.
+ * A look for a batch's rows (writeOrFind) that fails quickly (within LOOK_QUICK_MS: a new connection cut by
+ * the fault that lost the write's answer) is tried again, LOOK_TRIES times in all, LOOK_RETRY_MS and then
+ * twice that apart: a 503 for rows that were in makes a client that retries without a key send the email
+ * twice. A look that failed slowly (a timeout) is not: the store is slow or gone, and the caller would wait
+ * as long again.
  */
 export const LOOK_TRIES = 3;
 const LOOK_RETRY_MS = 50;
@@ -116,12 +115,11 @@ export class Appender<DB> {
   }
 
   /**
-   * Writes the batch. On PostgreSQL a write can fail after its commit: the connection lost with the
-   * answer on its way. The batch's first row then tells (a batch commits whole or not at all), so that a
-   * caller is not told of an outage, nor of a conflict with its own rows when written again alone, for
-   * rows that are in. Such a first attempt may also commit late, after the look found nothing: its rows
-   * then collide with the batch's next attempt, which looks again. A write that could not connect sent
-   * nothing, and is not looked for.
+   * Writes the batch. On PostgreSQL a write can fail after its commit (the connection lost with the answer on
+   * its way), so the batch's first row is looked for (a batch commits whole or not at all): a caller whose
+   * rows are in must hear neither of an outage nor of a conflict with its own rows. A first attempt that
+   * commits after the look found nothing collides with the next attempt, which looks again. A write that
+   * could not connect sent nothing, and is not looked for.
    */
   private async writeOrFind(batch: Job[]): Promise<void> {
     try {
@@ -141,15 +139,12 @@ export class Appender<DB> {
         throw undecided;
       }
       if (!found) {
-        // Not in yet, though a write the server never answered may still commit late: its bytes on their
-        // way when the pool gave up on them, or its commit stalled. A batch of several callers is written
-        // again caller by caller (writeTogetherOrAlone); a lone caller's rows are written again here, by
-        // the same ids, so that of this write and the late one, whichever comes second collides with the
-        // other's rows, and the next look settles it. Answered 503 instead, the caller's retry without a
-        // key sent the email twice (a helper reproduced it with a request held 3 s). A commit still stalled
-        // once the second write's own statement_timeout ends its wait gets the 503 all the same: its
-        // outcome is not known. A write the server answered with an error cannot commit late, and is not
-        // written again (a statement stopped by its timeout would only wait on the same lock again).
+        // Not in yet, but a write the server never answered may still commit late. A lone caller's rows are
+        // written again here by the same ids (several callers' go one by one): whichever write comes second
+        // collides, and the next look settles it, where a 503 would have a retry without a key send the email
+        // twice. A commit stalled past this write's own statement_timeout still gets the 503: its outcome is
+        // unknown. A write the server answered with an error cannot commit late, and is not written again (a
+        // timed-out one would only wait on the same lock).
         const [job] = batch;
         if (batch.length === 1 && !job!.again && firstRow(job!) !== undefined && !answeredByServer(err)) {
           job!.again = true;

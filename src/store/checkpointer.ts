@@ -1,10 +1,8 @@
-// WAL checkpoints off the event loop. SQLite's writer copies its WAL into the database file itself, inside
-// the commit that takes the WAL past wal_autocheckpoint frames (1,000 by default): under a steady write
-// load about one commit in twenty then blocks the server for 5-40 ms. A thread with its own connection
-// does it instead. The writer's own checkpoint stays as a backstop at a few thousand frames: when it
-// fires it copies only what the thread has not copied yet (a few commits' worth), and it bounds the WAL
-// when commits land back to back and never leave the thread a moment with every frame copied. It is back
-// at SQLite's default if the thread stops, until a new thread takes over.
+// WAL checkpoints off the event loop: SQLite's writer otherwise copies its WAL into the database file inside
+// the commit that takes the WAL past wal_autocheckpoint frames, blocking the server meanwhile. The writer's
+// own checkpoint stays as a backstop at a few thousand frames: it then copies only what the thread has not,
+// and bounds the WAL when back-to-back commits never leave the thread a moment with every frame copied. It is
+// back at SQLite's default while no thread runs.
 import type BetterSqlite3 from 'better-sqlite3';
 import { startBackgroundThread } from './background-thread.js';
 

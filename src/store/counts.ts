@@ -29,9 +29,9 @@ export function maintainedCounts(table: CountsTable) {
 
 /**
  * A page's extra column `total`: the bucket's maintained count, read by the page's own statement, so that
- * PostgreSQL answers a page and its total in one round trip (they took two, on two connections) and both
- * come from one snapshot. Uncorrelated, so each store reads it once a statement. An empty page carries
- * none (pageTotal): its caller reads the count alone.
+ * PostgreSQL answers a page and its total in one round trip and both come from one snapshot. Uncorrelated, so
+ * each store reads it once a statement. An empty page carries none (pageTotal): its caller reads the count
+ * alone.
  */
 export function countColumn(db: Executor, table: CountsTable, organizationId: string, bucket: string) {
   return bucketSum(db, table, organizationId, bucket).as('total');

@@ -1,12 +1,11 @@
-// A PostgreSQL pool whose stuck statements can be cancelled (Store.interrupt): a shutdown whose grace ran
-// out cuts the connections of requests still in progress, and a statement of theirs still waiting (on a
-// lock, a failover) would otherwise commit later, with no one told. A cancelled statement fails with 57014
-// (store unavailable: its request is answered 503) and its transaction is rolled back; a COMMIT under way
-// is not interrupted, and answers as it would have.
+// A PostgreSQL pool whose stuck statements can be cancelled (Store.interrupt): a shutdown whose grace ran out
+// cuts the connections of requests still in progress, and a statement of theirs still waiting (on a lock, a
+// failover) would otherwise commit later, with no one told. A cancelled statement fails with 57014 (store
+// unavailable: a 503) and its transaction rolls back; a COMMIT under way is not interrupted.
 //
-// PostgreSQL's cancel request (each connection's process id and secret key, on a connection of its own) takes
-// no session slot, so it is heard when the server has no connection left to give (max_connections, a
-// role's limit), and a pooler such as PgBouncer passes it on to the session it stands for.
+// PostgreSQL's cancel request (the connection's process id and secret key, sent on a connection of its own)
+// takes no session slot, so it is heard when the server has no connection left to give, and a pooler such as
+// PgBouncer passes it on to the session it stands for.
 import type { EventEmitter } from 'node:events';
 import type { Pool, PoolClient } from 'pg';
 import { loadPg } from '../optional-packages.js';

@@ -4,7 +4,7 @@
 // - SQLite: a file beside the database, rewritten by the announcer and watched (inotify) by each server;
 // - PostgreSQL: NOTIFY on a channel each server LISTENs on, over a connection of its own.
 // Best effort on both: a server that misses the word (the watch or the connection lost) still drops its
-// lookups within KEY_CACHE_TTL_MS, as before; one whose connection comes back drops them then.
+// lookups within KEY_CACHE_TTL_MS; one whose connection comes back drops them then.
 import { type FSWatcher, closeSync, openSync, watch, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';

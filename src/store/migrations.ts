@@ -235,10 +235,9 @@ function initial(dialect: DialectName): Migration {
 }
 
 /**
- * How long a PostgreSQL migration's statement waits for a lock (another transaction's on a table it
- * changes) before the run fails, to be tried again (postgres-migrate.ts). Waiting longer held every
- * other process's writes of that table in the lock's queue behind it for as long: a migration behind one
- * open transaction stalled contact writes for 40 s.
+ * How long a PostgreSQL migration's statement waits for a lock (another transaction's, on a table it changes)
+ * before the run fails, to be tried again (postgres-migrate.ts): while it waits, every other process's writes
+ * to that table queue behind it.
  */
 export const MIGRATION_LOCK_TIMEOUT_MS = 5_000;
 
@@ -363,10 +362,9 @@ const SQLITE_MIGRATION_WAIT_MS = 300_000;
 
 /**
  * One migration run. PostgreSQL: kysely takes an advisory lock and runs the migrations in a transaction.
- * SQLite: kysely takes no lock and no transaction (it assumes one connection), yet a server, a worker and
- * the CLI may open one file at once, and two of them migrating together failed ("table … already
- * exists"). One IMMEDIATE transaction around the whole run makes them take turns (the second waits, then
- * finds nothing left to do), and a crash or a failure leaves no half-applied migration.
+ * SQLite: kysely takes neither (it assumes one connection), yet a server, a worker and the CLI may migrate
+ * one file at once ("table … already exists"): one IMMEDIATE transaction around the run makes them take turns
+ * (the second finds nothing left to do), and a crash or a failure leaves no half-applied migration.
  */
 async function oneRun<T>(db: Kysely<unknown>, dialect: DialectName, run: () => Promise<T>): Promise<T> {
   if (dialect === 'postgres') return run();

@@ -1,15 +1,13 @@
-// PostgreSQL: the hot reads (store/prepared.ts) as named statements, parsed and planned once per connection.
-// Sent unnamed, as kysely sends every query, PostgreSQL parses and plans a statement on every run: for a
-// contacts page at a million contacts the planning took three quarters of the server's time (pgbench, the
-// page's own SQL: 3,200–4,100 runs a second unnamed, 11,000–14,000 named). A named statement is planned
-// for its values five times, then PostgreSQL keeps one generic plan when it costs no more than those.
+// PostgreSQL: the hot reads (store/prepared.ts) as named statements, parsed and planned once per connection:
+// sent unnamed, as kysely sends every query, a statement is parsed and planned on every run, which took most
+// of the server's time for a contacts page. A named statement is planned for its values five times, then
+// PostgreSQL keeps one generic plan when it costs no more than those.
 //
-// Only shapes whose plan cannot depend on their values are named: a bound LIMIT or OFFSET is planned as
-// "a tenth of the rows" in a generic plan, which may walk or sort very differently from the page asked
-// for, so those shapes stay unnamed and are planned for their values every time. Nor a `select *`: a
-// column a migration adds would change a named statement's result, which PostgreSQL refuses ("cached plan
-// must not change result type") on that connection for as long as it lives. A migration that changes the
-// type of a column read does the same; the statement then runs unnamed on that connection.
+// Only shapes whose plan cannot depend on their values are named: a generic plan takes a bound LIMIT or
+// OFFSET for "a tenth of the rows", and may walk or sort quite unlike the page asked for. Nor a `select *`: a
+// column a migration adds (or a column read that changes type) changes the result, which PostgreSQL then
+// refuses on that connection for its life ("cached plan must not change result type"); the statement then
+// runs unnamed there.
 import type { ClientBase, QueryConfig } from 'pg';
 import { isStaleNamedResult, isStoreUnavailable } from './dialect.js';
 

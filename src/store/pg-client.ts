@@ -5,10 +5,9 @@ import { loadPg } from '../optional-packages.js';
 import { nameStatementsOn } from './named-statements.js';
 
 /**
- * A connection of Mailroom's own for long statements (migrations, index builds): without the pool's
- * statement timeout (14 s) or the role's, and with the server checking every second that its client is
- * still there, so that a statement of a process that was killed stops waiting for its lock (and holding
- * up every other process's writes in the lock's queue) instead of waiting until it got it.
+ * A connection of Mailroom's own for long statements (migrations, index builds): without the pool's statement
+ * timeout or the role's, and with the server checking every second that its client is still there, so that a
+ * killed process's statement stops waiting for its lock (every other process's writes queue behind it).
  */
 export function setUpLongStatements(client: ClientBase): Promise<unknown> {
   // One query: queued ahead of any caller's, as the pool's own settings are (two at once on a client is
@@ -48,11 +47,10 @@ export async function endWithin(client: PgClient, ms: number): Promise<void> {
 
 /**
  * A client whose query got no answer within the pool's query_timeout (a server that stopped answering, a
- * statement that ignored its statement_timeout) still has that query running, inside whatever transaction
- * it was in: kysely's ROLLBACK would wait behind it and time out too, and the pool would hand the client to
- * the next caller, whose COMMIT then committed the stranger's half-done transaction (an idempotency key
- * without its email: a retry answered 200 for an email that never existed). Such a client is ended at
- * once: the server rolls its transaction back as the connection goes, and the pool drops the client.
+ * statement that ignored its statement_timeout) still has it running in its transaction: kysely's ROLLBACK
+ * would time out behind it, and the pool would hand the client to a caller whose COMMIT commits the
+ * stranger's half-done work (an idempotency key without its email). So it is ended at once: the server rolls
+ * its transaction back as the connection goes, and the pool drops the client.
  */
 function endOnReadTimeout(client: PoolClient): void {
   const query = client.query as unknown as (...args: unknown[]) => unknown;
@@ -74,10 +72,9 @@ export function setUpPoolClient(client: PoolClient, queryTimeoutMs: number): voi
   // The server stops a statement before the pool gives up on it, so the error comes back on a connection
   // still in step, and kysely's ROLLBACK runs there.
   const statementMs = queryTimeoutMs - Math.min(1_000, Math.floor(queryTimeoutMs / 10));
-  // A session left in a transaction without a statement for twice the pool's patience (30 s: a process
-  // frozen mid-write, SIGSTOP, a paused VM) is ended by the server, so that the locks it holds (an idempotency key's claim)
-  // do not stop every other process's writes until its connection dies. Mailroom's own transactions
-  // never pause for anything but the database.
+  // A session idle in a transaction for twice the pool's patience (a process frozen mid-write, SIGSTOP, a
+  // paused VM) is ended by the server, so its locks (an idempotency key's claim) do not hold up other
+  // processes' writes until its connection dies. Mailroom's own transactions wait only on the database.
   const idleMs = 2 * queryTimeoutMs;
   void client
     .query(`set statement_timeout = ${statementMs}; set idle_in_transaction_session_timeout = ${idleMs}`)

@@ -10,13 +10,12 @@ import { endWithin } from './pg-client.js';
 const ALONE_IDLE_S = 60;
 
 /**
- * Store.alone on PostgreSQL: a transaction's advisory lock (pg_try_advisory_xact_lock), the transaction
- * left open while fn runs. It ends with the transaction, behind PgBouncer in transaction mode too, which
- * keeps a transaction on one server connection (a session's lock stays on whichever server connection ran
- * it, after the run). Idle between statements the transaction has no xid and no snapshot (READ
- * COMMITTED): it holds back no VACUUM, and holds only the lock. Its settings are SET LOCAL, so that none
- * of them stays on a server connection a pooler hands Mailroom's pool next. `pg_stat_activity` shows the
- * holder by its application_name, `mailroom: <name>`.
+ * Store.alone on PostgreSQL: a transaction's advisory lock (pg_try_advisory_xact_lock), the transaction left
+ * open while fn runs, so that the lock ends with it, behind PgBouncer in transaction mode too (a session's
+ * lock would stay on whichever server connection took it). Idle between statements, the READ COMMITTED
+ * transaction has no xid and no snapshot: it holds back no VACUUM, only the lock. Its settings are SET LOCAL,
+ * so none stays on a server connection a pooler hands on. `pg_stat_activity` shows the holder by its
+ * application_name, `mailroom: <name>`.
  */
 export async function aloneOnPostgres<T>(
   databaseUrl: string,

@@ -18,12 +18,11 @@ const MIGRATION_TRIES = 6;
 const MIGRATION_RETRY_MS = 2_000;
 
 /**
- * The migrations, on a connection of their own (setUpLongStatements): 0016's copy took 3.6 s at a million
- * contacts on a fast day, and these machines run up to five times slower; a process started beside a
- * migrating one waits for kysely's advisory lock (up to an hour, kysely's lock_timeout) instead of failing
- * after 14 s with an error that blamed DATABASE_URL. A statement waiting over MIGRATION_LOCK_TIMEOUT_MS
- * for a lock (a transaction left open on a table it changes) fails the run, which is tried again a few
- * times, and then fails the start saying so.
+ * The migrations, on a connection of their own without statement timeouts (setUpLongStatements): a
+ * migration's copy can take many seconds on a large store, and a process started beside a migrating one must
+ * wait for kysely's advisory lock (up to kysely's hour) rather than fail with an error that blames
+ * DATABASE_URL. A statement waiting over MIGRATION_LOCK_TIMEOUT_MS for a lock (a transaction left open on a
+ * table it changes) fails the run, which is tried again a few times, then fails the start saying so.
  */
 export async function migratePostgres(databaseUrl: string): Promise<MigrationRun> {
   const pool = new (loadPg().Pool)({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: 5_000 });

@@ -98,13 +98,12 @@ export function createPostgresStore(
     alone: (name, fn) => aloneOnPostgres(databaseUrl, queryTimeoutMs, name, fn),
     async migrate() {
       const { applied, newer } = await migratePostgres(databaseUrl);
-      // The trigram index (on 0016's narrow table of addresses) makes substring search on email fast; it
-      // needs the pg_trgm extension, which a restricted role may not be allowed to create. Search still
-      // works without it, only slower. Built by a server or worker, or by the command that applied
-      // migrations; other one-shot commands leave it to them (a missing index made each wait for it). A
-      // client other than Mailroom's (whose processes build it one at a time: TRGM_LOCK) creating the
-      // extension at the same moment makes the first try fail: so a failure other than a lock wait is
-      // tried once more.
+      // The trigram index (on 0016's narrow table of addresses) makes email substring search fast; it needs
+      // the pg_trgm extension, which a restricted role may not be allowed to create, and search works without
+      // it, only slower. Built by a server or worker, or by the command that applied migrations; other
+      // one-shot commands leave it to them, or each would wait for it. Another client creating the extension
+      // at the same moment fails the first try (Mailroom's own processes take turns: TRGM_LOCK), so a failure
+      // other than a lock wait is tried once more.
       const warnings = newer.length > 0 ? [newerReleaseNote(newer)] : [];
       if (!background && applied.length === 0) return { applied, warnings };
       const trigramIndex = () => createTrigramIndex(databaseUrl);

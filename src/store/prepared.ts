@@ -1,10 +1,9 @@
-// A query shape that kysely builds and compiles once, then runs again with new values. Building and
-// compiling (operation-node trees, freezes, visitors) cost more than SQLite takes to answer a key lookup;
-// for the hot reads the SQL text never changes, only its values. The shape is built once per store with a
-// placeholder for each argument, the placeholders are found among the compiled parameters, and every call
-// runs that SQL with its own values bound in their place: one query path for SQLite and PostgreSQL, taken
-// straight to better-sqlite3 on the SQLite store's reader (sqlite-reads.ts), and on PostgreSQL run as a
-// named statement where its plan cannot depend on its values (named-statements.ts).
+// A query shape that kysely builds and compiles once, then runs with new values: building and compiling cost
+// more than SQLite takes to answer a key lookup, and for the hot reads only the values change. The shape is
+// compiled with a placeholder for each argument, found again among its parameters, and each call binds its
+// own values in their place. On the SQLite store's reader it goes straight to better-sqlite3
+// (sqlite-reads.ts); on PostgreSQL it runs as a named statement where its plan cannot depend on its values
+// (named-statements.ts).
 import { randomBytes } from 'node:crypto';
 import { type Compilable, type CompiledQuery, type RawBuilder, type SelectQueryBuilder, sql } from 'kysely';
 import { directRead } from './sqlite-reads.js';
@@ -81,11 +80,10 @@ export function prepared<A extends unknown[], R>(
 }
 
 /**
- * A LIMIT or OFFSET value, for every query (prepared shapes, and kysely's, whose SQLite statements are
- * cached by text). SQLite's planner reads the value bound to a bare parameter there, so binding it again
- * expires the statement, and every run would parse and plan it anew (about as long as reading a 20-row
- * page). The value of an expression is read only as the statement runs.
- * Same rows on both stores; bigint, as PostgreSQL infers for a bare LIMIT or OFFSET parameter.
+ * A LIMIT or OFFSET value, for every query (prepared shapes, and kysely's, whose SQLite statements are cached
+ * by text). SQLite's planner reads a value bound to a bare parameter there, so binding a new one expires the
+ * statement and each run is parsed and planned anew; an expression's value is read only as the statement
+ * runs. Same rows on both stores; bigint, as PostgreSQL infers for a bare LIMIT or OFFSET parameter.
  */
 export function rowCount(value: number): RawBuilder<number> {
   return sql<number>`cast(${value} as bigint)`;

@@ -1,9 +1,9 @@
 /**
- * The better-sqlite3 build this Node can run. 12.x is built on Node's own ObjectWrap, whose destructor
- * aborts the process on Node 24.19+ when the garbage collector frees a statement outside a JS context
- * (at exit, in a thread's teardown, in an idle collection). 13.x is built on Node-API 10 and has no such
- * destructor, but crashes on Node 20 (Node-API 9). So both are installed: 13.x as the optional
- * dependency `better-sqlite3-napi`, which npm skips where its engines (Node >= 22) do not match.
+ * The better-sqlite3 build this Node can run. 12.x, built on Node's ObjectWrap, aborts the process on
+ * Node 24.19+ when the garbage collector frees a statement outside a JS context (at exit, in a thread's
+ * teardown, in an idle collection); 13.x, on Node-API 10, does not, but crashes on Node 20 (Node-API 9). So
+ * both are installed: 13.x as the optional dependency `better-sqlite3-napi`, which npm skips where its
+ * engines (Node >= 22) do not match.
  */
 import { createRequire } from 'node:module';
 import type BetterSqlite3 from 'better-sqlite3';
@@ -27,11 +27,8 @@ export const Sqlite = load();
 /**
  * The page cache (KiB) of each connection of a store but its writer, and of each file attached to one:
  * SQLite's own default. better-sqlite3 builds SQLite with 16 MiB a connection, and a store has up to seven
- * such caches beside the writer's (its reader and the search thread's, each with the index file attached,
- * the indexer's two, the checkpointer's). The files' pages stay in the OS's cache, a read away: at a
- * million contacts (bench:scale, 2026-11-29) the server held 143-153 MiB after the bench against 173-188
- * with 16 MiB caches, every row as fast; building the search index from zero took 7.7 s either way. The
- * writer keeps the larger cache: the pages its inserts touch (writes were not measured with less).
+ * such caches beside the writer's; the files' pages stay in the OS's cache, a read away. The writer keeps the
+ * larger cache, for the pages its inserts touch.
  */
 const SMALL_CACHE_KIB = 2_000;
 
@@ -44,9 +41,9 @@ export function withSmallCache(conn: BetterSqlite3.Database, schema = 'main'): v
 const WAL_SWITCH_WAIT_MS = 10_000;
 
 /**
- * `journal_mode = WAL`, waiting out another process that is switching the same new file at the same moment:
- * that SQLITE_BUSY comes at once, without the busy handler, so busy_timeout does not help (two processes
- * started together on a new DATA_DIR failed about one time in ten). Synchronous, as opening a store is.
+ * `journal_mode = WAL`, waiting out another process that is switching the same new file at the same moment
+ * (two processes started together on a new DATA_DIR): that SQLITE_BUSY comes at once, without the busy
+ * handler, so busy_timeout does not help. Synchronous, as opening a store is.
  */
 export function useWal(db: BetterSqlite3.Database): void {
   const deadline = Date.now() + WAL_SWITCH_WAIT_MS;

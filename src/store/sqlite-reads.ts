@@ -1,10 +1,8 @@
-// Reads on the SQLite store's reader without kysely's driver, gathered. The driver queues each query behind
-// a mutex and a chain of promises, and better-sqlite3 builds a row object in C++ with a string lookup and a
-// shape change per column; a raw-mode statement whose value arrays are made into objects here costs less.
-// The reads asked for while the event loop handles one round of sockets run together once that round is
-// done, in one read transaction: a lookup run alone, between two requests' work, costs several times what
-// the same lookup costs right after another (SQLite's pages and structures have left the CPU caches), and
-// each statement outside a transaction takes and drops the WAL read locks. Every read still starts after
+// Reads on the SQLite store's reader without kysely's driver (a mutex and a chain of promises per query), by
+// raw-mode statements whose value arrays are made into objects here: cheaper than better-sqlite3 building
+// each row in C++. The reads asked for in one round of the event loop run together after it, in one read
+// transaction: a lookup run alone costs several times one run right after another (the CPU caches gone cold),
+// and each statement outside a transaction takes and drops the WAL read locks. Every read still starts after
 // its request arrived, so it sees every write committed before that. Same SQL, values and row objects.
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite } from './sqlite-driver.js';

@@ -1,8 +1,7 @@
-// On PostgreSQL, processes on several hosts share one database: leases, retry times and every timestamp
-// they write are compared with each other's. Read by each host's own clock, a worker whose clock ran ahead
-// by most of a lease took over emails another worker was still sending (and sent them twice). So each
-// process reads time as the database's clock, measured against its own now and then: the host's clock
-// plus the offset last measured. On SQLite every process is on the one host: its clock is the host's.
+// On PostgreSQL, processes on several hosts compare each other's leases, retry times and timestamps: by each
+// host's clock, a worker whose clock ran ahead by most of a lease would take over emails another was still
+// sending, and send them twice. So each process reads the database's clock: its host's plus an offset
+// measured now and then. On SQLite every process is on the one host, and uses its clock.
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import { type Clock, systemClock } from '../clock.js';

@@ -42,11 +42,10 @@ export interface Store {
    */
   append(rows: readonly AppendRows<Database>[]): Promise<void>;
   /**
-   * Runs fn, unless another process of this store is running fn under the same name: then undefined, at
-   * once. On PostgreSQL by an advisory lock, held on a connection of its own while fn runs and let go with
-   * it, or when the process holding it dies or stops answering (aloneOnPostgres); fn asks `held()` now and
-   * then whether it still has the lock (it keeps it, too), and stops when not. On SQLite fn just runs (the
-   * processes of one data directory are a few at most).
+   * Runs fn, unless another process of this store is running fn under the same name: then undefined, at once.
+   * On PostgreSQL by an advisory lock on a connection of its own, let go when fn ends or its holder dies or
+   * stops answering (aloneOnPostgres); fn asks `held()` now and then whether it still has the lock (which
+   * keeps it too), and stops when not. On SQLite fn just runs (a data directory has a few processes at most).
    */
   alone<T>(name: string, fn: (held: () => Promise<boolean>) => Promise<T>): Promise<T | undefined>;
   /** Word between the processes of this store that API keys changed (key-changes.ts). */
@@ -55,11 +54,11 @@ export interface Store {
   migrate(): Promise<Migrated>;
   ping(): Promise<void>;
   /**
-   * Ends the statements stuck in progress, for a shutdown whose grace ran out: on PostgreSQL what the
-   * connections checked out for a tenth of a second or more are running is cancelled, so that what it was
-   * writing is rolled back instead of committing later, after its request was cut unanswered; each caller
-   * gets a store-unavailable error (interruptible-pool.ts). Resolves to how many connections were checked
-   * out. SQLite: 0, nothing to end; its statements run to their end on the event loop.
+   * Ends the statements stuck in progress, for a shutdown whose grace ran out. PostgreSQL: what connections
+   * checked out for a tenth of a second or more are running is cancelled, so that it rolls back rather than
+   * commits after its request was cut unanswered; each caller gets a store-unavailable error
+   * (interruptible-pool.ts). Resolves to how many connections were checked out. SQLite: 0, as its statements
+   * run to their end on the event loop.
    */
   interrupt(): Promise<number>;
   close(): Promise<void>;

@@ -1,15 +1,12 @@
-// SQLite's synchronous=FULL syncs the WAL inside COMMIT, on the thread that runs it: here the event loop.
-// A disk that takes hundreds of milliseconds for one sync then stops every request, reads and health checks
-// included: on the shared bench machine commits took 100–436 ms now and then during a soak. So the store's
-// writer commits with synchronous=NORMAL (in WAL mode: no sync at commit, while checkpoints still sync)
-// and makes the sync FULL would have made itself, of the `-wal` file, after each commit and before any of
-// its writers is answered: on the event loop while syncs are quick (as COMMIT did; off it, every batch of
-// accepted emails cost 5–17 % more CPU, with smaller batches), and on libuv's thread pool for a while
-// after one was slow, so that a slow disk holds up the writes waiting for it and nothing else.
+// SQLite's synchronous=FULL syncs the WAL inside COMMIT, on the thread that runs it: here the event loop, so
+// a slow disk stops every request, reads and health checks included. So the store's writer commits with
+// synchronous=NORMAL (in WAL mode: no sync at commit; checkpoints still sync) and makes FULL's sync of the
+// `-wal` file itself, after each commit and before any of its writers is answered: on the event loop while
+// syncs are quick (off it, each batch costs more CPU), and on libuv's thread pool for a while after a slow
+// one, so that a slow disk holds up the writes waiting for it and nothing else.
 //
-// What is durable is what it was: an answered write is on disk. A write off the event loop is visible to
-// other requests from its commit, a sync's time before its own answer; a later write's sync (the file's
-// one) covers it too.
+// Durability is FULL's: an answered write is on disk. A write synced off the event loop is visible to other
+// requests from its commit, a sync's time before its own answer; a later write's sync covers it too.
 import fs from 'node:fs';
 
 /** A sync slower than this moves the next ones off the event loop. */
@@ -20,10 +17,10 @@ export const OFF_LOOP_MS = 60_000;
 export class WalSync {
   private fd: number | undefined;
   /**
-   * Set by a sync that failed: the commit it was for is in the WAL and visible, but may not be on disk,
-   * and Linux may have dropped the pages it could not write (a later sync then succeeds without them).
-   * SQLite's own FULL would not have shown that commit; so, as PostgreSQL stops on a failed fsync, the
-   * store takes no more writes until the process is restarted and SQLite recovers from what is on disk.
+   * Set by a sync that failed: its commit is in the WAL and visible (FULL would not have shown it) but may
+   * not be on disk, and Linux may have dropped the pages it could not write (a later sync then succeeds
+   * without them). So, as PostgreSQL stops on a failed fsync, the store takes no more writes until a restart
+   * lets SQLite recover from what is on disk.
    */
   private failure: Error | undefined;
   /** Until when syncs run off the event loop (performance.now()). */
