@@ -1,9 +1,8 @@
 // 0004: maintained email counts on SQLite, so a page of emails does not count every email the organisation
-// ever sent to fill in `pagination.total` (a count(*) grew with the table: ~35 ms at 170k emails). The same
-// triggers as the contact counts (0002): totals per organisation and per status.
-// Not on PostgreSQL: there emails are accepted and their statuses changed by multi-row statements from many
-// processes at once, and per-row counter updates lock counter rows in no fixed order, so concurrent batches
-// deadlock (seen in the multi-instance suite). 0005 brings them to PostgreSQL with triggers per statement.
+// ever sent to fill in `pagination.total`: the same triggers as the contact counts (0002), per organisation
+// and per status. Not on PostgreSQL: there many processes' multi-row statements accept emails and change
+// their statuses at once, and per-row counter updates lock counter rows in no fixed order, so concurrent
+// batches deadlock. 0005 brings them to PostgreSQL with triggers per statement.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { counter } from './migrations-0002.js';

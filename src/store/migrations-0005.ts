@@ -1,21 +1,17 @@
 // 0005: on PostgreSQL, counts kept once per statement and per connection instead of once per row, and email
 // counts there too; on both stores, deleting an organisation no longer trips over its own counts.
 //
-// 0002's PostgreSQL triggers ran once per row and added to a shard picked at random for each row. A
-// multi-row INSERT or UPDATE therefore locked counter rows in no fixed order, and two such statements at
-// once could deadlock; a 50-row insert also held every shard of its bucket until it committed. That is why
-// contact creates stayed one transaction each there, and why emails kept no counts (0004).
-// Here each statement first adds up the rows it wrote (its transition tables), then writes one upsert per
-// bucket into the shard of its connection: the shard is the backend's process id. A connection runs one
-// transaction at a time, so no two open transactions ever update the same counter row: writers never wait
-// on each other for counts, and cannot deadlock on them, however their statements are ordered. (A shard
-// per transaction was tried first: two transactions that drew the same shard and touched buckets in
-// opposite orders across statements, delivery claims and results, deadlocked several times a minute.)
+// Row triggers that add to a random shard lock counter rows in no fixed order, so two multi-row statements
+// can deadlock, and each holds every shard of its bucket until it commits. Here each statement first adds up
+// the rows it wrote (its transition tables), then writes one upsert per bucket into its connection's shard
+// (the backend's process id). A connection runs one transaction at a time, so no two open transactions share
+// a counter row: writers never wait on each other for counts, and cannot deadlock on them. (A shard per
+// transaction is not enough: two that drew the same shard and touched buckets in opposite orders deadlocked.)
 // Readers sum a bucket's rows; foldCountShards (counts.ts) merges them into shard 0 now and then.
 //
-// Deletes skip an organisation that is itself being deleted: its count rows go with it (cascade), and a
-// count row written for it would break the foreign key. On SQLite the row triggers of 0002 and 0004 stay
-// (one writer, no lock order to keep); only their delete triggers are made again with that condition.
+// Deletes skip an organisation that is itself being deleted: its count rows go with it (cascade), and a count
+// row written for it would break the foreign key. On SQLite the row triggers of 0002 and 0004 stay (one
+// writer, no lock order to keep); only their delete triggers are made again with that condition.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { counter, createCountsTable, createRowTriggers } from './migrations-0002.js';

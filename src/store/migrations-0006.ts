@@ -1,11 +1,9 @@
-// 0006: migration 0003's trigram index is filled in bulk, after the fact, instead of by a trigger inside
-// every contact's insert. Indexing the 30-odd contacts of one group commit cost ~17 µs per contact, a
-// third of what a contact create costs SQLite; 1,000 at a time it costs ~3 µs (search/search-index.ts).
-// contacts_search_state.indexed_to is a watermark: every contact whose search_key is at or below it is in
-// the index under its current address (the update and delete triggers keep those exact); contacts above
-// it are not in it yet, and a search reads those from contacts itself. A new key is always above the
-// watermark, even when the highest contact was deleted, so no contact is ever taken for indexed too soon.
-// PostgreSQL needs nothing here.
+// 0006 (SQLite): 0003's trigram index is filled in bulk, after the fact, instead of by a trigger inside every
+// contact's insert: in bulk a contact costs a fraction of what indexing it within its group commit does
+// (search/search-index.ts). contacts_search_state.indexed_to is a watermark: every contact whose search_key
+// is at or below it is in the index under its current address (the update and delete triggers keep those
+// exact); those above it are not yet, and a search reads them from contacts itself. A new key is always above
+// the watermark, even when the highest contact was deleted, so no contact is taken for indexed too soon.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { sqliteStatements } from './statement-migrations.js';

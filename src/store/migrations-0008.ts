@@ -1,12 +1,9 @@
-// 0008: each contact keeps its API JSON in `json`, written by the app when it writes the contact, so a
-// page reads one stored text per contact instead of rendering it from eight columns. Rendering was most
-// of a page's cost: on SQLite, 20 contacts rendered by the query took ~24 µs, their stored text ~12, of a
-// ~62 µs request. Contacts stored before 0008 have none and are rendered as before (contactJson's
-// coalesce); nothing is backfilled, so the migration is instant on any size.
-// The trigger makes a stale text impossible: an update that changes a rendered column's value without
-// writing a new `json` (a writer other than the contacts service) clears it, and the contact is rendered
-// on read from then on. An update that writes the same values (a sync resending a contact as it is) keeps
-// the text.
+// 0008: each contact keeps its API JSON in `json`, written by the app when it writes the contact, so a page
+// reads one stored text per contact instead of rendering it from eight columns, most of a page's cost.
+// Contacts stored before 0008 have none and are rendered on read (contactJson's coalesce); nothing is
+// backfilled, so the migration is instant on any size. The trigger makes a stale text impossible: an update
+// that changes a rendered column's value without writing a new `json` (a writer other than the contacts
+// service) clears it; one that writes the same values (a sync resending a contact as it is) keeps it.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statements } from './statement-migrations.js';

@@ -1,7 +1,6 @@
 // 0009: the trigram index of contacts' emails moves out of the database into a file of its own
-// (DATA_DIR/mailroom-search.sqlite), which a thread keeps (search/search-index.ts). Kept here, its flushes
-// and segment merges held SQLite's one write lock and the server's event loop for 1-25 ms at a time, and
-// longer as the index grew: they were most of the p99 of every write.
+// (DATA_DIR/mailroom-search.sqlite), which a thread keeps (search/search-index.ts): in the database, its
+// flushes and segment merges held SQLite's one write lock and the server's event loop, longer as it grew.
 //
 // What stays here is what the index needs to stay exact without a trigger reaching the other file:
 // - search_key is a contact's address under a number that names one address only. An address change gives

@@ -1,11 +1,9 @@
-// 0010 (SQLite): the organisation's created_at index carries each contact's lowercased address too, so a
-// page of an email search that walks it (a term many contacts match) tests each address in the index and
-// reads only the contacts it keeps. Before, the walk read every contact it passed: page 500 of a term one
-// contact in nine matches (90,000 contacts passed) took 57 ms at a million contacts, now 10 ms. The index
-// replaces the old one (still one b-tree per contact written; its entries are an address wider). It is
-// built in the migration: about 2 s at a million contacts, with writes waiting. PostgreSQL keeps its
-// index: its walk can skip rows only in an index-only scan, which depends on vacuum, and its trigram
-// index serves the search.
+// 0010 (SQLite): the organisation's created_at index carries each contact's lowercased address too, so a page
+// of an email search that walks it (a term many contacts match) tests each address in the index and reads
+// only the contacts it keeps, not every one it passes. It replaces the old index (still one b-tree per
+// contact written; its entries an address wider), built in the migration with writes waiting (about 2 s at a
+// million contacts). PostgreSQL keeps its index: its walk can skip rows only in an index-only scan, which
+// depends on vacuum, and its trigram index serves the search.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { sqliteStatements } from './statement-migrations.js';

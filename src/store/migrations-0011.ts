@@ -1,7 +1,6 @@
 // 0011 (PostgreSQL): each organisation's contacts keep a version of their addresses, so the total of an
-// email search can be kept and used again until an address changes (search/kept-searches.ts). At
-// a million contacts PostgreSQL counts a term one contact in nine holds in 130–250 ms however it goes
-// about it (trigram index and heap, index-only or parallel scans), on every page of the same search.
+// email search can be kept and used again until an address changes (search/kept-searches.ts): counting a
+// common term's matches is slow whatever plan PostgreSQL takes, and would be done on every page.
 //
 // The version is a count in contact_counts, bucket `addresses`, that 0005's statement triggers on contacts
 // now raise by one for each contact inserted, deleted or readdressed, into the shard of the connection as

@@ -1,9 +1,9 @@
-// 0013: the default organisation is marked, not taken to be the oldest. Keys created without `--org` went
-// to the oldest organisation: an operator who had made "Acme" first with `orgs create` and then an
-// internal key without `--org` gave that key Acme's contacts. The contract's default organisation is one
-// of its own, created on first use. A store whose oldest organisation is that one (named "Default", as
-// `keys create` made it) keeps it as the default; any other gets a new one at the next key without --org.
-// The partial unique index allows one default, and makes two processes creating it at once agree.
+// 0013: the default organisation is marked, not taken to be the oldest, which gave a key created without
+// `--org` the contacts of whatever organisation an operator had created first. The contract's default
+// organisation is one of its own, created on first use: a store whose oldest organisation is that one (named
+// "Default", as `keys create` made it) keeps it as the default; any other gets a new one at the next key
+// without --org. The partial unique index allows one default, and makes two processes creating it at once
+// agree.
 import type { Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statements } from './statement-migrations.js';

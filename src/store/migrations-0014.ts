@@ -1,18 +1,15 @@
-// 0014: on PostgreSQL, a list's contactCount is kept once per statement instead of once per membership.
+// 0014: on PostgreSQL, a list's contactCount is kept once per statement instead of once per membership. Each
+// update of one row inside one transaction leaves a version of it that the next must step over, so a row
+// trigger made a statement's cost grow with the square of its rows (deleting a list of 300,000 members, by
+// cascade, would take about half an hour, holding its locks). Here each statement adds up its rows per list
+// (its transition table) and updates each list once.
 //
-// 0001's row trigger updated the list's row once for every membership a statement added or removed. Every
-// such update of one row inside one transaction leaves a version of it that the next must step over, so a
-// statement's cost grew with the square of its rows: deleting a list of 20,000 members (their memberships
-// go by cascade) took 7 s, adding them 6 s, and a list of 300,000 would have taken about half an hour,
-// holding its locks. Here each statement adds up its rows per list (its transition table) and updates each
-// list once: the same 20,000 take about 20 ms to delete.
 // The lists are locked in id order first, so two statements touching the same lists (contacts deleted
-// together, say) cannot deadlock on them. The lock is the one an UPDATE takes (FOR NO KEY UPDATE), which
-// does not wait for the key-share lock a new membership's foreign key check holds on its list; with FOR
-// UPDATE, two requests adding to one list each waited for the other's check.
-// The insert trigger replaces the old one in place, under its name: CREATE OR REPLACE takes no lock that
-// stops readers (0005 says why that matters); dropping it would. SQLite keeps its row triggers: with one
-// writer and no row versions, each update costs the same however many came before it.
+// together, say) cannot deadlock on them. The lock is the one an UPDATE takes (FOR NO KEY UPDATE), which does
+// not wait for the key-share lock a new membership's foreign key check holds on its list: with FOR UPDATE,
+// two requests adding to one list each waited for the other's check. The insert trigger replaces the old one
+// in place, under its name: CREATE OR REPLACE takes no lock that stops readers (0005 says why that matters).
+// SQLite keeps its row triggers: with one writer and no row versions, each update costs the same.
 import type { Kysely, Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statementTrigger } from './migrations-0005.js';

@@ -1,16 +1,14 @@
-// 0015 (PostgreSQL): address chunks by domain. A term that every address of a domain holds (`example`,
-// `.com`, `@exam`) was searched for in each address, cut out of every chunk where it stood: 120 ms for a
-// term all of a million contacts hold, 35 ms for one a ninth hold. Rows now say how many addresses they
-// hold (`n`) and, when these all share one, their domain; a row whose domain holds the term counts `n`
-// without being read (search/address-chunks-postgres.ts, search/contact-search-postgres.repository.ts).
-// `rebuilt` marks the rows a rebuild wrote, whose domain-less rows hold only domains too small for rows of
-// their own.
-// The rows already there stay as they are, of any domain (n is 0 where no domain is, and unread): the
-// server's fold writes each organisation's chunks anew, by domain, in a statement of its own, the first
-// time it runs (about 2 s a million contacts). Done here, for every organisation in one statement, it held
-// the table locked, every search count waiting, and a large enough store would pass the pool's
-// query_timeout and never migrate. n keeps its default, so that a fold of the release before this one
-// (a rolling deploy, a rollback) can still write rows.
+// 0015 (PostgreSQL): address chunks by domain, so that a term every address of a domain holds (`example`,
+// `.com`, `@exam`) is not sought in each address of every chunk. Rows say how many addresses they hold (`n`)
+// and, when all share one, their domain; a row whose domain holds the term counts `n` without being read
+// (search/address-chunks-postgres.ts, search/contact-search-postgres.repository.ts). `rebuilt` marks the rows
+// a rebuild wrote, whose domain-less ones hold only domains too small for rows of their own.
+//
+// The rows already there stay as they are (n is 0 where no domain is, and unread): the server's fold rewrites
+// each organisation's chunks by domain, in a statement of its own, the first time it runs. Done here, for
+// every organisation in one statement, it would hold the table locked, every search count waiting, and a
+// large enough store would pass the pool's query_timeout and never migrate. n keeps its default, so that the
+// previous release's fold (a rolling deploy, a rollback) can still write rows.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { CHUNKS_TABLE, LOOSE_CHARS } from '../search/address-chunks-postgres.js';

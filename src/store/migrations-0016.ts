@@ -1,14 +1,11 @@
-// 0016 (PostgreSQL): each contact's address, created_at and subscription in a narrow table of their own,
-// kept by statement triggers on contacts, for the trigram index (search/trigram-index.ts) to find an email
-// term's matches in. pg_trgm hands over candidates that each must be read to be rechecked, and a term whose
-// pieces stand in many other addresses (`s10000-2` in every `s100000-2…`) hands over ten times its
-// matches: 122,000 candidates at a million contacts, over 7,200 blocks of the contacts heap (460 bytes a
-// row), 47–53 ms warm and 120–220 while they came from the OS's cache; here (about 160 bytes a row) over
-// 2,500 blocks, 34 ms warm (2026-11-29). Bulk inserts cost PostgreSQL about a quarter more for the second
-// row and its id index (200,000 contacts in 400-row statements: 3.1 s → 3.9). The rows of the contacts
-// already there are written here, in the migration's transaction, behind a lock that holds writes to
-// contacts until it commits: at a million contacts 3.6 s, and 2.9 more to build the trigram index on them
-// at migrate time.
+// 0016 (PostgreSQL): each contact's address, created_at and subscription in a narrow table of their own, kept
+// by statement triggers on contacts, for the trigram index (search/trigram-index.ts) to find an email term's
+// matches in. pg_trgm hands over candidates that must each be read to be rechecked, and a term whose pieces
+// stand in many other addresses (`s10000-2` in every `s100000-2…`) hands over many times its matches: rows a
+// third the size of contacts' take a third of the blocks to read. Bulk inserts of contacts cost PostgreSQL
+// about a quarter more for the second row and its id index. The rows of the contacts already there are
+// written here, in the migration's transaction, behind a lock that holds writes to contacts until it commits
+// (seconds at a million contacts).
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { statementTrigger } from './migrations-0005.js';
