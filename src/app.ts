@@ -108,16 +108,16 @@ export async function buildApp(
       // has none.
       requireHostHeader: false,
     },
-    // A connection with nothing arriving is cut (with no answer) after this: never before the request
-    // timeout's 408 could be written, 1.5 × REQUEST_TIMEOUT_MS at worst (above). A fixed 60 s cut a body
-    // paused under a longer REQUEST_TIMEOUT_MS without its 408.
+    // A connection with nothing arriving is cut (with no answer) after this, so never before the request
+    // timeout's 408 could be written (1.5 × REQUEST_TIMEOUT_MS at worst, above): a fixed 60 s would cut a
+    // body paused under a longer REQUEST_TIMEOUT_MS without its 408.
     connectionTimeout: Math.max(60_000, 2 * config.requestTimeoutMs),
     keepAliveTimeout: 72_000,
     // Requests arriving while the server closes get the contract's 503 from http/shutdown.ts's hook instead.
     return503OnClosing: false,
     genReqId: nextRequestId,
     // A request target in absolute form (`GET http://host/api/v1/contacts`, RFC 9112 3.2.2) is routed by its
-    // path as any other: read as written, it missed every check of the path (`Cache-Control: no-store` on
+    // path as any other: read as written, it would miss every check of the path (`Cache-Control: no-store` on
     // /api/, the key's rate limit on unknown /api/ routes) while the router still served it.
     rewriteUrl: (req) => originForm(req.url ?? '/'),
     // One line a request instead of Fastify's two (logAnswer, http/request-log.ts).
@@ -165,10 +165,10 @@ export async function buildApp(
   app.decorate('connections', trackConnections(app.server));
 
   // A client may close its sending side once its request is out and still read the answer (socat, `nc -N`,
-  // HTTP/1.0 scripts). Node's default ends the connection at that FIN and drops the answers in progress, so
-  // every write, which is answered after its commit, was done and never answered (a retried send went out
-  // twice). Half-open, Node ends the connection after the last answer instead (its socketOnEnd). The
-  // property is Node's own, set by its constructor and read at each client FIN, in Node 20 to 26.
+  // HTTP/1.0 scripts). Node's default ends the connection at that FIN and drops the answers in progress: a
+  // write committed but never answered, which a retry sends again. Half-open, Node ends the connection after
+  // the last answer instead (its socketOnEnd). The property is Node's own, set by its constructor and read at
+  // each client FIN, in Node 20 to 26.
   (app.server as typeof app.server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
 
   // A key revoked anywhere on the store (the CLI, another instance) is refused here at once.
@@ -236,9 +236,9 @@ export async function buildApp(
   app.addHook('preParsing', (req, reply, _payload, done) => {
     absoluteReset(reply);
     // An unknown route is answered before its body is read, once counted (per key under /api/, else per
-    // address): read first, a body up to BODY_LIMIT_BYTES was held in memory for a 404, with no key asked
-    // for, and a client that expects 100-continue was asked to send it. Unread, it is dropped as it arrives.
-    // /health refuses a bad Host itself, with the standing a probe's every answer carries (http/health.ts).
+    // address): read first, a body up to BODY_LIMIT_BYTES would sit in memory for a 404, no key asked for,
+    // and a client expecting 100-continue be asked to send it. Unread, it is dropped as it arrives. /health
+    // refuses a bad Host itself, with the standing a probe's every answer carries (http/health.ts).
     const hostFault = req.routeOptions.url === '/health' ? undefined : badHost(req);
     if (req.is404) {
       limit(req, reply).then(() => done(hostFault ?? routeNotFound(req)), done);

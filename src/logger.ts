@@ -11,10 +11,9 @@ export function createLogger(config: Pick<Config, 'logLevel'>, toStderr = false)
 /**
  * The logger, wherever its lines go. Keys and passwords never reach the log, whatever path they arrive by:
  * the fields `authorization`, `password` and `key` of a line or of a child logger, and the `authorization`
- * and `password` of any object among them (`headers.authorization`, `err.password`), are `[redacted]`.
- * Not pino's `redact`: its `*.password` path ran on every field of every line, a third of what a request's
- * line cost (BENCHMARKS.md, 2026-11-30); serializers run only for the fields a line has, and the rest is a
- * look at each field of the line.
+ * and `password` of any object among them (`headers.authorization`, `err.password`), are `[redacted]`. Not
+ * pino's `redact`: its `*.password` path runs on every field of every line, a large share of a request's log
+ * line; serializers run only for the fields a line has, and the rest is a look at each field of the line.
  */
 export function makeLogger(level: string, destination: pino.DestinationStream): Logger {
   const logger = pino(
@@ -87,9 +86,9 @@ function censorIn(value: unknown): unknown {
 
 /**
  * pino's asynchronous destination (sonic-boom), handed each line as a Buffer. Given text, it appends each
- * line to the chunk waiting to be written and measures the whole chunk's bytes again (up to 16 KiB, a
- * string copied flat each time): 1.7 of the 7.3 µs a request's log line cost in bursts (a
- * micro-benchmark). As Buffers, lines are measured once and joined once, when written.
+ * line to the chunk waiting to be written and measures the whole chunk's bytes again (up to 16 KiB, a string
+ * copied flat each time), a large share of a log line's cost in bursts. As Buffers, lines are measured once
+ * and joined once, when written.
  */
 function logDestination(fd: number): ReturnType<typeof pino.destination> {
   const destination = pino.destination({ dest: fd, sync: false, contentMode: 'buffer' });

@@ -1,6 +1,6 @@
 // Packages that only some set-ups use, loaded when first needed: PostgreSQL's driver with DATABASE_URL,
-// Redis's client with REDIS_URL. A server or CLI command on the embedded store never reads them, which
-// took about 80 ms off its start (pg 37 ms, ioredis 44 ms of module loading on these machines).
+// Redis's client with REDIS_URL. Loading them takes tens of milliseconds of a start on the embedded store,
+// which never uses them.
 import { createRequire } from 'node:module';
 import type * as Pg from 'pg';
 import type * as Ioredis from 'ioredis';
