@@ -153,7 +153,7 @@ export async function existingContactIds(
   // organisation's index (every contact it has) instead of probing 100 keys.
   let query = db.selectFrom('contacts').select(['id', 'organization_id']).where('id', 'in', contactIds);
   // On PostgreSQL the contacts found stay until the caller commits (FOR KEY SHARE blocks their deletion;
-  // taken in id order, as against a transaction deleting several); one deleted meanwhile is not found.
+  // taken in id order, so that a transaction locking several in that order cannot deadlock with it); one deleted meanwhile is not found.
   // Another organisation's contacts among the ids are locked too, harmlessly, and dropped below. Unlocked, a
   // deletion committed before the memberships' insert would fail its foreign key, and a request adding
   // contacts being deleted could run out of retries (a 500).

@@ -6,8 +6,8 @@
 //
 // The rows already there stay as they are (n is 0 where no domain is, and unread): the server's fold rewrites
 // each organisation's chunks by domain, in a statement of its own, the first time it runs. Done here, for
-// every organisation in one statement, it would hold the table locked, every search count waiting, and a
-// large enough store would pass the pool's query_timeout and never migrate. n keeps its default, so that the
+// every organisation in one statement, it would hold the table locked, every search count waiting, for as
+// long as the whole store takes. n keeps its default, so that the
 // previous release's fold (a rolling deploy, a rollback) can still write rows.
 import { type Kysely, type Migration, sql } from 'kysely';
 import type { DialectName } from './dialect.js';

@@ -58,9 +58,8 @@ async function contactAddresses(db: Kysely<unknown>): Promise<void> {
       WHERE a.id = n.id AND (o.organization_id, o.created_at, o.email_lower, o.unsubscribed)
         IS DISTINCT FROM (n.organization_id, n.created_at, n.email_lower, n.unsubscribed);`,
   );
-  // In statements of a bounded size, each well inside the pool's query_timeout however many contacts
-  // there are (0015's header); the id index too is written a statement at a time (built after them, it
-  // would be one statement as long as the table).
+  // In statements of a bounded size, as when migrations ran within the pool's query_timeout (they now run
+  // without one: postgres-migrate.ts); the id index too is written a statement at a time.
   let after: string | null | undefined = '';
   do {
     const { rows } = await sql<{ last: string | null }>`with b as (
