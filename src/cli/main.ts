@@ -13,6 +13,7 @@ import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
 import { sqliteFile } from '../store/sqlite-store.js';
+import { holdsMailroomStore } from '../store/postgres-migrate.js';
 import { isStoreUnavailable } from '../store/dialect.js';
 import { COMMANDS, USAGE, commandUsage } from './commands.js';
 
@@ -168,9 +169,17 @@ async function withServices<T>(
   { existing = false } = {},
 ): Promise<T> {
   const config = loadConfig();
+  const makers = '(serve, migrate, orgs create and keys create make a store where there is none)';
   if (existing && !config.databaseUrl && !existsSync(sqliteFile(config.dataDir))) {
     throw new ConfigError(
-      `DATA_DIR (${config.dataDir}) holds no store: give the DATA_DIR the server runs with (serve, migrate, orgs create and keys create make a store where there is none)`,
+      `DATA_DIR (${config.dataDir}) holds no store: give the DATA_DIR the server runs with ${makers}`,
+    );
+  }
+  if (existing && config.databaseUrl && (await holdsMailroomStore(config.databaseUrl)) === false) {
+    // Not migrated: the database may be another application's, mistyped.
+    const name = decodeURIComponent(new URL(config.databaseUrl).pathname.slice(1));
+    throw new ConfigError(
+      `DATABASE_URL${name ? ` (database "${name}")` : ''} holds no Mailroom store: give the DATABASE_URL the server runs with ${makers}`,
     );
   }
   const { store, warnings } = await openMigratedStore(config, { use: 'one-shot' });
@@ -242,12 +251,11 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
   // `keys revoke A B` must not revoke A and quietly drop B.
   const commandName = SIMPLE_COMMANDS.includes(command) ? command : `${command} ${sub ?? ''}`.trim();
   const known = COMMANDS[commandName];
-  const takes = commandName.split(' ').length + (known?.argument ? 1 : 0);
+  // `keys rotate KEY_ID`: the command is what is wrong, not its argument.
+  if (!known) throw unknownCommand(command, sub);
+  const takes = commandName.split(' ').length + (known.argument ? 1 : 0);
   if (positionals.length > takes) {
-    throw new UsageError(
-      `unexpected argument "${positionals[takes]}"`,
-      known ? commandUsage(commandName) : USAGE,
-    );
+    throw new UsageError(`unexpected argument "${positionals[takes]}"`, commandUsage(commandName));
   }
   refuseOtherFlags(commandName, flags);
   switch (commandName) {
@@ -340,7 +348,8 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
       return;
     }
     default:
-      throw unknownCommand(command, sub);
+      // A command in COMMANDS that this switch does not run.
+      throw new Error(`no code runs ${commandName}`);
   }
 }
 

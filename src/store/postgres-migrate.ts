@@ -7,6 +7,7 @@ import {
   type MigrationRun,
   isMigrationLockWait,
   migrateToLatest,
+  migrationNames,
 } from './migrations.js';
 import { setUpLongStatements } from './pg-client.js';
 
@@ -49,5 +50,27 @@ export async function migratePostgres(databaseUrl: string): Promise<MigrationRun
     }
   } finally {
     await db.destroy();
+  }
+}
+
+/**
+ * Whether the database holds a Mailroom store: its migrations table with Mailroom's first migration in it.
+ * Undefined when it cannot tell (no connection): opening the store says why, naming DATABASE_URL.
+ */
+export async function holdsMailroomStore(databaseUrl: string): Promise<boolean | undefined> {
+  const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    const { rows } = await client.query<{ held: boolean }>(
+      `select to_regclass('kysely_migration') is not null as held`,
+    );
+    if (!rows[0]!.held) return false;
+    const first = await client.query('select 1 from kysely_migration where name = $1', [migrationNames()[0]]);
+    return first.rowCount !== 0;
+  } catch {
+    return undefined;
+  } finally {
+    await client.end().catch(() => undefined);
   }
 }

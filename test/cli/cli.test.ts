@@ -216,6 +216,9 @@ describe('mailroom CLI usage errors', () => {
       ['keys'],
       ['orgs', 'remove'],
       ['orgs', 'create', '--name', '   '],
+      // An unknown command is named as one, not blamed on its argument.
+      ['keys', 'rotate', 'KEY_ID'],
+      ['bogus', 'thing'],
     ];
     // Independent processes: run them side by side to keep the suite quick.
     const results = await Promise.all(cases.map((args) => cli(...args, '--json')));
@@ -236,6 +239,8 @@ describe('mailroom CLI usage errors', () => {
       [2, 'keys needs a subcommand: create, list or revoke'],
       [2, 'unknown command "orgs remove": orgs takes create or list'],
       [2, '--name must not be blank'],
+      [2, 'unknown command "keys rotate": keys takes create, list or revoke'],
+      [2, 'unknown command "bogus"'],
     ]);
     const help = await cli('--help', '--json');
     expect([help.code, Object.keys(help.json)]).toEqual([0, ['usage']]);
@@ -455,28 +460,70 @@ describe('mailroom: a stop signal to a one-off command', () => {
   }, 40_000);
 });
 
+const MAKERS = '(serve, migrate, orgs create and keys create make a store where there is none)';
+
+/** keys list, orgs list and keys revoke where `env` names no store: each exits 1 saying `error`. */
+async function expectNoStoreSaid(env: Record<string, string>, error: string) {
+  for (const args of [
+    ['keys', 'list'],
+    ['orgs', 'list'],
+    ['keys', 'revoke', 'some-key'],
+  ]) {
+    const done = await run(process.execPath, [...MAIN, ...args, '--json'], {
+      cwd: ROOT,
+      env: baseEnv(env),
+    }).then(
+      () => ({ code: 0, stdout: '' }),
+      (e: { code: number; stdout: string }) => e,
+    );
+    expect(done.code, args.join(' ')).toBe(1);
+    expect(JSON.parse(done.stdout.trim().split('\n').at(-1)!)).toStrictEqual({ error });
+  }
+}
+
 describe('mailroom CLI on a DATA_DIR without a store', () => {
   // A mistyped DATA_DIR made a new, empty store there, and `keys list` answered "no keys", exit 0.
   it('keys list, orgs list and keys revoke say so, exit 1, and make nothing', async () => {
     const dataDir = path.join(scratchDir('no-store'), 'typo');
-    for (const args of [
-      ['keys', 'list'],
-      ['orgs', 'list'],
-      ['keys', 'revoke', 'some-key'],
-    ]) {
-      const done = await run(process.execPath, [...MAIN, ...args, '--json'], {
-        cwd: ROOT,
-        env: baseEnv({ DATA_DIR: dataDir }),
-      }).then(
-        () => ({ code: 0, stdout: '' }),
-        (e: { code: number; stdout: string }) => e,
-      );
-      expect(done.code, args.join(' ')).toBe(1);
-      expect(JSON.parse(done.stdout.trim().split('\n').at(-1)!)).toStrictEqual({
-        error: `DATA_DIR (${dataDir}) holds no store: give the DATA_DIR the server runs with (serve, migrate, orgs create and keys create make a store where there is none)`,
-      });
-    }
+    await expectNoStoreSaid(
+      { DATA_DIR: dataDir },
+      `DATA_DIR (${dataDir}) holds no store: give the DATA_DIR the server runs with ${MAKERS}`,
+    );
     expect(existsSync(dataDir), 'the data directory was made').toBe(false);
+  }, 60_000);
+});
+
+describe.skipIf(noPostgres())('mailroom CLI on a PostgreSQL database without a store', () => {
+  // A mistyped database name (another application's) got Mailroom's tables, and "no keys", exit 0.
+  it('keys list, orgs list and keys revoke say so, exit 1, and make nothing', async () => {
+    const db = await createTestDatabase();
+    const name = new URL(db.url).pathname.slice(1);
+    try {
+      await expectNoStoreSaid(
+        { DATABASE_URL: db.url },
+        `DATABASE_URL (database "${name}") holds no Mailroom store: give the DATABASE_URL the server runs with ${MAKERS}`,
+      );
+      const client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+      const { rows } = await client.query(
+        `select table_name from information_schema.tables where table_schema = 'public'`,
+      );
+      await client.end();
+      expect(rows, 'tables were made').toEqual([]);
+      // Made by the commands that make one, it is then found.
+      const made = await run(process.execPath, [...MAIN, 'migrate', '--json'], {
+        cwd: ROOT,
+        env: baseEnv({ DATABASE_URL: db.url }),
+      });
+      expect(made.stdout).toBeTruthy();
+      const listed = await run(process.execPath, [...MAIN, 'orgs', 'list', '--json'], {
+        cwd: ROOT,
+        env: baseEnv({ DATABASE_URL: db.url }),
+      });
+      expect(JSON.parse(listed.stdout.trim().split('\n').at(-1)!)).toStrictEqual({ organizations: [] });
+    } finally {
+      await db.drop();
+    }
   }, 60_000);
 });
 
