@@ -133,6 +133,8 @@ export async function createRedis(config: Config, logger: Logger): Promise<Redis
       down = 'refused';
       return;
     }
+    // Closed after a refusal of its database, the commands it cannot send are that refusal, said already.
+    if (down === 'refused' && redis.status !== 'ready') return;
     if (down !== 'unreachable')
       logger.warn(
         { err: err.message },
