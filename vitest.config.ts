@@ -7,7 +7,7 @@ import { TEST_DIST } from './test/global-build.js';
  * puts on its named PostgreSQL statements (other files' stores would have used them up).
  */
 const ISOLATED = [
-  'test/store/contact-search.test.ts',
+  'test/search/contact-search.test.ts',
   'test/store/append-statements.test.ts',
   'test/store/named-statements.test.ts',
 ];

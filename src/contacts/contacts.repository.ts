@@ -12,8 +12,7 @@ import {
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
-import { bucketOf, organizationSize } from './contact-counts.repository.js';
-import { walkInOrder, walkPage } from '../search/contact-walk.js';
+import { bucketOf } from './contact-counts.repository.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface ContactFilter {
@@ -294,80 +293,6 @@ const tagPage = pagedShape((db, window, organizationId: string, tag: string, buc
     .orderBy('page.contact_created_at', 'desc')
     .orderBy('page.contact_id', 'desc'),
 );
-
-/** The longest walk pageAfterContact takes (8–28 ms on PostgreSQL at 0.4–1.4 µs a contact); past it, anew. */
-const AFTER_WALK_MAX = 20_000;
-
-/**
- * A page of an email search that starts `after.skip` matches after the contact `after.id`, the last of a
- * page kept at the same version of the addresses (so the same contacts match, in the same order): the
- * contacts older than it in page order, walked in the organisation's created_at index, at most twice what
- * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or jumping up to 50 pages
- * ahead (PAGES_BACK, contacts.service.ts), then costs a walk from where a kept page stopped, not a sort or
- * a pass over every match, whatever the term. Undefined unless the walk fills the page, or reaches the
- * oldest contact.
- */
-export async function pageAfterContact(
-  db: Executor,
-  organizationId: string,
-  term: string,
-  after: { id: string; skip: number },
-  page: Page,
-  knownTotal: number | undefined,
-): Promise<string[] | undefined> {
-  const anchor = await db
-    .selectFrom('contacts')
-    .select('created_at')
-    .where('organization_id', '=', organizationId)
-    .where('id', '=', after.id)
-    .executeTakeFirst();
-  if (!anchor) return undefined;
-  const size = await organizationSize(db, organizationId);
-  const reach = after.skip + page.limit;
-  const expected = knownTotal === undefined ? 0 : (reach * size) / Math.max(knownTotal, 1);
-  // A walk expected to pass more than the longest one allowed would mostly be wasted.
-  if (expected > AFTER_WALK_MAX) return undefined;
-  const budget = Math.min(AFTER_WALK_MAX, Math.max(5_000, Math.ceil(2 * expected)));
-  const older = sql<SqlBool>`organization_id = ${organizationId} and (created_at, id) < (${anchor.created_at}, ${after.id})`;
-  const window = sql`limit ${rowCount(page.limit)} offset ${rowCount(after.skip)}`;
-  const dialect = dialectOf(db);
-  const matches = containsText(dialect, 'email_lower', matchCase(term));
-  const pageQuery = walkInOrder(dialect, older, matches, budget, window);
-  const walked = await walkPage(db, pageQuery);
-  if (walked.length === page.limit) return walked;
-  // A short page ends the search only if the walk reached the oldest contact, not its budget: the page is
-  // read again with the contacts the walk passes counted, in one statement (one snapshot), which only a
-  // last page costs. (The kept total cannot say so: it may have been counted after the kept page was read.)
-  const { rows } = await sql<{ walked: number | string; json: string | null }>`select w.walked, p.json
-    from (select count(*) as walked from (select 1 from contacts where ${older}
-        order by created_at desc, id desc limit ${rowCount(budget)}) x) w
-      left join (${pageQuery}) p on 1 = 1
-    order by p.k1 desc, p.k2 desc`.execute(db);
-  if (Number(rows[0]!.walked) >= budget) return undefined;
-  return rows.flatMap((r) => (r.json === null ? [] : [r.json]));
-}
-
-/**
- * The organisation's contacts with these ids whose address still holds `term`, as their API JSON text, in
- * the order given; the others left out (deleted, or their address changed since the ids were found).
- */
-export async function contactsInOrder(
-  db: Executor,
-  organizationId: string,
-  ids: string[],
-  term: string,
-): Promise<string[]> {
-  if (ids.length === 0) return [];
-  const rows = await db
-    .selectFrom('contacts')
-    .select(['contacts.id', asJson(db)])
-    .where('contacts.organization_id', '=', organizationId)
-    .where('contacts.id', 'in', ids)
-    .where(containsText(dialectOf(db), 'contacts.email_lower', matchCase(term)))
-    .execute();
-  const byId = new Map(rows.map((r) => [r.id, r.json]));
-  return ids.flatMap((id) => byId.get(id) ?? []);
-}
 
 export async function countContacts(
   db: Executor,

@@ -12,10 +12,9 @@ import {
   updateRules,
 } from './contacts.rules.js';
 import { findMaintainedCount } from './contact-counts.repository.js';
-import { addressesVersion } from '../search/contact-search.repository.js';
 import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
-import { KeptSearches } from '../search/kept-searches.js';
+import { EmailSearch } from '../search/email-search.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface Contact {
@@ -67,25 +66,17 @@ function emailTaken(email: string): AppError {
   ]);
 }
 
-/** A contact's id, from its API JSON text. */
-const idOf = (json: string) => (JSON.parse(json) as { id: string }).id;
-
-/**
- * How many pages back a search's page looks for a kept page to walk on from: the walk skips the matches of
- * the pages between, a paginator's jump ("1 2 3 … 12"). repo.pageAfterContact refuses a walk expected to be
- * long (a deep page of a rare term) and the page is then found anew; this only bounds the lookups.
- */
-const PAGES_BACK = 50;
-
 export class ContactsService {
-  /** Email searches' totals and pages, kept while the organisation's addresses stay as they were. */
-  private readonly kept = new KeptSearches();
+  /** An email substring alone: its totals and pages kept while the organisation's addresses stay as they were. */
+  private readonly search: EmailSearch;
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly ids: Ids,
-  ) {}
+  ) {
+    this.search = new EmailSearch(store);
+  }
 
   /** The new contact as its API JSON text (renderContact): what POST answers, with no object between. */
   async createJson(orgId: string, input: CreateContactInput): Promise<string> {
@@ -133,76 +124,21 @@ export class ContactsService {
       tag: tag || undefined,
       unsubscribed,
     };
-    // An email substring alone: its total and pages are kept under the version of the organisation's
-    // addresses (search/kept-searches.ts). The version is read first, before the page and the count. A write
-    // committed between the two reads may be in what is kept under that version, but it moved the version
-    // on: whoever reads that version again began before the write committed, so may see it or not.
-    const term = filter.tag === undefined && filter.unsubscribed === undefined ? filter.email : undefined;
-    const version = term === undefined ? undefined : await addressesVersion(this.store.db, orgId);
-    if (term === undefined || version === undefined) return this.readPage(orgId, filter, { page, limit });
-    const kept = await this.kept.page(orgId, term, page, limit, version)?.catch(() => undefined);
-    if (kept) {
-      const contacts = await repo.contactsInOrder(this.store.db, orgId, kept.ids, term);
-      if (contacts.length === kept.ids.length) {
-        return { contacts, pagination: pagination({ page, limit }, kept.total) };
-      }
-      // Fewer: a contact was deleted, or its address no longer holds the term, after this request read
-      // the version, which is no longer current (read by id alone, a page showed contacts that did not
-      // match); the page and its total are read afresh, and nothing is kept under it.
-      return this.readPage(orgId, filter, { page, limit });
+    if (filter.email !== undefined && filter.tag === undefined && filter.unsubscribed === undefined) {
+      const found = await this.search.page(orgId, filter.email, { page, limit });
+      return { contacts: found.contacts, pagination: pagination({ page, limit }, found.total) };
     }
-    // Kept at once, before anything is awaited, so that requests for the same page share it.
-    const read = this.keptPageBefore(orgId, term, page, limit, version).then((after) =>
-      this.readPage(orgId, filter, { page, limit }, { term, version, after }),
-    );
-    const answer = read.then((r) => ({ ids: r.contacts.map(idOf), total: r.pagination.total }));
-    this.kept.keepPage(orgId, term, page, limit, version, answer);
-    return read;
-  }
-
-  /**
-   * Where the page starts, counted from the last contact of the nearest page before it (at most
-   * PAGES_BACK back) that is kept at this version and full (repo.pageAfterContact). A page still being
-   * worked out is waited for.
-   */
-  private async keptPageBefore(orgId: string, term: string, page: number, limit: number, version: string) {
-    for (let before = page - 1; before >= Math.max(1, page - PAGES_BACK); before--) {
-      const kept = await this.kept.page(orgId, term, before, limit, version)?.catch(() => undefined);
-      if (kept === undefined) continue;
-      if (kept.ids.length < limit) return undefined;
-      return { id: kept.ids.at(-1)!, skip: (page - before - 1) * limit };
-    }
-    return undefined;
-  }
-
-  /** The page read from the store, and its total: kept (a search), learned or maintained, or counted. */
-  private async readPage(
-    orgId: string,
-    filter: repo.ContactFilter,
-    { page, limit }: Page,
-    search?: { term: string; version: string; after?: { id: string; skip: number } | undefined },
-  ) {
+    // A maintained count comes with any page that has rows; one of several filters is counted.
     const db = this.store.db;
-    const known = search && this.kept.total(orgId, search.term, search.version);
-    const read = async () => {
-      const next =
-        search?.after === undefined
-          ? undefined
-          : await repo.pageAfterContact(db, orgId, search.term, search.after, { page, limit }, known);
-      // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
-      const { contacts, total: learned } = next
-        ? { contacts: next, total: undefined }
-        : await repo.pageContacts(db, orgId, filter, { page, limit }, { knownTotal: known });
-      return { rows: contacts, total: known ?? learned };
-    };
-    // A maintained count comes with any page that has rows; a search's is counted, unless kept.
     const { rows: contacts, total } = await pageAndTotal(
       { page, limit },
-      read,
+      async () => {
+        const { contacts, total } = await repo.pageContacts(db, orgId, filter, { page, limit });
+        return { rows: contacts, total };
+      },
       async () =>
         (await findMaintainedCount(db, orgId, filter)) ?? (await repo.countContacts(db, orgId, filter)),
     );
-    if (search && known === undefined) this.kept.keepTotal(orgId, search.term, search.version, total);
     return { contacts, pagination: pagination({ page, limit }, total) };
   }
 

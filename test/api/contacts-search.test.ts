@@ -6,7 +6,8 @@ import { type Kysely, sql } from 'kysely';
 import type { TestApp } from '../helpers/app.js';
 import { createContact, useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
-import { insertContacts, pageAfterContact } from '../../src/contacts/contacts.repository.js';
+import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import { pageAfterContact } from '../../src/search/contact-walk.js';
 import { contactRow } from '../helpers/rows.js';
 import type { ContactRow, Database } from '../../src/store/schema.js';
 
