@@ -4,11 +4,7 @@ import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
 import { type Page, offsetOf } from '../paging.js';
-import { countByEmailIndex, pageByEmailIndex } from '../search/contact-search.repository.js';
-import {
-  countByEmailOnPostgres,
-  pageByEmailOnPostgres,
-} from '../search/contact-search-postgres.repository.js';
+import { countByEmail, pageByEmail } from '../search/by-email.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
@@ -186,11 +182,7 @@ export async function pageContacts(
 ): Promise<ContactPage> {
   const offset = offsetOf(page);
   // An email substring: through the trigram index, or a walk with a budget, where either costs less.
-  const indexed = !searchIndex
-    ? undefined
-    : dialectOf(db) === 'postgres'
-      ? await pageByEmailOnPostgres(db, organizationId, filter, page, knownTotal)
-      : await pageByEmailIndex(db, organizationId, filter, page, knownTotal);
+  const indexed = searchIndex ? await pageByEmail(db, organizationId, filter, page, knownTotal) : undefined;
   if (indexed?.contacts) return { contacts: indexed.contacts, total: indexed.total };
   const bucket = bucketOf(filter);
   if (filter.tag !== undefined && bucket !== undefined) {
@@ -300,11 +292,7 @@ export async function countContacts(
   filter: ContactFilter,
   { searchIndex = true }: SearchOptions = {},
 ): Promise<number> {
-  const indexed = !searchIndex
-    ? undefined
-    : dialectOf(db) === 'postgres'
-      ? await countByEmailOnPostgres(db, organizationId, filter)
-      : await countByEmailIndex(db, organizationId, filter);
+  const indexed = searchIndex ? await countByEmail(db, organizationId, filter) : undefined;
   if (indexed !== undefined) return indexed;
   const n = sql<number | string>`count(*)`.as('n');
   const row =
