@@ -10,6 +10,8 @@ import {
   CustomFieldValue,
   LookupId,
   FreeKeys,
+  StoredFieldValue,
+  Success,
 } from '../http/schemas.js';
 
 import { withRules } from '../validation/ajv.js';
@@ -45,7 +47,7 @@ const Contact = Type.Object(
     firstName: NullableString,
     lastName: NullableString,
     tags: Type.Array(Type.String()),
-    customFields: FreeKeys(CustomValue),
+    customFields: FreeKeys(StoredFieldValue),
     unsubscribed: Type.Boolean(),
     createdAt: Timestamp,
   },
@@ -53,7 +55,7 @@ const Contact = Type.Object(
 );
 
 const errors = errorResponses(ContactsError);
-const ContactResponse = Type.Object({ success: Type.Boolean(), contact: Contact });
+const ContactResponse = Type.Object({ success: Success, contact: Contact });
 
 export const listContactsSchema = {
   operationId: 'listContacts',
@@ -68,7 +70,7 @@ export const listContactsSchema = {
     unsubscribed: Type.Optional(Type.Boolean()),
   }),
   response: {
-    200: Type.Object({ success: Type.Boolean(), contacts: Type.Array(Contact), pagination: Pagination }),
+    200: Type.Object({ success: Success, contacts: Type.Array(Contact), pagination: Pagination }),
     ...errors,
   },
 };
@@ -130,7 +132,7 @@ export const deleteContactSchema = {
     email: Type.Optional(Type.String({ minLength: 1, maxLength: MAX_EMAIL_LOOKUP, pattern: '\\S' })),
   }),
   response: {
-    200: Type.Object({ success: Type.Boolean(), message: Type.String() }),
+    200: Type.Object({ success: Success, message: Type.String() }),
     ...errorResponses(ContactsError, 404, ...BODY),
   },
 };

@@ -13,6 +13,8 @@ export const MAX_CC_BCC = 50;
 /** An email's delivery states (contract.md): queued → sending → sent | deferred | failed. */
 export const EMAIL_STATUSES = ['queued', 'sending', 'sent', 'deferred', 'failed'] as const;
 export type EmailStatus = (typeof EMAIL_STATUSES)[number];
+/** An email's events: one each time it enters a state (docs/behaviour.md). */
+export const EMAIL_EVENT_TYPES = EMAIL_STATUSES;
 
 export type SendEmailInput = Static<typeof SendEmailBody>;
 

@@ -1,7 +1,7 @@
 import { Type } from 'typebox';
 import {
   EmailsError,
-  IdParams,
+  Id,
   PageQuery,
   Pagination,
   Timestamp,
@@ -14,7 +14,7 @@ import {
 import { withRules } from '../validation/ajv.js';
 import { MAX_MAILBOX } from '../validation/addresses.js';
 import { TAG_CHARACTERS } from '../validation/characters.js';
-import { EMAIL_STATUSES, MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
+import { EMAIL_EVENT_TYPES, EMAIL_STATUSES, MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
 
 const MAX_EMAIL_TAGS = 10;
 export const RECIPIENT_STATUSES = ['queued', 'deferred', 'sent', 'failed'] as const;
@@ -115,7 +115,7 @@ const Recipient = Type.Object(
 
 const Event = Type.Object(
   {
-    type: Type.String(),
+    type: StringEnum(EMAIL_EVENT_TYPES),
     at: Timestamp,
     detail: NullableString,
   },
@@ -123,7 +123,7 @@ const Event = Type.Object(
 );
 
 const EmailSummaryFields = {
-  id: Type.String(),
+  id: Type.String({ format: 'uuid' }),
   status: StringEnum(EMAIL_STATUSES),
   from: Type.String(),
   to: Type.Array(Type.String()),
@@ -153,7 +153,9 @@ export const getEmailSchema = {
   operationId: 'getEmail',
   summary: 'Get an email and its delivery state',
   tags: ['emails'],
-  params: IdParams,
+  params: Type.Object({
+    id: Type.String({ ...Id, description: "The email's id, a UUID (found in either case)" }),
+  }),
   response: { 200: EmailRecord, ...errorResponses(EmailsError, 404) },
 };
 

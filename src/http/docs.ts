@@ -6,6 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { nullMeansAbsent } from '../validation/nullable.js';
 import { ContactsError } from './schemas.js';
+import { MAX_IDEMPOTENCY_KEY } from '../emails/emails.schemas.js';
 
 /** GET /health: no key, not rate-limited (contract.md), though it shows the caller's standing. */
 export const healthSchema = {
@@ -39,6 +40,7 @@ export const openApiSchema = {
 };
 
 type Op = {
+  operationId?: string;
   parameters?: unknown[];
   responses?: Record<
     string,
@@ -51,7 +53,11 @@ type Op = {
   requestBody?: {
     content?: Record<
       string,
-      { schema?: { properties?: Record<string, { type?: unknown; anyOf?: unknown[] }> } }
+      {
+        schema?: {
+          properties?: Record<string, { type?: unknown; anyOf?: unknown[]; propertyNames?: unknown }>;
+        };
+      }
     >;
   };
 };
@@ -70,40 +76,51 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
     },
-    // A query parameter with a default (page, limit) is optional for the client, whatever the schema
-    // says to the validator that fills the default in. An optional body field takes null as "none"
-    // (validation/ajv.ts), which the document says too.
+    // Parameters as the client sends them (documentedParameter). An optional body field takes null as
+    // "none" (validation/ajv.ts), which the document says too.
     transformObject: (doc) => {
       if (!('openapiObject' in doc)) return doc.swaggerObject;
       const openapiObject = doc.openapiObject;
       const named: Record<string, unknown> = {};
       for (const item of Object.values(openapiObject.paths ?? {})) {
         for (const op of Object.values(item as Record<string, Op>)) {
-          for (const param of op.parameters ?? []) {
-            const p = param as { in?: string; required?: boolean; schema?: { default?: unknown } };
-            if (p.in === 'query' && p.schema?.default !== undefined) p.required = false;
-          }
+          op.parameters = op.parameters?.map(documentedParameter);
           const json = op.requestBody?.content?.['application/json'];
           const nullable = nullMeansAbsent(json?.schema);
-          if (json?.schema && nullable.length > 0) {
+          const keyed = Object.keys(KEY_NAMES).filter((name) => json?.schema?.properties?.[name]);
+          if (json?.schema && nullable.length + keyed.length > 0) {
             // Copies: the document must not change the schema objects the routes validate with.
             const properties = { ...json.schema.properties };
             for (const name of nullable) properties[name] = orNull(properties[name]);
+            for (const name of keyed)
+              properties[name] = { ...properties[name], propertyNames: KEY_NAMES[name] };
             json.schema = { ...json.schema, properties };
           }
+          // Answered by Node before a request reaches a route: on every path, with no rate-limit headers;
+          // a 431 in the path's family, a 408 always as lists and contacts errors are (the `Error` schema).
+          if (op.responses) {
+            const error = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
+            op.responses['408'] = { content: error };
+            op.responses['431'] = { content: op.responses['400']?.content ?? error };
+          }
           for (const [status, response] of Object.entries(op.responses ?? {})) {
-            response.description = RESPONSES[status] ?? response.description;
-            // Every answer says where its key (or address) stands (api-v1.md 8); /health too, which is
-            // not itself counted.
+            response.description =
+              (status === '409' ? CONFLICTS[op.operationId ?? ''] : undefined) ??
+              RESPONSES[status] ??
+              response.description;
+            if (status === '408' || status === '431') {
+              response.content = nameContent(response.content, named);
+              continue;
+            }
+            // Every other answer says where its key (or address) stands (api-v1.md 8); /health too, which
+            // is not itself counted.
             response.headers = {
               // A shutting-down server's 503 answers before counting (docs/behaviour.md, "Rate limits").
               ...(status === '503' ? UNCOUNTED_503_HEADERS : RATE_LIMIT_HEADERS),
               ...(status === '429' ? RETRY_AFTER : {}),
               ...(status === '401' ? WWW_AUTHENTICATE : {}),
             };
-            for (const content of Object.values(response.content ?? {})) {
-              content.schema = nameTitled(content.schema, named);
-            }
+            response.content = nameContent(response.content, named);
           }
         }
       }
@@ -125,9 +142,13 @@ const RESPONSES: Record<string, string> = {
   '401': 'No API key, or one that is malformed, unknown or revoked',
   '403': 'The key lacks the permission this route needs (the role in its security requirement)',
   '404': 'Not found in the calling key’s organisation',
-  '409': 'A conflict: the email address is taken, or the Idempotency-Key was used with another body',
+  '408':
+    'The request (its headers, or its body) took longer than REQUEST_TIMEOUT_MS; answered before it reaches the API, always in this error shape, without rate-limit headers',
+  '409': 'A conflict',
   '413': 'The body is larger than BODY_LIMIT_BYTES',
   '415': 'The body is not application/json, or is compressed (Content-Encoding other than identity)',
+  '431':
+    'The request headers are over 16 KiB; answered before the request reaches the API, without rate-limit headers',
   '429': 'Rate limit exceeded; retry after Retry-After seconds',
   '500': 'Internal error; `requestId` identifies it in the server log',
   '503': 'The store is unavailable or the server is shutting down; retry shortly',
@@ -136,7 +157,9 @@ const RESPONSES: Record<string, string> = {
 // Required: every such answer carries them, so a generated client need not treat them as optional.
 const integerHeader = (description: string) => ({ description, required: true, schema: { type: 'integer' } });
 const RATE_LIMIT_HEADERS = {
-  'X-RateLimit-Limit': integerHeader('Requests allowed per key per minute'),
+  'X-RateLimit-Limit': integerHeader(
+    'Requests allowed per minute: per key, or per client address for answers without an accepted key',
+  ),
   'X-RateLimit-Remaining': integerHeader('Requests left in the current window'),
   'X-RateLimit-Reset': integerHeader('Unix time (seconds) at which the window resets'),
 };
@@ -155,6 +178,47 @@ const WWW_AUTHENTICATE = {
     schema: { type: 'string' },
   },
 };
+
+/** What a 409 of each operation that declares one means. */
+const CONFLICTS: Record<string, string> = {
+  createContact: 'A contact of the organisation already has this email address',
+  updateContact: 'Another contact of the organisation already has this email address',
+  sendEmail: 'The Idempotency-Key was used with another body in the last 24 hours',
+};
+
+/**
+ * Bounds on the names of a body's free keys that the rules check with messages of their own
+ * (contacts.rules.ts, emails.rules.ts), given in the document as JSON Schema says them.
+ */
+const KEY_NAMES: Record<string, object> = {
+  customFields: { minLength: 1, maxLength: 100, pattern: '\\S' },
+  headers: { minLength: 1, maxLength: 100, pattern: '^[!-9;-~]+$' },
+};
+
+/**
+ * A parameter as the document gives it: a query parameter with a default (page, limit) is optional for
+ * the client, whatever the schema says to the validator that fills the default in; the Idempotency-Key
+ * (lower case to Fastify) in its usual spelling, with its bound, which the route checks in characters.
+ */
+function documentedParameter(param: unknown): unknown {
+  const p = param as { in?: string; name?: string; required?: boolean; schema?: { default?: unknown } };
+  if (p.in === 'query' && p.schema?.default !== undefined) return { ...p, required: false };
+  if (p.in === 'header' && p.name === 'idempotency-key') {
+    return { ...p, name: 'Idempotency-Key', schema: { ...p.schema, maxLength: MAX_IDEMPOTENCY_KEY } };
+  }
+  return p;
+}
+
+/** A response's content with its schemas named (nameTitled). */
+function nameContent(
+  content: Record<string, { schema?: unknown }> | undefined,
+  named: Record<string, unknown>,
+): Record<string, { schema?: unknown }> | undefined {
+  if (content === undefined) return undefined;
+  return Object.fromEntries(
+    Object.entries(content).map(([type, c]) => [type, { ...c, schema: nameTitled(c.schema, named) }]),
+  );
+}
 
 /**
  * The schema with every titled schema in it (Contact, List, Email, Pagination, Error, …) put in `named` and

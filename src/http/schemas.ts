@@ -5,6 +5,9 @@ export const Id = Type.String({ minLength: 1, maxLength: 64, description: 'Opaqu
 
 export const IdParams = Type.Object({ id: Id });
 
+/** `success` of a lists or contacts answer that is not an error: always true (an error's is false). */
+export const Success = Type.Literal(true);
+
 /**
  * A contact id in a body or query string: any string is looked up, and one Mailroom never issued is not found
  * (a 404, or listed in notFound), never a 400. The bound only keeps one request's lookup small.
@@ -47,6 +50,10 @@ export function StringEnum<const T extends readonly string[]>(values: T, options
 
 export const CustomFieldValue = Type.Unsafe<string | number | boolean | null>({
   type: ['string', 'number', 'boolean', 'null'],
+});
+/** A stored custom field's value: null removes a field, so none holds one. */
+export const StoredFieldValue = Type.Unsafe<string | number | boolean>({
+  type: ['string', 'number', 'boolean'],
 });
 
 export const Timestamp = Type.String({ format: 'date-time', description: 'UTC ISO 8601 with milliseconds' });

@@ -9,6 +9,7 @@ import {
   BODY,
   errorResponses,
   NullableString,
+  Success,
 } from '../http/schemas.js';
 
 // A name must say something: blank (only spaces) is refused like empty.
@@ -40,7 +41,7 @@ export const listAllSchema = {
   tags: ['lists'],
   querystring: Type.Object(PageQuery),
   response: {
-    200: Type.Object({ success: Type.Boolean(), lists: Type.Array(List), pagination: Pagination }),
+    200: Type.Object({ success: Success, lists: Type.Array(List), pagination: Pagination }),
     ...errors,
   },
 };
@@ -50,7 +51,7 @@ export const getListSchema = {
   summary: 'Get a contact list',
   tags: ['lists'],
   params: IdParams,
-  response: { 200: Type.Object({ success: Type.Boolean(), list: List }), ...lookupErrors },
+  response: { 200: Type.Object({ success: Success, list: List }), ...lookupErrors },
 };
 
 export const createListSchema = {
@@ -59,7 +60,7 @@ export const createListSchema = {
   tags: ['lists'],
   body: Type.Object({ name: Name, description: Type.Optional(Description) }, { additionalProperties: false }),
   response: {
-    201: Type.Object({ success: Type.Boolean(), list: CreatedList }),
+    201: Type.Object({ success: Success, list: CreatedList }),
     ...errorResponses(ContactsError, ...BODY),
   },
 };
@@ -76,7 +77,7 @@ export const updateListSchema = {
     { additionalProperties: false, minProperties: 1 },
   ),
   response: {
-    200: Type.Object({ success: Type.Boolean(), list: List }),
+    200: Type.Object({ success: Success, list: List }),
     ...errorResponses(ContactsError, 404, ...BODY),
   },
 };
@@ -87,7 +88,7 @@ export const deleteListSchema = {
   tags: ['lists'],
   params: IdParams,
   response: {
-    200: Type.Object({ success: Type.Boolean(), message: Type.String() }),
+    200: Type.Object({ success: Success, message: Type.String() }),
     ...errorResponses(ContactsError, 404, ...BODY),
   },
 };
@@ -103,7 +104,7 @@ export const addContactsSchema = {
   ),
   response: {
     200: Type.Object({
-      success: Type.Boolean(),
+      success: Success,
       added: Type.Integer(),
       message: Type.String(),
       notFound: Type.Array(Type.String()),
@@ -126,7 +127,7 @@ export const removeContactsSchema = {
     { additionalProperties: false },
   ),
   response: {
-    200: Type.Object({ success: Type.Boolean(), removed: Type.Integer(), message: Type.String() }),
+    200: Type.Object({ success: Success, removed: Type.Integer(), message: Type.String() }),
     ...errorResponses(ContactsError, 404, ...BODY),
   },
 };

@@ -348,10 +348,10 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     // The endpoints that need no key are documented too, and say so.
     const health = doc.paths['/health'].get;
     expect(health.security).toEqual([]);
-    expect(Object.keys(health.responses).sort()).toEqual(['200', '400', '503']);
+    expect(Object.keys(health.responses).sort()).toEqual(['200', '400', '408', '431', '503']);
     expect(doc.paths['/api/v1/openapi.json'].get.security).toEqual([]);
     const itself = doc.paths['/api/v1/openapi.json'].get;
-    expect(Object.keys(itself.responses).sort()).toEqual(['200', '400', '429', '503']);
+    expect(Object.keys(itself.responses).sort()).toEqual(['200', '400', '408', '429', '431', '503']);
   });
 
   it('the OpenAPI document names the shapes it returns once, and every operation refers to them', async () => {
@@ -400,7 +400,9 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(new Set(ids).size).toBe(ids.length);
     const statuses = (path: string, method: string) => Object.keys(doc.paths[path]![method]!.responses);
     // A page cannot conflict, find nothing or carry a body; a create reads a body and can conflict.
-    expect(statuses('/api/v1/lists', 'get')).toEqual(['200', '400', '401', '403', '429', '500', '503']);
+    expect(statuses('/api/v1/lists', 'get').sort()).toEqual(
+      ['200', '400', '401', '403', '408', '429', '431', '500', '503'].sort(),
+    );
     expect(statuses('/api/v1/lists/{id}', 'get')).toContain('404');
     expect(statuses('/api/v1/contacts', 'post')).toEqual(
       expect.arrayContaining(['201', '409', '413', '415']),
@@ -438,6 +440,11 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       for (const [status, response] of Object.entries(op.responses)) {
         expect([path, status, response.description]).not.toEqual([path, status, 'Default Response']);
         const headers = Object.keys(response.headers ?? {});
+        // Node answers these before a request exists: nothing to count it against, so no rate-limit headers.
+        if (status === '408' || status === '431') {
+          expect([path, status, headers]).toEqual([path, status, []]);
+          continue;
+        }
         expect([path, status, headers]).toEqual([path, status, expect.arrayContaining(RATE_HEADERS)]);
         if (status === '429') expect(headers).toContain('Retry-After');
         expect([path, status, headers.includes('WWW-Authenticate')]).toEqual([
@@ -461,6 +468,42 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     // Status values are strings of a known set, typed as such for generated clients.
     const emailSchema = named(doc, doc.paths['/api/v1/emails/{id}']!.get!.responses['200']!);
     expect(emailSchema.properties!.status).toMatchObject({ type: 'string', enum: expect.any(Array) });
+    // So are event types and ids; a success is `true`, as an error's `success` is false.
+    expect(JSON.stringify(doc.components.schemas.EmailEvent)).toContain(
+      '"enum":["queued","sending","sent","deferred","failed"]',
+    );
+    expect(emailSchema.properties!.id).toMatchObject({ type: 'string', format: 'uuid' });
+    expect(JSON.stringify(doc.paths['/api/v1/lists']!.get!.responses['200'])).toContain(
+      '"success":{"type":"boolean","enum":[true]}',
+    );
+    expect(doc.components.schemas.Contact!.properties!.customFields).toMatchObject({
+      additionalProperties: { type: ['string', 'number', 'boolean'] },
+    });
+    // What each operation's 409 means; the error body of a 408 and a 431 (the path's family).
+    const description = (path: string, method: string, status: string) =>
+      doc.paths[path]![method]!.responses[status]!.description;
+    const schemaOf = (path: string, method: string, status: string) =>
+      JSON.stringify(doc.paths[path]![method]!.responses[status]!.content!['application/json']!.schema);
+    expect(description('/api/v1/emails', 'post', '409')).toMatch(/^The Idempotency-Key was used/);
+    expect(description('/api/v1/contacts', 'post', '409')).toMatch(/already has this email address/);
+    expect(schemaOf('/api/v1/emails', 'post', '431')).toBe('{"$ref":"#/components/schemas/EmailError"}');
+    expect(schemaOf('/api/v1/emails', 'post', '408')).toBe('{"$ref":"#/components/schemas/Error"}');
+    // Bounds the rules check in messages of their own, as the document can say them.
+    const send = doc.paths['/api/v1/emails']!.post as unknown as {
+      parameters: Record<string, unknown>[];
+      requestBody: { content: { 'application/json': { schema: { properties: Record<string, unknown> } } } };
+    };
+    expect(send.parameters.find((p) => p.in === 'header')).toMatchObject({
+      name: 'Idempotency-Key',
+      schema: { type: 'string', minLength: 1, maxLength: 256 },
+    });
+    expect(send.requestBody.content['application/json'].schema.properties.headers).toMatchObject({
+      propertyNames: { maxLength: 100, pattern: '^[!-9;-~]+$' },
+    });
+    const limit = doc.paths['/health']!.get!.responses['200']!.headers!['X-RateLimit-Limit'] as {
+      description: string;
+    };
+    expect(limit.description).toMatch(/per client address/);
     const filter = (
       doc.paths['/api/v1/emails']!.get as unknown as { parameters: Record<string, unknown>[] }
     ).parameters.find((p) => p.name === 'status');
