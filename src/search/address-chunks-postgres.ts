@@ -1,31 +1,27 @@
 // PostgreSQL: each organisation's addresses packed into rows of text, for the total of an email substring
-// that many contacts hold. Its count through the trigram index (or any scan) costs 130–270 ms at a million
-// contacts: a match is a heap row read and a LIKE, about 0.2 µs each, and a trigram common to every address
-// ("exa" of example.com) makes the index read a million postings first. A chunk is one string of ~16k
-// characters: `string_to_array(addresses, term)` finds every occurrence in it at memchr speed, so counting
-// a term one contact in nine holds reads 26 MB in about 35 ms (lz4: 12 MB on disk).
+// that many contacts hold. A count through the trigram index (or any scan) reads a heap row and tests it for
+// each match, and a trigram common to every address ("exa" of example.com) makes the index read a posting
+// per contact first. A chunk is one string of ~16k characters, in which `string_to_array(addresses, term)`
+// finds every occurrence at memchr speed.
 //
 // Each row holds addresses with a sign, +1 or -1: the organisation's addresses are the multiset of its
 // positive rows minus its negative ones. Migration 0012's statement triggers on contacts append one row per
 // statement and organisation (+1 for each address inserted, -1 for each deleted, both for a readdressed
-// contact), in the writer's own transaction, and never update one. So:
-// - writers never wait on each other for chunks (no row is shared);
-// - a count reads, in its snapshot, exactly the rows of the transactions it sees: it is exact under MVCC,
-//   whatever is being written or folded meanwhile.
-// Rows per statement pile up; `foldAddressChunks`, every few seconds in each process, merges an
-// organisation's small rows into full ones (an address added and deleted cancels out), and writes the
-// organisation's chunks anew from its contacts once deleted addresses are an eighth of what is held.
+// contact) in the writer's own transaction, and never update one. So writers never wait on each other for
+// chunks (no row is shared), and a count is exact under MVCC: its snapshot holds exactly the rows of the
+// transactions it sees, whatever is being written or folded meanwhile. `foldAddressChunks`, every few
+// seconds in each process, merges the small rows that pile up (an address added and deleted cancels out),
+// and writes the organisation's chunks anew from its contacts once deleted addresses are an eighth of what
+// is held.
 //
 // By domain (migration 0015): a row says how many addresses it holds (`n`) and, when they all share one,
 // their domain. A term that the domain holds (`example` in a@example.com), or `@` and the start of the domain
-// (`@exa`), is in each of the row's addresses: such a row counts `n` and is not read. A term held by every
-// address was otherwise cut out of every chunk at each of its million occurrences (120 ms at a million
-// contacts; a term one contact in nine holds, 35 ms). A rebuild gives each domain of `DOMAIN_CHARS` or
-// more its own rows and packs the small ones together; a merge does the same with the rows it merges; a
-// statement's row has the domain of its addresses when they share one. Rows of any domain that a rebuild
-// did not write ("unsorted": a merge's small domains, a bulk insert's statement, the rows of before 0015)
-// call for a rebuild once they weigh a quarter of what is held (and UNSORTED_MIN_CHARS), as deletions do
-// at an eighth.
+// (`@exa`), is in each of the row's addresses: such a row counts `n` and is not read, so a term every address
+// holds is not cut out of every chunk at each occurrence. Rebuilds and merges give each domain of
+// `DOMAIN_CHARS` or more rows of its own, and a statement's row has its addresses' domain when they share
+// one. Rows of any domain that a rebuild did not write ("unsorted": a merge's small domains, a bulk insert's
+// statement, the rows of before 0015) call for a rebuild once they weigh a quarter of what is held (and
+// UNSORTED_MIN_CHARS), as deletions do at an eighth.
 import { type Kysely, sql } from 'kysely';
 import type { Executor } from '../store/store.js';
 import { END } from './address-chunks.js';
@@ -101,7 +97,7 @@ const foldLock = (organizationId: string) =>
 /**
  * rebuildAddressChunks for one organisation, under the lock its folds take, once no fold holds it: a
  * rebuild beside another one (a fold's, in any process) deletes only the rows its snapshot saw, so the two
- * wrote every address twice (a bench's rebuild beside its server's fold, 2026-11-29).
+ * would write every address twice.
  */
 export async function rebuildAddressChunksAlone(db: Executor, organizationId: string): Promise<void> {
   await db.transaction().execute(async (trx) => {
@@ -178,7 +174,7 @@ export async function foldAddressChunks(
       const locked = await lock.execute(trx);
       if (!locked.rows[0]?.ok) return false;
       // Stopped by the server when the pool stops waiting for it (query_timeout), rather than left running
-      // with the lock held: a rebuild takes about 2 s a million contacts.
+      // with the lock held: a very large organisation's rebuild can take that long.
       await sql`set local statement_timeout = ${sql.lit(statementMs)}`.execute(trx);
       // READ COMMITTED: each statement below sees every fold committed before this lock was granted.
       const merged = merge && (await mergeLoose(trx, org, mergeMax, domainChars));

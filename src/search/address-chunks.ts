@@ -1,13 +1,11 @@
 // Each organisation's addresses packed into chunks of about 16k characters, in the search index file
 // (search-file.ts), for the email substrings that many contacts hold: their count, and a page of them
-// wherever in time the matches lie (contact-chunks.repository.ts). SQLite steps through an index at about
-// 0.05 µs a row however little it does with each, so counting through the contacts' (organization_id,
-// email_lower) index took about 0.1 s at a million contacts, and a page of matches that are all old walked
-// as far. A chunk is one row, searched as one string: about 40 ms at a million, half of it reading the
-// chunks. Each entry keeps its key and created_at beside the address, so a page is chosen in the chunks
-// and only its rows are read from contacts. Text, not blobs, for the addresses: a blob reaches JavaScript
-// as a Buffer allocated outside the heap, and a count made 1,600 of them (in one test RSS grew 32 MiB
-// over 9 counts, against 10).
+// wherever in time the matches lie (contact-chunks.repository.ts). SQLite pays for each index row it steps
+// through however little it does with it, so a count through the contacts' (organization_id, email_lower)
+// index, or a walk to a page of old matches, pays it for every contact; a chunk is one row, searched as one
+// string. Each entry keeps its key and created_at beside the address, so a page is chosen in the chunks and
+// only its rows are read from contacts. The addresses are text, not a blob, as every count reads them all:
+// a blob reaches JavaScript as a Buffer allocated outside the heap, one per chunk, and RSS grows with them.
 //
 // The chunks hold what the FTS5 index holds, under the same watermark and the same retired keys: every
 // contact at or below indexed_to, each once, under its key. A key retired but not yet taken out stays in

@@ -122,13 +122,12 @@ let searches = 0;
  * `{"n": matches, "keys": [...]}` (every match at or above the page's boundary in this part). Their LIMIT
  * keeps the ORDER BY, which SQLite may drop from a subquery that an aggregate reads; the order only saves
  * work: the page's matches are found first, and the older chunks are only counted. Whether the chunks can
- * be read, and their stale keys, are read once for the statement (`s`: the stale keys only when they can
- * be, as they are many when not) as scalar subqueries: with the chunks the only table the aggregate loops
- * over, SQLite hands them over as its index yields them, where a join made it copy all of them into a
- * temporary table first (at a million contacts, 25 ms of a 50 ms search). Each chunk's entries are read
- * only when `wants` says it may hold the page and `holds` finds the term in it (the CASEs are lazy): a
- * term whose matches are all old passes over most chunks before it has a page's worth, and reading each
- * one's entries cost more than searching it again.
+ * be read, and their stale keys (only when they can be: they are many when not), are read once per
+ * statement (`s`) through scalar subqueries, not a join, which makes SQLite copy every chunk into a
+ * temporary table before the aggregate loops over them. A chunk's entries are read only when `wants` says
+ * it may hold the page and `holds` finds the term in it (the CASEs are lazy): a term whose matches are all
+ * old passes over most chunks before it has a page's worth, and searching one twice costs less than
+ * reading its entries.
  */
 function searchChunks(organizationId: string, term: string, reach: number, part: number, parts: number) {
   const nonce = ++searches;
@@ -256,9 +255,9 @@ interface PartRow extends HalfRow {
 }
 
 /**
- * pageByChunks in two halves at once: the search thread searches one (beside the event loop, on its own
- * connection), this thread the other, then picks the page out of both halves' matches and the tail. At a
- * million contacts on 2 cores, a first page of a term many contacts hold took 0.6–0.7 of the time.
+ * pageByChunks in two halves at once, on two cores: the search thread searches one (beside the event loop,
+ * on its own connection), this thread the other, then picks the page out of both halves' matches and the
+ * tail.
  *
  * Three statements in three snapshots, one exact answer: the thread holds the index file as it is from
  * before this thread's first statement until after the last, and each statement reads the index's state

@@ -1,12 +1,11 @@
 // Email substring pages on PostgreSQL. The caller's plain query walks the organisation's created_at index
 // newest first, testing each address: a page after a few rows when the matches are spread through time,
-// but every contact before them when they are all old (a domain imported long ago: 0.2–0.3 s at a million
-// contacts, on every page). So the walk here has a budget, about twice what spread matches need; when it
-// does not fill the page, the page is sorted out of the matches the trigram index finds and they are
-// counted, in one statement if it can within a few ms, else counted in the address chunks and then sorted
-// (130–185 ms with the total for 111,000 of them on a slow day, 20–35 for 11,000), unless there is none to
-// find. A deep page of a term many contacts hold stays with the plain walk, which costs less than sorting
-// every match. undefined (or no `contacts`, beside a total counted first) means "use the plain walk".
+// but every contact before them, on every page, when they are all old (a domain imported long ago). So the
+// walk here has a budget, about twice what spread matches need; when it does not fill the page, the page
+// is sorted out of the matches the trigram index finds and they are counted, in one statement if it can
+// within a few ms, else counted in the address chunks and then sorted, unless there is none to find. A
+// deep page of a term many contacts hold stays with the plain walk, which costs less than sorting every
+// match. undefined (or no `contacts`, beside a total counted first) means "use the plain walk".
 import { type RawBuilder, type SqlBool, sql } from 'kysely';
 import { walkNewest } from './contact-walk.js';
 import type { Executor } from '../store/store.js';
@@ -21,24 +20,22 @@ import { CHUNKS_TABLE } from './address-chunks-postgres.js';
 import { inOneSnapshot } from '../store/snapshot.js';
 import { matchCase } from '../validation/addresses.js';
 
-/** Contacts walked at least before the trigram index is asked: about 2 ms. */
+/** Contacts walked at least before the trigram index is asked: a walk this short costs little. */
 const WALK_BUDGET = 5_000;
 /** A walk expected to pass more contacts than this first sorts the matches, when few (MATCH_COST). */
 const DEEP_WALK = 20_000;
 /**
  * A walk expected to pass more contacts than this is the plain walk's: a deep page of an even term, where
  * sorting every match costs more. Up to it, a walk with a budget of twice that goes first, and the matches
- * are sorted when it falls short: matches all older than the rest (an import) make a plain walk pass every
- * newer contact. Page 12 of 11,111 matches older than 890,000 other contacts took 205–217 ms that way, 54–58
- * with the budget (a walk expected at 21,600; 2026-11-29, two runs at a million).
+ * are sorted when it falls short: matches all older than the rest (an import) would make a plain walk pass
+ * every newer contact.
  */
 const LONG_WALK = 100_000;
 /** The deepest page (offset + limit) tried this way while the total is not known. */
 const DEEP_REACH = 2_000;
 /**
  * A match sorted through the trigram index costs about as much as this many contacts walked: its heap row
- * read and rechecked, about 0.4–4 µs at a million contacts (more where pg_trgm hands over candidates that
- * do not match), against about 0.4 µs a contact walked.
+ * read and rechecked, and more where pg_trgm hands over candidates that do not match.
  */
 const MATCH_COST = 10;
 
@@ -76,11 +73,9 @@ async function sortMatches(
  * The page sorted out of every match, and their total, in one statement: each match's order keys are
  * gathered once (materialized, from the narrow table through the trigram index), counted, and sorted for
  * the page, whose rows alone are read from contacts to be rendered. A count and a page in statements of
- * their own read every match twice, and where pg_trgm cannot narrow a term that is every candidate's row
- * twice (11,000 old matches among 122,000 candidates at a million contacts: 40 ms for the count, then 44
- * for the page, against 53 in one, when candidates were read from contacts). A count over the sorted rows
- * themselves (a window) made PostgreSQL sort every match, past work_mem on disk, where this sorts their
- * keys for a top-N heap (111,000 matches: 165 ms against 60).
+ * their own would read every match twice, and where pg_trgm cannot narrow a term, every candidate's row
+ * twice. A count over the sorted rows themselves (a window) makes PostgreSQL sort every match, past
+ * work_mem on disk, where this sorts their keys for a top-N heap.
  */
 async function sortAndCountMatches(
   db: Executor,
@@ -145,10 +140,8 @@ export async function pageByEmailOnPostgres(
   const reach = page.page * page.limit;
   if (knownTotal === undefined && reach > DEEP_REACH) {
     // A deep page asked before its total is known: the total, which the caller would count after the page
-    // anyway, is counted first and says how to find the page. (Found by the plain walk, the page of a term
-    // few contacts hold passed every contact: page 200 of a term 1,111 old contacts hold, or one holds,
-    // took 90–100 ms at a million contacts before the count, against 25–45 with it.) Without a page, the
-    // plain walk's, with the total.
+    // anyway, is counted first and says how to find the page, where the plain walk would pass every
+    // contact for a term few hold. Without a page, the plain walk's, with the total.
     const total = await countByEmailOnPostgres(db, organizationId, filter);
     if (total === undefined) return undefined;
     return { ...(await pageByEmailOnPostgres(db, organizationId, filter, page, total, tuning)), total };
@@ -161,10 +154,9 @@ export async function pageByEmailOnPostgres(
     // A walk reads about reach × size / total contacts to fill the page when the matches are spread.
     const expected = (reach * size) / Math.max(knownTotal, 1);
     if (expected > DEEP_WALK) {
-      // Few matches are sorted for less than that long a walk: page 5 of a term 1,111 old contacts of a
-      // million hold walked 90,000 contacts (77 ms) or more, where sorting them takes a few. Within the
-      // index's time: a term pg_trgm cannot narrow would have it read every contact, where the plain walk
-      // may find spread matches (and so, once that time is up, does not sort them again after a walk).
+      // Few matches are sorted for less than so long a walk. Within the index's time: a term pg_trgm cannot
+      // narrow would have it read every contact, where the plain walk may find spread matches (and so, once
+      // that time is up, does not sort them again after a walk).
       if (ms > 0 && knownTotal * MATCH_COST < expected) {
         const sorted = await trigramWithin(db, ms, (conn) =>
           sortMatches(conn, organizationId, filter, term, page),
@@ -184,8 +176,8 @@ export async function pageByEmailOnPostgres(
   }
   // The matches are old, few or none. The trigram index finds a few fastest, page and total at once, but a
   // term pg_trgm cannot narrow makes it read every contact (`e.t` is the words `e` and `t` to it, in every
-  // address of example.test: 300 ms at a million contacts, to find none), so it has a few ms before the
-  // address chunks count instead, and the page is sorted only if there is one this far.
+  // address of example.test), so it has a few ms before the address chunks count instead, and the page is
+  // sorted only if there is one this far.
   return (
     (await countThenSort(db, organizationId, filter, term, page, ms)) ??
     // The chunks cannot count the filter (`unsubscribed` beside the term, or a term holding END): the
@@ -195,19 +187,18 @@ export async function pageByEmailOnPostgres(
 }
 
 /**
- * The chunks are counted in this many parts at once, each on a connection of its own. PostgreSQL will not
- * plan a parallel scan of them (their heap is a few hundred KB; the 26 MB are TOAST), so a count ran on one
- * core: at a million contacts, 78–112 ms in one statement against 53–68 ms in two on this project's
- * 2-core machines. Under load it costs the same CPU in all. Sharing one snapshot between the two
- * (store/snapshot.ts) costs a few round trips more: 42–65 ms against 40–56 at a million (2026-11-26).
+ * The chunks are counted in this many parts at once, each on a connection of its own: PostgreSQL will not
+ * plan a parallel scan of them (their heap is small; the addresses are in TOAST), so one statement counts
+ * on one core. Under load the parts cost the same CPU in all; sharing one snapshot (store/snapshot.ts)
+ * costs only a few round trips.
  */
 const COUNT_PARTS = 2;
 
 /**
  * The organisation's contacts whose address holds the term, counted in its address chunks (migration
- * 0012): about 35 ms at a million contacts for a term one in nine hold, against 130–270 ms for any count of
- * the contacts themselves. undefined when the chunks cannot answer: another filter beside the term (they
- * hold addresses only), or a term that would match across two addresses.
+ * 0012), for a fraction of any count of the contacts themselves. undefined when the chunks cannot answer:
+ * another filter beside the term (they hold addresses only), or a term that would match across two
+ * addresses.
  *
  * `string_to_array(addresses, term)` cuts a chunk at each occurrence, left to right, never overlapping.
  * Every address holding the term is cut at least once (the cut before it ends in an earlier address), so
@@ -218,10 +209,10 @@ const COUNT_PARTS = 2;
  * stands for the first occurrence. (`offset 0` keeps the array from being made twice.)
  *
  * Outside a transaction the parts run on connections of their own, in one snapshot: the first exports it
- * and the others take it up (SET TRANSACTION SNAPSHOT). In snapshots of their own, taken a moment apart, a
- * fold that repacks the organisation's chunks (address-chunks-postgres.ts) committing in between was seen
- * by one part and not the other, and an address counted twice or not at all (600 or 0 for 300). The total
- * is kept only under the version of the addresses read before it (kept-searches.ts).
+ * and the others take it up (SET TRANSACTION SNAPSHOT). In snapshots of their own, a fold that repacks the
+ * organisation's chunks (address-chunks-postgres.ts) committing between them would be seen by one part and
+ * not the other, and its addresses counted twice or not at all. The total is kept only under the version
+ * of the addresses read before it (kept-searches.ts).
  */
 export async function countByChunksOnPostgres(
   db: Executor,
@@ -271,20 +262,17 @@ function chunkCounter(
 
 /**
  * How long (ms) the trigram index may sort and count a term's matches before the address chunks count them
- * instead. The chunks read every address, 40–100 ms at a million contacts for a short term whatever it
- * matches; the index reads only its matches, 3 ms for 10,000 that sit together, 22–25 the first time a
- * connection plans it and reads them from the OS's cache, but 170 ms for 120,000 spread through the table,
- * and 300 ms to find none for a term pg_trgm cannot narrow (`e.t`). Which is which cannot be told
- * beforehand, so the index is given about what the chunks cost on a fast machine, in proportion to the
- * organisation's size, and a fifth more for sorting the page beside the count: 60 µs a thousand contacts,
- * 10 to 60 ms. (A count alone had 50: at 20 and at 30 ms, page 1 of the 10,000 oldest contacts' term, asked
- * right after a bulk load, ran out of time in one bench run of three. A term whose 11,000 old matches are
- * among 122,000 candidates took 40 ms to count and 47–53 to sort and count, warm. At 100,000 contacts its
- * 11,000 matches took 8–10 to sort and count: 6 ms ran out, and the chunks' count and the sort after it
- * made the page 20–26 ms, against 12–14.) Past it, the page is still sorted through the index once the
- * chunks have counted, so the time is lost but where there is no page this far. Under 100,000 contacts
- * the chunks count in a few ms, and the index is not asked first (0); where the chunks cannot count the
- * filter, it is asked with no time limit (pageByEmailOnPostgres).
+ * instead. The chunks read every address, whatever the term matches; the index reads only its matches:
+ * quick for thousands that sit together, slow for many spread through the table or read from the OS's
+ * cache after a bulk load, and slowest for a term pg_trgm cannot narrow (`e.t`), where it reads every
+ * contact to find none. Which is which cannot be told beforehand, so the index is given about what the
+ * chunks cost on a fast machine, in proportion to the organisation's size, and a fifth more for sorting the
+ * page beside the count: 60 µs a thousand contacts, 10 to 60 ms. Less would cut off old matches asked right
+ * after a bulk load, and a small organisation's that the index sorts and counts faster than the chunks
+ * count them. Past it, the page is still sorted through the index once the chunks have counted, so the time
+ * is lost only where there is no page this far. Under 100,000 contacts the chunks count in a few ms, and
+ * the index is not asked first (0); where the chunks cannot count the filter, it is asked with no time
+ * limit (pageByEmailOnPostgres).
  */
 function trigramSearchMs(size: number): number {
   return size < 100_000 ? 0 : Math.min(60, Math.max(10, Math.round((size * 6) / 100_000)));

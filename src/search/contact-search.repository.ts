@@ -25,13 +25,10 @@ import { matchCase } from '../validation/addresses.js';
 
 /**
  * One match read through the index costs about as much as this many contacts walked in created_at
- * order or scanned in the email index (measured at 1M contacts: ~3 µs against ~0.2 µs).
+ * order or scanned in the email index.
  */
 const MATCH_COST = 15;
-/**
- * A pass over the organisation's address chunks costs about this many contacts walked, per contact (at 1M
- * contacts: 70–90 ms against about 200 ms for a walk through all of them).
- */
+/** A pass over the organisation's address chunks costs about this many contacts walked, per contact. */
 const CHUNK_COST = 0.4;
 
 /**
@@ -114,13 +111,10 @@ async function pageByTrigrams(
 }
 
 /**
- * A walk expected to test more contacts than this (about 20 ms) is left to the caller's plain walk, which
- * costs a third less per contact than a walk with a budget: a deep page of an even term. Up to it, a walk
- * with a budget of twice that goes first, and the matches are looked up when it falls short: matches all
- * older than the rest (an import) make a plain walk pass every newer contact. At a million contacts, 8
- * terms each held by 11,111 contacts older than 890,000 others: page 12 (a walk expected at 21,600) 39-43
- * ms against 100-115 that way, pages 24-48 46-60 against 100-107; page 12 of the oldest 10,000, which the
- * index narrows, 27 against 168.
+ * A walk expected to test more contacts than this is left to the caller's plain walk, which costs a third
+ * less per contact than a walk with a budget: a deep page of an even term. Up to it, a walk with a budget of
+ * twice that goes first, and the matches are looked up when it falls short: matches all older than the
+ * rest (an import) would make a plain walk pass every newer contact.
  */
 const LONG_WALK = 100_000;
 
@@ -139,12 +133,13 @@ export async function pageByEmailIndex(
   const size = await organizationSize(db, organizationId);
   const reach = page.page * page.limit;
   // A page past the organisation's contacts holds none of them. Asked of the index, whose keys are every
-  // organisation's, a page number of a billion let the cap below read hundreds of thousands of other
-  // organisations' matches, on the event loop, for nothing.
+  // organisation's, a huge page number would raise the cap below to read other organisations' matches, on
+  // the event loop, for nothing.
   if (reach - page.limit >= size) return { contacts: [] };
   return unlessDamaged(async () => {
     if (isTrigramSearchable(term)) {
-      // A walk reads about reach × size / m contacts to fill the page; the index m matches.
+      // A walk reads about reach × size / m contacts to fill the page; the index m matches, at MATCH_COST
+      // each. The two cost the same at this cap.
       const cap = Math.floor(Math.sqrt((reach * size) / MATCH_COST));
       // The organisation's matches already known (a kept total) and too many: no probe for them.
       if (knownTotal === undefined || knownTotal <= cap) {
@@ -162,7 +157,7 @@ export async function pageByEmailIndex(
       const expected = (reach * size) / Math.max(knownTotal, 1);
       if (expected > LONG_WALK) return undefined;
       // Matches that are all old (a domain imported long ago) would make the walk long: past twice what
-      // it should take (at least a few thousand contacts, under 1 ms), the chunks find them instead.
+      // it should take (and at least a few thousand contacts, which cost little), the chunks find them.
       const budget = Math.max(5_000, Math.ceil(2 * expected));
       // A budget past the organisation's size walks all of it (no limit: a contact may have come since).
       const whole = budget >= size;

@@ -69,15 +69,15 @@ export async function walkPage(
   return rows.map((r) => r.json);
 }
 
-/** The longest walk pageAfterContact takes (8–28 ms on PostgreSQL at 0.4–1.4 µs a contact); past it, anew. */
+/** The longest walk pageAfterContact takes; a page that would need a longer one is found anew. */
 const AFTER_WALK_MAX = 20_000;
 
 /**
  * A page of an email search that starts `after.skip` matches after the contact `after.id`, the last of a
  * page kept at the same version of the addresses (so the same contacts match, in the same order): the
  * contacts older than it in page order, walked in the organisation's created_at index, at most twice what
- * matches spread through time would need (5,000 to 20,000 contacts). Paging on, or jumping up to 50 pages
- * ahead (PAGES_BACK, email-search.ts), then costs a walk from where a kept page stopped, not a sort or
+ * matches spread through time would need (5,000 to AFTER_WALK_MAX contacts). Paging on, or jumping up to
+ * PAGES_BACK pages ahead (email-search.ts), then costs a walk from where a kept page stopped, not a sort or
  * a pass over every match, whatever the term. Undefined unless the walk fills the page, or reaches the
  * oldest contact.
  */

@@ -4,11 +4,10 @@
 // on the addresses alone, so both hold until a contact is added, deleted or readdressed. A page kept is
 // answered by reading its contacts again by id, so every other field is as it is now.
 //
-// Why: the total of a term many contacts hold reads every address (about 40 ms on SQLite at a million
-// contacts, 130–250 ms on PostgreSQL), and a page of matches that are all old is sorted out of every match
-// (40–60 ms, and 60–140 ms). Requests for the same page at the same version while one is working it out
-// wait for its answer instead of working it out again: on SQLite, passes over the addresses run one at a
-// time on the event loop, so ten at once took ten times as long.
+// The total of a term many contacts hold reads every address, and a page of matches that are all old is
+// sorted out of every match. Requests for a page at a version while one is working it out wait for its
+// answer: on SQLite, passes over the addresses run one at a time on the event loop, so each would queue
+// behind the others.
 
 import { matchCase } from '../validation/addresses.js';
 

@@ -43,8 +43,7 @@ function openIndexFile(file: string): BetterSqlite3.Database {
   closeSync(openSync(file, 'a', 0o600));
   const db = new Sqlite(file);
   try {
-    // Written by the search thread alone, off the event loop: the index built from zero at a million
-    // contacts in 7.7 s with this cache as with 16 MiB.
+    // Written by the search thread alone, off the event loop, and a larger cache builds it no faster.
     withSmallCache(db);
     db.pragma('busy_timeout = 10000');
     useWal(db);

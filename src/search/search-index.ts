@@ -11,7 +11,6 @@ import { openQueryOnly } from '../store/sqlite-driver.js';
 import { AddressChunks, type IndexedContact } from './address-chunks.js';
 import { layOutAnew, openSearchFile } from './search-file.js';
 
-/** How many contacts one step indexes: large enough to be cheap per contact, small enough to be brief. */
 /**
  * How far the contacts' search keys have been issued, as SQL over `contacts_search_state` (migration 0009):
  * the highest search key, live or retired, and the highest retired id. The index catches up to them, and
@@ -22,6 +21,7 @@ export const ISSUED_KEY_SQL = 'max(retired_to, (select coalesce(max(search_key),
 export const ISSUED_RETIRED_SQL =
   "coalesce((select seq from sqlite_sequence where name = 'contacts_search_retired'), 0)";
 
+/** How many contacts one step indexes: large enough to be cheap per contact, small enough to be brief. */
 export const INDEX_BATCH = 1000;
 /** How many retired keys one step takes out of the index. */
 export const RETIRE_BATCH = 5000;
@@ -219,7 +219,7 @@ export class SearchIndexer {
 
   /**
    * Whether the index file passes SQLite's quick check: its pages, and (SQLite 3.44 and later) FTS5's own
-   * check of what the index holds. About 0.7 s at a million contacts.
+   * check of what the index holds. It reads the whole file.
    */
   intact(): boolean {
     return this.index.pragma('quick_check', { simple: true }) === 'ok';

@@ -68,8 +68,8 @@ const intact = (): boolean => {
   }
 };
 // Once per start, before the first step: garbage inside FTS5's blobs raises no error, a search just finds
-// nothing there, so no failed step would ever call for the check. It reads the whole file: about 0.7 s of
-// this thread at a million contacts, while searches scan the contacts not indexed yet as usual.
+// nothing there, so no failed step would ever call for the check. It reads the whole file, on this thread;
+// meanwhile searches read the contacts not indexed yet from the table, as usual.
 if (!intact()) repair(new Error('the search index file failed its quick check at start'));
 
 /** The reads holding the index file as it is, with when each lets go at the latest. */

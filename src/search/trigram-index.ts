@@ -32,23 +32,23 @@ async function trigramState(client: PgClient): Promise<{ built: boolean; old: bo
 /**
  * The pg_trgm extension and the trigram index of email search, created if missing; whether the index of
  * before 0016, on contacts, is still to be dropped (dropOldTrigramIndex). One Mailroom process at a time:
- * two running `if not exists` together can both decide to create, and the loser's unique violation looked
- * exactly like a role that may not create the extension. On a connection of its own
- * (setUpLongStatements): the index over a million addresses took 2.9 s to build on a fast day, and these
- * machines run up to five times slower. The build waits TRGM_BUILD_LOCK_TIMEOUT for open writes of
- * contact_addresses (every contact write queues behind it meanwhile), then fails, for the next start.
+ * two running `if not exists` together can both decide to create, and the loser's unique violation looks
+ * exactly like a role that may not create the extension. On a connection of its own (setUpLongStatements):
+ * over a million addresses the build takes seconds, which a slow machine stretches towards the pool's
+ * query timeout. The build waits TRGM_BUILD_LOCK_TIMEOUT for open writes of contact_addresses (every
+ * contact write queues behind it meanwhile), then fails, for the next start.
  */
 export async function createTrigramIndex(databaseUrl: string): Promise<{ old: boolean }> {
   const client = await connectLong(databaseUrl);
   try {
     // Looked up before anything is locked: `create index if not exists` takes its SHARE lock on the table
-    // before it finds the index there, so every start and CLI command waited behind any open write of
-    // contacts, and every contact write of every process then queued behind it.
+    // before it finds the index there, so every start and CLI command would wait behind any open write of
+    // contacts, and every contact write of every process queue behind it.
     const first = await trigramState(client);
     if (first.built) return first;
     // Held until the connection ends. Another process building it (or dropping the old one) is let be:
-    // waiting for it in turn made starts beside one open write of the addresses wait 5 s each, one
-    // after another, with contact writes queued behind each.
+    // waiting in turn, starts beside an open write of the addresses would each wait out the lock timeout,
+    // one after another, with contact writes queued behind each.
     const { rows } = await client.query<{ mine: boolean }>('select pg_try_advisory_lock($1) as mine', [
       TRGM_LOCK,
     ]);
@@ -72,10 +72,10 @@ export async function createTrigramIndex(databaseUrl: string): Promise<{ old: bo
 
 /**
  * Drops the index of before 0016, on contacts, concurrently, after the new one has committed: dropped in
- * the new one's transaction, it locked contacts after contact_addresses, the other order from a contact
- * write (contacts, then its address through 0016's triggers), and under writes they always deadlocked (the
- * new index was never built). In the background of a long-running process, one process at a time (it
- * waits for another building the new index or dropping this one, then finds what is left to do). The drop
+ * the new one's transaction, it would lock contacts after contact_addresses, the reverse of a contact
+ * write (contacts, then its address through 0016's triggers), and deadlock with writes, leaving the new
+ * index never built. In the background of a long-running process, one process at a time (it waits for
+ * another building the new index or dropping this one, then finds what is left to do). The drop
  * waits for every transaction that uses contacts, holding up no read or write, for up to
  * TRGM_DROP_LOCK_TIMEOUT; then it gives up, leaving the index invalid but still kept up by contact writes,
  * and is tried again TRGM_DROP_RETRY_MS later. `stop` ends it (a drop cut off is finished later).
