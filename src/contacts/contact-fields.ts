@@ -12,12 +12,11 @@ export type ContactFields = Pick<
 /**
  * A contact as the API shows it (the Contact schema: its keys in order), as JSON text: the text stored
  * with the contact when it was written (renderContact, migration 0008), else rendered by the store from
- * the columns of `table`. Pages read this one value per contact instead of eight: turning each column
- * into a JS value, then a contact object, then JSON again cost more than the query itself, and rendering
- * in the query still cost half of a page. Tags and custom fields are stored as the JSON text
- * JSON.stringify wrote, so they go in as they are. The same bytes as the Contact schema's serialiser
- * writes for toContact's object; test/api/contacts.test.ts holds every read path, stored and rendered,
- * to them.
+ * the columns of `table`. Pages read this one value per contact instead of eight: turning each column into
+ * a JS value, an object and JSON again costs more than the query itself, and rendering in the query is
+ * still a large share of a page, hence the stored text. Tags and custom fields are stored as JSON.stringify
+ * wrote them, so they go in as they are. The same bytes as the Contact schema's serialiser writes for
+ * toContact's object: test/api/contacts.test.ts holds every read path, stored and rendered, to them.
  */
 export function contactJson(dialect: DialectName, table: 'contacts' | 'c' = 'contacts'): RawBuilder<string> {
   const column = (name: string) => sql.ref<string | null>(`${table}.${name}`);

@@ -108,10 +108,9 @@ const hasRowConditions = (filter: ContactFilter) =>
 
 /**
  * The organisation's contacts with the tag that meet the filter. With an email term, PostgreSQL tests the
- * conditions in the narrow table of addresses (migration 0016), whose trigram index it may then use: a
- * rare term among a tag's 100,000 contacts took 110 ms walking the tag and reading each contact, and
- * 2–20 ms through that index (a million contacts, 2026-11-29). The contacts are then joined for the
- * page's rows (`rows`), not for a count.
+ * conditions in the narrow table of addresses (migration 0016), whose trigram index it may then use for a
+ * rare term, rather than walk the tag and read each contact. The contacts are then joined for the page's
+ * rows (`rows`), not for a count.
  */
 function byTag(db: Executor, organizationId: string, tag: string, filter: ContactFilter, rows: boolean) {
   const dialect = dialectOf(db);
@@ -181,7 +180,8 @@ export async function pageContacts(
   } = {},
 ): Promise<ContactPage> {
   const offset = offsetOf(page);
-  // An email substring: through the trigram index, or a walk with a budget, where either costs less.
+  // An email substring: through the store's own search (search/by-email.ts), where it costs less than the
+  // reads below.
   const indexed = searchIndex ? await pageByEmail(db, organizationId, filter, page, knownTotal) : undefined;
   if (indexed?.contacts) return { contacts: indexed.contacts, total: indexed.total };
   const bucket = bucketOf(filter);
@@ -224,14 +224,11 @@ function organizationPage(db: Executor, organizationId: string, filter: ContactF
 
 // The unfiltered page, the most common read: compiled once, each contact rendered as the API shows it.
 // The page is found in the organisation's created_at index by itself (it holds the order keys), and only
-// its rows are read: a deep page then skips index entries, not contacts. PostgreSQL otherwise sorted whole
-// rows for a deep page of a small organisation, spilling to disk (page 500 of 10,000 contacts: 27 ms,
-// now 2 ms); SQLite reads a deep page a quarter faster, page 1 the same. Unsubscribed contacts alone
-// likewise, in migration 0007's index of them: PostgreSQL read every contact page 500 of 50,000 skips
-// (15–30 ms at 1M, now 2–3 ms); on SQLite page 500 runs at 1.4 times the rate. Subscribed ones are not:
-// the index does not say which they are, so each row is read either way, and page 1 ran a quarter slower.
-// SQLite finds each row of the page by its rowid (one search, where the id takes two: its index, then the
-// table): 45 → 36 µs for a page of 20 at 10,000 contacts. PostgreSQL by id: a row's ctid moves when it
+// its rows are read: a deep page skips index entries, not contacts (PostgreSQL would otherwise sort whole
+// rows for a deep page of a small organisation, spilling to disk). Unsubscribed contacts alone likewise, in
+// migration 0007's index of them. Subscribed ones are not: no index says which they are, so each row is read
+// either way, and the extra join only slows page 1. SQLite finds each row of the page by its rowid (one
+// search, where the id takes two: its index, then the table). PostgreSQL by id: a row's ctid moves when it
 // is updated, and its planner takes a join on id as well.
 function indexPage(unsubscribed: boolean) {
   return pagedShape((db, window, organizationId: string, bucket: string) => {
@@ -255,8 +252,8 @@ function indexPage(unsubscribed: boolean) {
 const unfilteredPage = indexPage(false);
 const unsubscribedPage = indexPage(true);
 
-// The tag page's OFFSET, hidden from PostgreSQL's planner: in view, a late page of a tag on nearly every
-// row costed the index walk above sorting the whole table, and sorted (12–20 ms against 3–4 for the walk).
+// The tag page's OFFSET, hidden from PostgreSQL's planner: in view, for a late page of a tag on nearly every
+// row it costs the index walk above sorting the whole table, and sorts, where the walk is faster.
 function tagWindow(db: Executor, window: Window): Window {
   const { limit, offset } = window;
   if (offset === undefined || dialectOf(db) !== 'postgres') return window;

@@ -137,9 +137,9 @@ export class GroupCommit<DB> {
  * The SQLite transaction for a batch: IMMEDIATE takes the write lock up front, so another process's
  * writer makes us wait (busy_timeout) instead of failing on a stale read snapshot.
  * Every statement and savepoint keeps a copy of each existing page it changes, to undo it; past 64 KiB
- * SQLite spills those copies to a temporary file (an open, an unlink and a write per page: about a third
- * of inserting a batch of contacts). A batch of small writes keeps them in memory instead, since they are
- * bounded; any other batch keeps the file, so deleting a list of a million members cannot fill the heap.
+ * SQLite spills those copies to a temporary file (an open, an unlink and a write per page), a large share
+ * of a batch's cost. A batch of small writes keeps them in memory instead, since they are bounded; any
+ * other batch keeps the file, so deleting a list of a million members cannot fill the heap.
  */
 export function sqliteImmediateTransaction<DB>(
   db: Kysely<DB>,
