@@ -1,13 +1,15 @@
 // Group commit: writes that arrive while a commit is in flight are queued and run together in the next
 // transaction, each inside its own savepoint, so many writes share one commit (one fsync) while a failing
 // write rolls back only itself. A caller's promise settles only after its commit is durable. Every write
-// goes through it on SQLite; on PostgreSQL, writes that tolerate company (the worker's results) do.
+// goes through it on SQLite; on PostgreSQL, writes that tolerate company (the worker's claims, lease renewals
+// and results) do. A write whose lock wait times out fails alone and the writes after it still run: the
+// lock may be one row's, and skipping them would fail writes that no lock holds up.
 // A write marked `small` changes few existing rows (an append, a batch of delivery results); a batch of
 // only such writes lets SQLite keep the page copies it takes to undo a statement or savepoint in memory
 // (sqliteImmediateTransaction).
 import { type Kysely, sql } from 'kysely';
 import { BatchQueue } from './batch-queue.js';
-import { isRetryableConflict, isWaitStopped } from './dialect.js';
+import { isRetryableConflict } from './dialect.js';
 
 interface Job<DB> {
   fn: (trx: Kysely<DB>) => Promise<unknown>;
@@ -15,8 +17,6 @@ interface Job<DB> {
   reject: (err: unknown) => void;
   /** Times it lost a deadlock (PostgreSQL) and went back in the queue. */
   conflicts: number;
-  /** It went on to a later transaction once already, after a lock wait stopped an earlier write. */
-  deferred: boolean;
   small: boolean;
 }
 
@@ -44,14 +44,7 @@ export class GroupCommit<DB> {
   run<T>(fn: (trx: Kysely<DB>) => Promise<T>, options: WriteOptions = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const small = options.small === true;
-      this.queue.push({
-        fn,
-        resolve: resolve as (v: unknown) => void,
-        reject,
-        conflicts: 0,
-        deferred: false,
-        small,
-      });
+      this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject, conflicts: 0, small });
     });
   }
 
@@ -62,13 +55,10 @@ export class GroupCommit<DB> {
 
   private async runBatch(batch: Job<DB>[]): Promise<void> {
     const outcomes: { ok: boolean; value: unknown }[] = [];
-    /** The error that stopped a write's lock wait (PostgreSQL), and with it the batch (see settleAfterWait). */
-    let waitStopped: unknown;
     try {
       await this.transaction(
         async (conn) => {
           for (const job of batch) {
-            if (waitStopped !== undefined) break;
             await sql`savepoint w`.execute(conn);
             try {
               const value = await job.fn(conn);
@@ -85,7 +75,6 @@ export class GroupCommit<DB> {
                 throw err;
               }
               outcomes.push({ ok: false, value: err });
-              if (isWaitStopped(err)) waitStopped = err;
             }
           }
         },
@@ -97,26 +86,10 @@ export class GroupCommit<DB> {
       return;
     }
     batch.forEach((job, i) => {
-      const outcome = outcomes[i];
-      if (outcome === undefined) this.settleAfterWait(job, waitStopped);
-      else if (outcome.ok) job.resolve(outcome.value);
+      const outcome = outcomes[i]!;
+      if (outcome.ok) job.resolve(outcome.value);
       else this.fail(job, outcome.value);
     });
-  }
-
-  /**
-   * A write after one whose lock wait was stopped by a timeout: not run in that batch, as it might wait on
-   * the same lock in turn (behind a table's lock, each write of the batch would wait the timeout out). It
-   * goes on to the next transaction once, so that a lock on one row fails only its writer; if a lock wait
-   * stops that batch too, the lock is likely the table's, and it is refused with that error.
-   */
-  private settleAfterWait(job: Job<DB>, err: unknown): void {
-    if (job.deferred) {
-      job.reject(err);
-    } else {
-      job.deferred = true;
-      this.queue.push(job);
-    }
   }
 
   /**

@@ -32,52 +32,35 @@ const TRGM_LOCK = 0x6d72_7467;
 
 const org = (id: string) => ({ id, name: id, created_at: AT });
 
-/**
- * Writes organisations through `write` on a store whose statements time out after a second: six behind a
- * lock on the whole table held for about three timeouts (a migration, an operator), which must all be
- * refused as the store being unavailable, none written late; then five behind a lock on the third's row
- * alone (another transaction's uncommitted copy of its key), where only the third may fail.
- */
-async function refusedOnlyBehindLocks(
-  write: (store: Store, ids: string[]) => Promise<PromiseSettledResult<unknown>[]>,
-) {
+/** Organisations written through `write`, each id's as it settled, on a store whose statements time out after a second. */
+type Writes = (store: Store, ids: string[]) => Promise<PromiseSettledResult<unknown>[]>;
+
+/** A store whose statements time out after a second, and an admin client of its database. */
+async function withShortTimeouts(run: (store: Store, admin: pg.Client) => Promise<void>) {
   const db = await createTestDatabase();
   const store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 1_000 });
   const admin = new pg.Client({ connectionString: db.url });
   await admin.connect();
   try {
     await store.migrate();
-    await admin.query('begin');
-    await admin.query('lock table organizations in share mode');
-    let release = setTimeout(() => void admin.query('rollback'), 3_000);
-    const table = await write(store, ['t1', 't2', 't3', 't4', 't5', 't6']);
-    clearTimeout(release);
-    await admin.query('rollback');
-    expect(table.map((r) => r.status)).toEqual(Array(6).fill('rejected'));
-    for (const r of table) expect(isStoreUnavailable((r as PromiseRejectedResult).reason)).toBe(true);
-    const written = await store.db
-      .selectFrom('organizations')
-      .select('id')
-      .where('id', 'like', 't%')
-      .execute();
-    expect(written).toEqual([]);
-    await admin.query('begin');
-    await admin.query(`insert into organizations (id, name, created_at) values ('r3', 'x', '${AT}')`);
-    release = setTimeout(() => void admin.query('rollback'), 5_000);
-    const row = await write(store, ['r1', 'r2', 'r3', 'r4', 'r5']);
-    clearTimeout(release);
-    await admin.query('rollback');
-    expect(row.map((r) => r.status)).toEqual([
-      'fulfilled',
-      'fulfilled',
-      'rejected',
-      'fulfilled',
-      'fulfilled',
-    ]);
+    await run(store, admin);
   } finally {
     await admin.end().catch(() => undefined);
     await store.close();
     await db.drop();
+  }
+}
+
+/** `write` behind a lock on one row (another transaction's uncommitted copy of r3's key), held 5 s. */
+async function behindRowLock(store: Store, admin: pg.Client, write: Writes) {
+  await admin.query('begin');
+  await admin.query(`insert into organizations (id, name, created_at) values ('r3', 'x', '${AT}')`);
+  const release = setTimeout(() => void admin.query('rollback'), 5_000);
+  try {
+    return await write(store, ['r1', 'r2', 'r3', 'r4', 'r5']);
+  } finally {
+    clearTimeout(release);
+    await admin.query('rollback');
   }
 }
 
@@ -134,22 +117,59 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
   });
 
   it('write a batch of appends stopped by statement_timeout again all at once, not one caller after another', async () => {
-    // Written again one by one, each caller waited the timeout out in turn, and those whose turn came
-    // after the lock went were written late; all at once, the timeout is waited out once more.
-    await refusedOnlyBehindLocks((store, ids) =>
-      Promise.allSettled(ids.map((id) => store.append([{ table: 'organizations', rows: [org(id)] }]))),
-    );
+    const write: Writes = (store, ids) =>
+      Promise.allSettled(ids.map((id) => store.append([{ table: 'organizations', rows: [org(id)] }])));
+    await withShortTimeouts(async (store, admin) => {
+      // A lock held for about three statement timeouts on the whole table (a migration, an operator).
+      // Written again one by one, each caller waited the timeout out in turn, and those whose turn came
+      // after the lock went were written late; all at once, the timeout is waited out once more.
+      await admin.query('begin');
+      await admin.query('lock table organizations in share mode');
+      const release = setTimeout(() => void admin.query('rollback'), 3_000);
+      const table = await write(store, ['t1', 't2', 't3', 't4', 't5', 't6']);
+      clearTimeout(release);
+      await admin.query('rollback');
+      expect(table.map((r) => r.status)).toEqual(Array(6).fill('rejected'));
+      for (const r of table) expect(isStoreUnavailable((r as PromiseRejectedResult).reason)).toBe(true);
+      const written = await store.db
+        .selectFrom('organizations')
+        .select('id')
+        .where('id', 'like', 't%')
+        .execute();
+      expect(written).toEqual([]);
+      // Behind one row's lock, only its caller fails.
+      const row = await behindRowLock(store, admin, write);
+      expect(row.map((r) => r.status)).toEqual([
+        'fulfilled',
+        'fulfilled',
+        'rejected',
+        'fulfilled',
+        'fulfilled',
+      ]);
+    });
   });
 
-  it("run a batch's writes after one stopped by statement_timeout in the next transaction, not each after the other", async () => {
+  it('fail only the write of a batch whose row lock outlasts statement_timeout, whatever joins the next batch', async () => {
     // store.batch (group commit): writes queued in one tick share one transaction, each in its savepoint.
-    // Each write after the first waited the timeout out in turn, and those whose turn came after the lock
-    // went were written late; now the rest wait once more, in the next transaction, and are refused.
-    await refusedOnlyBehindLocks((store, ids) =>
-      Promise.allSettled(
-        ids.map((id) => store.batch((trx) => trx.insertInto('organizations').values(org(id)).execute())),
-      ),
-    );
+    // The worker's lease renewals and results meet a row an operator holds this way: the other writes of
+    // the batch, and those queued while it waits (another try of the same row among them), go through.
+    await withShortTimeouts(async (store, admin) => {
+      const row = (id: string) =>
+        store.batch((trx) => trx.insertInto('organizations').values(org(id)).execute());
+      let again: Promise<unknown> | undefined;
+      const settled = await behindRowLock(store, admin, (_store, ids) => {
+        setTimeout(() => (again = row('r3').catch(() => undefined)), 300);
+        return Promise.allSettled(ids.map(row));
+      });
+      await again;
+      expect(settled.map((r) => r.status)).toEqual([
+        'fulfilled',
+        'fulfilled',
+        'rejected',
+        'fulfilled',
+        'fulfilled',
+      ]);
+    });
   });
 
   it('never commit a write the pool gave up on, whether the server stopped its statement or the pool stopped waiting', async () => {
