@@ -10,7 +10,6 @@ import {
   CustomFieldValue,
   LookupId,
   FreeKeys,
-  StoredFieldValue,
   Success,
 } from '../http/schemas.js';
 
@@ -47,7 +46,7 @@ const Contact = Type.Object(
     firstName: NullableString,
     lastName: NullableString,
     tags: Type.Array(Type.String()),
-    customFields: FreeKeys(StoredFieldValue),
+    customFields: FreeKeys(CustomValue),
     unsubscribed: Type.Boolean(),
     createdAt: Timestamp,
   },

@@ -96,27 +96,21 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
               properties[name] = { ...properties[name], propertyNames: KEY_NAMES[name] };
             json.schema = { ...json.schema, properties };
           }
-          // Answered by Node before a request reaches a route: on every path, with no rate-limit headers;
-          // a 431 in the path's family, a 408 always as lists and contacts errors are (the `Error` schema).
-          if (op.responses) {
-            const error = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
-            op.responses['408'] = { content: error };
-            op.responses['431'] = { content: op.responses['400']?.content ?? error };
+          // Answered on every path, in the path's family (client-errors.ts, answer-headers.ts): a 431 by
+          // Node before a request exists, a 408 by Node too when the headers came late, or for a late body.
+          if (op.responses?.['400']) {
+            op.responses['408'] = { content: op.responses['400'].content };
+            op.responses['431'] = { content: op.responses['400'].content };
           }
           for (const [status, response] of Object.entries(op.responses ?? {})) {
             response.description =
               (status === '409' ? CONFLICTS[op.operationId ?? ''] : undefined) ??
               RESPONSES[status] ??
               response.description;
-            if (status === '408' || status === '431') {
-              response.content = nameContent(response.content, named);
-              continue;
-            }
-            // Every other answer says where its key (or address) stands (api-v1.md 8); /health too, which
-            // is not itself counted.
+            // Every answer says where its key (or address) stands (api-v1.md 8), /health's too, which is
+            // not itself counted; but those given before counting (docs/behaviour.md, "Rate limits").
             response.headers = {
-              // A shutting-down server's 503 answers before counting (docs/behaviour.md, "Rate limits").
-              ...(status === '503' ? UNCOUNTED_503_HEADERS : RATE_LIMIT_HEADERS),
+              ...(UNCOUNTED[status] ?? RATE_LIMIT_HEADERS),
               ...(status === '429' ? RETRY_AFTER : {}),
               ...(status === '401' ? WWW_AUTHENTICATE : {}),
             };
@@ -143,12 +137,12 @@ const RESPONSES: Record<string, string> = {
   '403': 'The key lacks the permission this route needs (the role in its security requirement)',
   '404': 'Not found in the calling key’s organisation',
   '408':
-    'The request (its headers, or its body) took longer than REQUEST_TIMEOUT_MS; answered before it reaches the API, always in this error shape, without rate-limit headers',
+    'The request (its headers, or its body) took longer than REQUEST_TIMEOUT_MS. When the headers came late, Node answers before the path is known: always `{ success: false, error }`, and without rate-limit headers',
   '409': 'A conflict',
   '413': 'The body is larger than BODY_LIMIT_BYTES',
   '415': 'The body is not application/json, or is compressed (Content-Encoding other than identity)',
   '431':
-    'The request headers are over 16 KiB; answered before the request reaches the API, without rate-limit headers',
+    'The request headers are over 16 KiB; answered before the request is counted, without rate-limit headers',
   '429': 'Rate limit exceeded; retry after Retry-After seconds',
   '500': 'Internal error; `requestId` identifies it in the server log',
   '503': 'The store is unavailable or the server is shutting down; retry shortly',
@@ -163,12 +157,19 @@ const RATE_LIMIT_HEADERS = {
   'X-RateLimit-Remaining': integerHeader('Requests left in the current window'),
   'X-RateLimit-Reset': integerHeader('Unix time (seconds) at which the window resets'),
 };
-const UNCOUNTED_503_HEADERS = Object.fromEntries(
-  Object.entries(RATE_LIMIT_HEADERS).map(([name, header]) => [
-    name,
-    { ...header, required: false, description: `${header.description}; absent while the server shuts down` },
-  ]),
-);
+/** The rate-limit headers of an answer that may come before the request is counted, and when. */
+const uncounted = (when: string) =>
+  Object.fromEntries(
+    Object.entries(RATE_LIMIT_HEADERS).map(([name, header]) => [
+      name,
+      { ...header, required: false, description: `${header.description}; absent ${when}` },
+    ]),
+  );
+const UNCOUNTED: Record<string, Record<string, unknown>> = {
+  '408': uncounted('when the headers came late'),
+  '431': {},
+  '503': uncounted('while the server shuts down'),
+};
 const RETRY_AFTER = { 'Retry-After': integerHeader('Seconds to wait before retrying') };
 const WWW_AUTHENTICATE = {
   'WWW-Authenticate': {

@@ -51,11 +51,6 @@ export function StringEnum<const T extends readonly string[]>(values: T, options
 export const CustomFieldValue = Type.Unsafe<string | number | boolean | null>({
   type: ['string', 'number', 'boolean', 'null'],
 });
-/** A stored custom field's value: null removes a field, so none holds one. */
-export const StoredFieldValue = Type.Unsafe<string | number | boolean>({
-  type: ['string', 'number', 'boolean'],
-});
-
 export const Timestamp = Type.String({ format: 'date-time', description: 'UTC ISO 8601 with milliseconds' });
 
 const Detail = Type.Object({ field: Type.String(), message: Type.String() }, { title: 'ErrorDetail' });

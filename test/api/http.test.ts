@@ -440,8 +440,8 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
       for (const [status, response] of Object.entries(op.responses)) {
         expect([path, status, response.description]).not.toEqual([path, status, 'Default Response']);
         const headers = Object.keys(response.headers ?? {});
-        // Node answers these before a request exists: nothing to count it against, so no rate-limit headers.
-        if (status === '408' || status === '431') {
+        // Node answers a 431 before a request exists: nothing to count it against, so no rate-limit headers.
+        if (status === '431') {
           expect([path, status, headers]).toEqual([path, status, []]);
           continue;
         }
@@ -453,14 +453,14 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
           status === '401',
         ]);
         // Every such answer carries them: a generated client should not type them as optional. But a 503,
-        // which a shutting-down server gives before counting.
+        // which a shutting-down server gives before counting, and a 408 Node gives for late headers.
         for (const [name, header] of Object.entries(response.headers ?? {})) {
           const type = name === 'WWW-Authenticate' ? 'string' : 'integer';
           expect([path, status, name, header]).toMatchObject([
             path,
             status,
             name,
-            { required: status !== '503', schema: { type } },
+            { required: status !== '503' && status !== '408', schema: { type } },
           ]);
         }
       }
@@ -476,9 +476,6 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(JSON.stringify(doc.paths['/api/v1/lists']!.get!.responses['200'])).toContain(
       '"success":{"type":"boolean","enum":[true]}',
     );
-    expect(doc.components.schemas.Contact!.properties!.customFields).toMatchObject({
-      additionalProperties: { type: ['string', 'number', 'boolean'] },
-    });
     // What each operation's 409 means; the error body of a 408 and a 431 (the path's family).
     const description = (path: string, method: string, status: string) =>
       doc.paths[path]![method]!.responses[status]!.description;
@@ -487,7 +484,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(description('/api/v1/emails', 'post', '409')).toMatch(/^The Idempotency-Key was used/);
     expect(description('/api/v1/contacts', 'post', '409')).toMatch(/already has this email address/);
     expect(schemaOf('/api/v1/emails', 'post', '431')).toBe('{"$ref":"#/components/schemas/EmailError"}');
-    expect(schemaOf('/api/v1/emails', 'post', '408')).toBe('{"$ref":"#/components/schemas/Error"}');
+    expect(schemaOf('/api/v1/emails', 'post', '408')).toBe('{"$ref":"#/components/schemas/EmailError"}');
     // Bounds the rules check in messages of their own, as the document can say them.
     const send = doc.paths['/api/v1/emails']!.post as unknown as {
       parameters: Record<string, unknown>[];
