@@ -177,7 +177,7 @@ async function withServices<T>(
   }
   if (existing && config.databaseUrl && (await holdsMailroomStore(config.databaseUrl)) === false) {
     // Not migrated: the database may be another application's, mistyped.
-    const name = decodeURIComponent(new URL(config.databaseUrl).pathname.slice(1));
+    const name = databaseName(config.databaseUrl);
     throw new ConfigError(
       `DATABASE_URL${name ? ` (database "${name}")` : ''} holds no Mailroom store: give the DATABASE_URL the server runs with ${makers}`,
     );
@@ -188,6 +188,16 @@ async function withServices<T>(
     return await fn(createServices({ config, store }));
   } finally {
     await store.close();
+  }
+}
+
+/** The database DATABASE_URL names, as written where its percent-encoding does not decode. */
+function databaseName(url: string): string {
+  const path = new URL(url).pathname.slice(1);
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
   }
 }
 

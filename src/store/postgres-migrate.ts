@@ -7,7 +7,6 @@ import {
   type MigrationRun,
   isMigrationLockWait,
   migrateToLatest,
-  migrationNames,
 } from './migrations.js';
 import { setUpLongStatements } from './pg-client.js';
 
@@ -54,20 +53,24 @@ export async function migratePostgres(databaseUrl: string): Promise<MigrationRun
 }
 
 /**
- * Whether the database holds a Mailroom store: its migrations table with Mailroom's first migration in it.
+ * Whether the database holds a Mailroom store: false only when no schema of it has a kysely migrations
+ * table, read from the catalogue, which any role may (a role without rights on the store's schema is then
+ * told so by the store, not that there is none; a first migration makes the table before it runs).
  * Undefined when it cannot tell (no connection): opening the store says why, naming DATABASE_URL.
  */
 export async function holdsMailroomStore(databaseUrl: string): Promise<boolean | undefined> {
-  const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+  const client = new (loadPg().Client)({
+    connectionString: databaseUrl,
+    connectionTimeoutMillis: 5_000,
+    query_timeout: 5_000,
+  });
   client.on('error', () => undefined);
   try {
     await client.connect();
     const { rows } = await client.query<{ held: boolean }>(
-      `select to_regclass('kysely_migration') is not null as held`,
+      `select exists (select 1 from pg_catalog.pg_class where relname = 'kysely_migration') as held`,
     );
-    if (!rows[0]!.held) return false;
-    const first = await client.query('select 1 from kysely_migration where name = $1', [migrationNames()[0]]);
-    return first.rowCount !== 0;
+    return rows[0]!.held;
   } catch {
     return undefined;
   } finally {

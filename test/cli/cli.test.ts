@@ -1,6 +1,7 @@
 // The mailroom CLI as a user runs it: a real process on a temp DATA_DIR (or a fresh PostgreSQL database),
 // one JSON object as the last stdout line with --json, and keys that work against an app on the same store.
 import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -13,7 +14,7 @@ import { ISO_MS } from '../helpers/api.js';
 import { tracked } from '../helpers/children.js';
 import { MAIN, baseEnv, scratchDir, startProcess } from '../helpers/process.js';
 import { eventually, freePort } from '../helpers/smtp.js';
-import { createTestDatabase, noPostgres, storeKinds } from '../helpers/stores.js';
+import { TEST_DATABASE_URL, createTestDatabase, noPostgres, storeKinds } from '../helpers/stores.js';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -521,6 +522,32 @@ describe.skipIf(noPostgres())('mailroom CLI on a PostgreSQL database without a s
         env: baseEnv({ DATABASE_URL: db.url }),
       });
       expect(JSON.parse(listed.stdout.trim().split('\n').at(-1)!)).toStrictEqual({ organizations: [] });
+      // A role that may not use the store's schema does not see its tables: it is told that, not that
+      // there is no store.
+      const role = `mr_cli_${randomBytes(4).toString('hex')}`;
+      const owner = new pg.Client({ connectionString: db.url });
+      await owner.connect();
+      await owner.query(`create role ${role} login`);
+      await owner.query('revoke usage on schema public from public');
+      await owner.end();
+      try {
+        const url = new URL(db.url);
+        url.username = role;
+        const refused = await run(process.execPath, [...MAIN, 'keys', 'list', '--json'], {
+          cwd: ROOT,
+          env: baseEnv({ DATABASE_URL: url.href }),
+        }).then(
+          () => ({ code: 0, stdout: '' }),
+          (e: { code: number; stdout: string }) => e,
+        );
+        expect(refused.code).toBe(1);
+        expect(refused.stdout).toMatch(/DATABASE_URL: cannot open the store/);
+      } finally {
+        const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+        await admin.connect();
+        await admin.query(`drop role if exists ${role}`);
+        await admin.end();
+      }
     } finally {
       await db.drop();
     }
