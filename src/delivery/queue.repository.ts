@@ -1,7 +1,7 @@
 // The delivery queue is the emails table itself (transactional outbox): a row is due when next_attempt_at
 // has passed. Claiming pushes next_attempt_at to the end of the lease, so a worker that dies mid-send
 // leaves its rows due again once the lease runs out.
-import type { DialectName } from '../store/dialect.js';
+import { type DialectName, dialectOf } from '../store/dialect.js';
 import type { EmailRow } from '../store/schema.js';
 import type { Executor } from '../store/store.js';
 import type { RecipientRow } from '../emails/emails.repository.js';
@@ -80,12 +80,19 @@ export async function renewLeases(
   leaseUntil: string,
 ): Promise<string[]> {
   if (emailIds.length === 0) return [];
-  const rows = await db
-    .updateTable('emails')
-    .set({ lease_until: leaseUntil, next_attempt_at: leaseUntil })
+  // On PostgreSQL a row another transaction holds (an operator's open UPDATE) is skipped, not waited for:
+  // waiting, the renewal of every other held email would time out with it, and their leases run out.
+  const held = db
+    .selectFrom('emails')
+    .select('id')
     .where('id', 'in', emailIds)
     .where('lease_owner', '=', owner)
     .where('status', '=', 'sending')
+    .$if(dialectOf(db) === 'postgres', (q) => q.forUpdate().skipLocked());
+  const rows = await db
+    .updateTable('emails')
+    .set({ lease_until: leaseUntil, next_attempt_at: leaseUntil })
+    .where('id', 'in', held)
     .returning('id')
     .execute();
   return rows.map((r) => r.id);

@@ -11,6 +11,9 @@ import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
+import { renewLeases } from '../../src/delivery/queue.repository.js';
+import { createServices } from '../../src/services.js';
+import { loadConfig } from '../../src/config.js';
 import { pageByEmailOnPostgres } from '../../src/search/contact-search-postgres.repository.js';
 import { contactRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
@@ -169,6 +172,33 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
         'fulfilled',
         'fulfilled',
       ]);
+    });
+  });
+
+  it("renew a worker's other leases while another transaction holds one of its emails' rows", async () => {
+    await withShortTimeouts(async (store, admin) => {
+      const services = createServices({ config: loadConfig({ LOG_LEVEL: 'silent' }), store });
+      const org = (await services.orgs.create('leases')).id;
+      const ids: string[] = [];
+      for (const to of ['a@x.test', 'b@x.test', 'c@x.test']) {
+        ids.push((await services.emails.send(org, { to: [to], subject: 's', text: 't' })).id);
+      }
+      const soon = new Date(Date.now() + 60_000).toISOString();
+      await store.db
+        .updateTable('emails')
+        .set({ status: 'sending', lease_owner: 'w1', lease_until: soon, next_attempt_at: soon })
+        .execute();
+      // An operator's open transaction on the first email's row, past the store's statement timeout.
+      await admin.query('begin');
+      await admin.query(`update emails set updated_at = updated_at where id = $1`, [ids[0]]);
+      try {
+        const later = new Date(Date.now() + 120_000).toISOString();
+        // Waiting for that row, the renewal timed out, and every held email's lease with it.
+        const renewed = await store.batch((trx) => renewLeases(trx, 'w1', ids, later));
+        expect(renewed.sort()).toEqual(ids.slice(1).sort());
+      } finally {
+        await admin.query('rollback');
+      }
     });
   });
 
