@@ -28,6 +28,9 @@ function stableStringify(value: unknown): string {
   return JSON.stringify(value) ?? 'null';
 }
 
+/** What an Idempotency-Key's record holds of its request: a digest of the body, whatever its keys' order. */
+export const hashOf = (body: unknown) => createHash('sha256').update(stableStringify(body)).digest('hex');
+
 function toSummary(r: repo.EmailSummaryRow) {
   return {
     id: r.id,
@@ -120,7 +123,7 @@ export class EmailsService {
       return { id, message: QUEUED_MESSAGE };
     }
 
-    const requestHash = createHash('sha256').update(stableStringify(body)).digest('hex');
+    const requestHash = hashOf(body);
     const result = await this.store.write(async (trx) => {
       let existing = await repo.findIdempotency(trx, orgId, idempotencyKey);
       const expiredBefore = new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString();
@@ -154,6 +157,24 @@ export class EmailsService {
     });
     if (result.created) this.onQueued();
     return { id: result.id, message: QUEUED_MESSAGE };
+  }
+
+  /**
+   * What a request sent before with this key and body was answered, if the key still holds it: a retry is
+   * answered so before its body is checked (the route asks first), since a later release's rules may refuse
+   * a body an earlier one accepted, and a client told 400 would send the email again under a new key.
+   * `body` as parsed, with the fields that take null for "none" left out, as the validator leaves them.
+   */
+  async replay(
+    orgId: string,
+    key: string,
+    body: unknown,
+  ): Promise<{ id: string; message: string } | undefined> {
+    const existing = await repo.findIdempotency(this.store.db, orgId, key);
+    if (!existing || existing.request_hash !== hashOf(body)) return undefined;
+    const expiredBefore = new Date(this.clock.now().getTime() - IDEMPOTENCY_TTL_MS).toISOString();
+    if (existing.created_at < expiredBefore) return undefined;
+    return { id: existing.email_id, message: QUEUED_MESSAGE };
   }
 
   async get(orgId: string, asked: string) {

@@ -36,10 +36,14 @@ export type Rep<S extends FastifySchema> = FastifyReply<
 /** What is wrong with a request's headers, told in the same 400 as what is wrong with its body. */
 export type HeaderProblems = (req: FastifyRequest) => ErrorDetail[];
 
+/** The answer a request was given before (an idempotent retry), found before its body is checked. */
+export type Replay = (req: FastifyRequest) => Promise<unknown>;
+
 export interface Endpoint<S extends FastifySchema = FastifySchema> {
   schema: S;
   handler: (req: Req<S>, reply: Rep<S>) => Promise<unknown>;
   headerProblems?: HeaderProblems | undefined;
+  replay?: Replay | undefined;
 }
 
 /** Any endpoint, with its request types erased, for the route table. */
@@ -47,14 +51,16 @@ export interface AnyEndpoint {
   schema: FastifySchema;
   handler: (req: never, reply: never) => Promise<unknown>;
   headerProblems?: HeaderProblems | undefined;
+  replay?: Replay | undefined;
 }
 
 export function endpoint<S extends FastifySchema>(
   schema: S,
   handler: Endpoint<S>['handler'],
   headerProblems?: HeaderProblems,
+  replay?: Replay,
 ): Endpoint<S> {
-  return { schema, handler, headerProblems };
+  return { schema, handler, headerProblems, replay };
 }
 
 /**
@@ -69,6 +75,14 @@ export function refuseHeaderProblems(problems: HeaderProblems): preValidationHoo
     const validate = req.getValidationFunction('body');
     const result = validate?.(req.body ?? null) as { error?: { details?: ErrorDetail[] } } | undefined;
     done(validationError([...found, ...(result?.error?.details ?? [])]));
+  };
+}
+
+/** Answers a request with what `replay` finds it was answered before; else it goes on to be checked. */
+export function answerReplay(replay: Replay): preValidationHookHandler {
+  return async (req, reply) => {
+    const answer = await replay(req);
+    if (answer !== undefined) return reply.send(answer);
   };
 }
 

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { TestApp } from '../helpers/app.js';
 import { ISO_MS, UUID, addressOfLength, expect400, expectError, useApp, x } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';
+import { hashOf } from '../../src/emails/emails.service.js';
 
 const base = { to: 'a@example.com', subject: 'Hi', text: 'Hello' };
 const many = (n: number, p = 'r') => Array.from({ length: n }, (_, i) => `${p}${i}@example.com`);
@@ -13,6 +14,9 @@ describe.each(storeKinds())('emails on %s', (kind) => {
 
   const send = (payload: object, key = auth) =>
     t.call({ method: 'POST', url: '/api/v1/emails', auth: key, payload });
+  /** A send with an Idempotency-Key, by the API key `as`. */
+  const sendWithKey = (as: string, payload: object, key: string) =>
+    t.call({ method: 'POST', url: '/api/v1/emails', auth: as, payload, headers: { 'idempotency-key': key } });
 
   it('POST answers 200 {id (UUID), message} with no success field', async () => {
     const res = await send(base);
@@ -153,14 +157,7 @@ describe.each(storeKinds())('emails on %s', (kind) => {
 
   it('Idempotency-Key: the same body answers the first response, another body is a 409', async () => {
     const { auth: own } = await t.newKey();
-    const post = (payload: object, key: string) =>
-      t.call({
-        method: 'POST',
-        url: '/api/v1/emails',
-        auth: own,
-        payload,
-        headers: { 'idempotency-key': key },
-      });
+    const post = (payload: object, key: string) => sendWithKey(own, payload, key);
     const first = await post(base, 'k-1');
     const again = await post({ ...base }, 'k-1');
     expect(again.statusCode).toBe(200);
@@ -199,6 +196,35 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect((await t.call({ method: 'GET', url: '/api/v1/emails', auth: own })).json().pagination.total).toBe(
       3,
     );
+  });
+
+  it('Idempotency-Key: a retry of a body an earlier release accepted gets its first answer, not a 400', async () => {
+    const { auth: own } = await t.newKey();
+    const post = (payload: object, key: string) => sendWithKey(own, payload, key);
+    // Accepted before List-* values had to be printable ASCII (helper-114: its retry, after an upgrade or
+    // to a newer process of a rolling deploy, was refused, and a client would send it again under a new key).
+    const old = { ...base, headers: { 'List-Unsubscribe': '<https://ex.test/ü>' }, cc: null };
+    const first = await post(base, 'k-old');
+    // The key's record as that release left it: the digest of that body, as its validator handed it on.
+    const { cc: _none, ...validated } = old;
+    await t.ts.store.write((trx) =>
+      trx
+        .updateTable('idempotency_keys')
+        .set({ request_hash: hashOf(validated) })
+        .where('key', '=', 'k-old')
+        .execute(),
+    );
+    const again = await post(old, 'k-old');
+    expect(again.statusCode, again.body).toBe(200);
+    expect(again.json()).toEqual(first.json());
+    // Today's rules still refuse it under another key, and another body under that one.
+    expect400(await post(old, 'k-new'), 'emails', ['headers.List-Unsubscribe']);
+    expect400(await post({ ...old, subject: '   ' }, 'k-old'), 'emails', [
+      'subject',
+      'headers.List-Unsubscribe',
+    ]);
+    const list = await t.call({ method: 'GET', url: '/api/v1/emails', auth: own });
+    expect(list.json().pagination.total).toBe(1);
   });
 
   it('Idempotency-Key: its 256 characters are characters, not the bytes that carry them', async () => {
