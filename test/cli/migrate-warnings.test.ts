@@ -9,7 +9,14 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { MAIN, baseEnv, cli, scratchDir } from '../helpers/process.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { TEST_DATABASE_URL, createTestDatabase, noPostgres, storeKinds } from '../helpers/stores.js';
+import {
+  TEST_DATABASE_URL,
+  createTestDatabase,
+  noPostgres,
+  olderStore,
+  storeKinds,
+} from '../helpers/stores.js';
+import { migrationNames } from '../../src/store/migrations.js';
 
 const UNAVAILABLE = 'pg_trgm unavailable: email substring search scans';
 
@@ -88,6 +95,28 @@ describe.each(storeKinds())('a store a newer release has migrated, on %s', (kind
       );
     } finally {
       await db?.drop();
+    }
+  }, 60_000);
+});
+
+describe('migrate on a SQLite store an earlier release left', () => {
+  // helper-114: a server of that release left running went on with the new schema, its email searches all
+  // 500s, and migrate said nothing.
+  it('reminds that servers still on it must be restarted; a new store gets no such warning', async () => {
+    const names = migrationNames();
+    const older = await olderStore('sqlite', names.at(-2)!);
+    await older.db.destroy();
+    try {
+      const upgraded = await cli(['migrate'], { DATA_DIR: older.dir! });
+      expect(upgraded).toEqual({
+        applied: [names.at(-1)],
+        warnings: [expect.stringMatching(/^restart every server and worker on this DATA_DIR/)],
+      });
+      expect(await cli(['migrate'], { DATA_DIR: older.dir! })).toEqual({ applied: [] });
+      const fresh = await cli(['migrate'], { DATA_DIR: scratchDir('mailroom-fresh-') });
+      expect(fresh.warnings).toBeUndefined();
+    } finally {
+      await older.drop();
     }
   }, 60_000);
 });

@@ -144,6 +144,7 @@ export async function olderStore(kind: 'sqlite' | 'postgres', migration: string)
     await migrateTo(db as Kysely<unknown>, kind, migration);
     return {
       db,
+      dir,
       open: () => createStore({ dataDir: dir }),
       drop: async () => rmSync(dir, { recursive: true, force: true }),
     };
