@@ -14,7 +14,7 @@ import type { Permission } from './auth/keys.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
 import { AppError } from './errors.js';
-import { type AnyEndpoint, answerReplay, refuseHeaderProblems } from './http/endpoint.js';
+import { type AnyEndpoint, refuseHeaderProblems, replayingHandler } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
@@ -269,7 +269,6 @@ export async function buildApp(
       // A body on a route that defines none is refused, not ignored (json-body.ts).
       ...(method !== 'GET' && ep.schema.body === undefined ? [refuseBody] : []),
       ...(ep.headerProblems ? [refuseHeaderProblems(ep.headerProblems)] : []),
-      ...(ep.replay ? [answerReplay(ep.replay)] : []),
     ];
     app.route({
       method,
@@ -280,7 +279,8 @@ export async function buildApp(
       config: { permission },
       // Both, if a route ever has both: spread as two `preValidation` keys, the second replaced the first.
       ...(preValidation.length > 0 ? { preValidation } : {}),
-      handler: ep.handler as never,
+      ...(ep.replay ? { attachValidation: true } : {}),
+      handler: (ep.replay ? replayingHandler(ep, ep.replay) : ep.handler) as never,
     });
   }
 

@@ -160,10 +160,10 @@ export class EmailsService {
   }
 
   /**
-   * What a request sent before with this key and body was answered, if the key still holds it: a retry is
-   * answered so before its body is checked (the route asks first), since a later release's rules may refuse
-   * a body an earlier one accepted, and a client told 400 would send the email again under a new key.
-   * `body` as parsed, with the fields that take null for "none" left out, as the validator leaves them.
+   * What a request sent before with this key and body was answered, if the key still holds it. The route
+   * asks for a body this release's rules refuse: an earlier release may have accepted it, and a client told
+   * 400 would send the email again under a new key. `body` as the validator left it (nulls that mean
+   * "none" taken out).
    */
   async replay(
     orgId: string,

@@ -14,6 +14,7 @@ import type {
 } from 'fastify';
 import type { Principal } from '../auth/keys.service.js';
 import { type ErrorDetail, validationError } from '../errors.js';
+import { tooManyEntries } from '../validation/ajv.js';
 
 export type Req<S extends FastifySchema> = FastifyRequest<
   RouteGenericInterface,
@@ -36,7 +37,10 @@ export type Rep<S extends FastifySchema> = FastifyReply<
 /** What is wrong with a request's headers, told in the same 400 as what is wrong with its body. */
 export type HeaderProblems = (req: FastifyRequest) => ErrorDetail[];
 
-/** The answer a request was given before (an idempotent retry), found before its body is checked. */
+/**
+ * The answer a request that failed validation was given before (an idempotent retry of a body an earlier
+ * release accepted), if it was.
+ */
 export type Replay = (req: FastifyRequest) => Promise<unknown>;
 
 export interface Endpoint<S extends FastifySchema = FastifySchema> {
@@ -78,11 +82,19 @@ export function refuseHeaderProblems(problems: HeaderProblems): preValidationHoo
   };
 }
 
-/** Answers a request with what `replay` finds it was answered before; else it goes on to be checked. */
-export function answerReplay(replay: Replay): preValidationHookHandler {
-  return async (req, reply) => {
-    const answer = await replay(req);
-    if (answer !== undefined) return reply.send(answer);
+/**
+ * The route's handler, for a route whose requests a replay may answer: the request's validation error is
+ * attached (not answered at once), and a request that failed it is answered by `replay` if that finds
+ * what it was answered before, else refused as it would have been. A body too large for any valid request
+ * is refused without a look (its digest alone would hold the event loop).
+ */
+export function replayingHandler(ep: AnyEndpoint, replay: Replay) {
+  const handler = ep.handler as (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+  return async (req: FastifyRequest, reply: FastifyReply) => {
+    if (req.validationError === undefined) return handler(req, reply);
+    const answer = tooManyEntries(req.body) ? undefined : await replay(req);
+    if (answer === undefined) throw req.validationError;
+    return answer;
   };
 }
 

@@ -66,7 +66,7 @@ const MAX_DETAILS = 100;
  * counted as they come, never copied out: `Object.values` of a 9 MB body of custom fields takes longer than
  * parsing it.
  */
-function tooManyEntries(data: unknown): boolean {
+export function tooManyEntries(data: unknown): boolean {
   let count = 0;
   const stack: unknown[] = [data];
   while (stack.length > 0) {

@@ -223,6 +223,20 @@ describe.each(storeKinds())('emails on %s', (kind) => {
       'subject',
       'headers.List-Unsubscribe',
     ]);
+    // A body no valid request could be is refused without a look (helper-116: its digest, nested 200,000
+    // deep, overflowed the stack: a 500).
+    const deep = `{"to":"a@example.com","subject":"Hi","text":"Hello","tags":${'['.repeat(200_000)}${']'.repeat(200_000)}}`;
+    expect400(
+      await t.call({
+        method: 'POST',
+        url: '/api/v1/emails',
+        auth: own,
+        payload: deep,
+        headers: { 'idempotency-key': 'k-old', 'content-type': 'application/json' },
+      }),
+      'emails',
+      ['tags[0]'],
+    );
     const list = await t.call({ method: 'GET', url: '/api/v1/emails', auth: own });
     expect(list.json().pagination.total).toBe(1);
   });
