@@ -14,7 +14,7 @@ import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
 import { migrationNames } from '../store/migrations.js';
 import { sqliteFile } from '../store/sqlite-store.js';
-import { holdsMailroomStore } from '../store/postgres-migrate.js';
+import { mailroomStoreIn } from '../store/postgres-migrate.js';
 import { isStoreUnavailable } from '../store/dialect.js';
 import { COMMANDS, USAGE, commandUsage } from './commands.js';
 
@@ -176,9 +176,15 @@ async function withServices<T>(
       `DATA_DIR (${config.dataDir}) holds no store: give the DATA_DIR the server runs with ${makers}`,
     );
   }
-  if (existing && config.databaseUrl && (await holdsMailroomStore(config.databaseUrl)) === false) {
+  const found = existing && config.databaseUrl ? await mailroomStoreIn(config.databaseUrl) : undefined;
+  if (found?.hiddenIn !== undefined) {
+    throw new ConfigError(
+      `DATABASE_URL: this role may not use the schema that holds the store (${found.hiddenIn}): grant it USAGE, or connect as the role the server uses`,
+    );
+  }
+  if (found?.held === false) {
     // Not migrated: the database may be another application's, mistyped.
-    const name = databaseName(config.databaseUrl);
+    const name = databaseName(config.databaseUrl!);
     throw new ConfigError(
       `DATABASE_URL${name ? ` (database "${name}")` : ''} holds no Mailroom store: give the DATABASE_URL the server runs with ${makers}`,
     );

@@ -7,6 +7,7 @@ import {
   type MigrationRun,
   isMigrationLockWait,
   migrateToLatest,
+  migrationNames,
 } from './migrations.js';
 import { setUpLongStatements } from './pg-client.js';
 
@@ -53,12 +54,14 @@ export async function migratePostgres(databaseUrl: string): Promise<MigrationRun
 }
 
 /**
- * Whether the database holds a Mailroom store: false only when no schema of it has a kysely migrations
- * table, read from the catalogue, which any role may (a role without rights on the store's schema is then
- * told so by the store, not that there is none; a first migration makes the table before it runs).
- * Undefined when it cannot tell (no connection): opening the store says why, naming DATABASE_URL.
+ * What the database holds for this role: a Mailroom store (a migrations table it can see, with Mailroom's
+ * first migration in it), none (another application's table, or none at all), or a migrations table in a
+ * schema it may not use (`hiddenIn`): kysely would not see it, and would make a second, empty store in a
+ * schema of the role's own. Undefined when it cannot tell (no connection): opening the store says why.
  */
-export async function holdsMailroomStore(databaseUrl: string): Promise<boolean | undefined> {
+export async function mailroomStoreIn(
+  databaseUrl: string,
+): Promise<{ held: boolean; hiddenIn?: string | undefined } | undefined> {
   const client = new (loadPg().Client)({
     connectionString: databaseUrl,
     connectionTimeoutMillis: 5_000,
@@ -67,10 +70,16 @@ export async function holdsMailroomStore(databaseUrl: string): Promise<boolean |
   client.on('error', () => undefined);
   try {
     await client.connect();
-    const { rows } = await client.query<{ held: boolean }>(
-      `select exists (select 1 from pg_catalog.pg_class where relname = 'kysely_migration') as held`,
+    const { rows } = await client.query<{ visible: boolean; hidden: string | null }>(
+      `select to_regclass('kysely_migration') is not null as visible,
+        (select string_agg(n.nspname, ', ') from pg_catalog.pg_class c
+          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+          where c.relname = 'kysely_migration' and not has_schema_privilege(n.oid, 'USAGE')) as hidden`,
     );
-    return rows[0]!.held;
+    const { visible, hidden } = rows[0]!;
+    if (!visible) return { held: false, hiddenIn: hidden ?? undefined };
+    const first = await client.query('select 1 from kysely_migration where name = $1', [migrationNames()[0]]);
+    return { held: first.rowCount !== 0 };
   } catch {
     return undefined;
   } finally {

@@ -523,12 +523,13 @@ describe.skipIf(noPostgres())('mailroom CLI on a PostgreSQL database without a s
       });
       expect(JSON.parse(listed.stdout.trim().split('\n').at(-1)!)).toStrictEqual({ organizations: [] });
       // A role that may not use the store's schema does not see its tables: it is told that, not that
-      // there is no store.
+      // there is no store, and no second store is made in a schema of its own (helper-116).
       const role = `mr_cli_${randomBytes(4).toString('hex')}`;
       const owner = new pg.Client({ connectionString: db.url });
       await owner.connect();
       await owner.query(`create role ${role} login`);
       await owner.query('revoke usage on schema public from public');
+      await owner.query(`create schema authorization ${role}`);
       await owner.end();
       try {
         const url = new URL(db.url);
@@ -541,8 +542,18 @@ describe.skipIf(noPostgres())('mailroom CLI on a PostgreSQL database without a s
           (e: { code: number; stdout: string }) => e,
         );
         expect(refused.code).toBe(1);
-        expect(refused.stdout).toMatch(/DATABASE_URL: cannot open the store/);
+        expect(JSON.parse(refused.stdout.trim().split('\n').at(-1)!)).toStrictEqual({
+          error:
+            'DATABASE_URL: this role may not use the schema that holds the store (public): grant it USAGE, or connect as the role the server uses',
+        });
+        const check = new pg.Client({ connectionString: db.url });
+        await check.connect();
+        const made = await check.query(`select 1 from pg_tables where schemaname = $1`, [role]);
+        await check.end();
+        expect(made.rowCount, 'a second store was made').toBe(0);
       } finally {
+        // The role owns a schema there: the database goes first.
+        await db.drop();
         const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
         await admin.connect();
         await admin.query(`drop role if exists ${role}`);
