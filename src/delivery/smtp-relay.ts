@@ -56,11 +56,12 @@ export class SmtpRelay {
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
+    // An IPv6 address without the URL's brackets, as a connection takes it (`[::1]` is no host name).
     this.host = url.hostname.replace(/^\[|\]$/g, '');
     this.maxConnections = options.maxConnections ?? 5;
     this.transport = nodemailer.createTransport({
       pool: true,
-      host: url.hostname,
+      host: this.host,
       port: url.port ? Number(url.port) : url.protocol === 'smtps:' ? 465 : 587,
       secure: url.protocol === 'smtps:',
       auth: url.username

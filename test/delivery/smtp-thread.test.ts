@@ -51,6 +51,21 @@ function threadsAt(nice: number): number {
 const threadOf = (mailer: SmtpMailer) => (mailer as unknown as { thread: { worker: Worker } }).thread.worker;
 
 describe('the SMTP thread', () => {
+  it('reaches a relay named by an IPv6 address in SMTP_URL', async () => {
+    // helper-117: `smtp://[::1]:…` was handed to nodemailer with its brackets, a name no lookup finds.
+    const sink = await startSmtpSink({ host: '::1' });
+    const mailer = new SmtpMailer({ url: sink.url });
+    try {
+      expect(sink.url).toMatch(/^smtp:\/\/\[::1\]:/);
+      const result = await mailer.send(message('six@example.org'));
+      expect(result.accepted).toEqual(['six@example.org']);
+      expect(sink.deliveredTo('six@example.org')).toHaveLength(1);
+    } finally {
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
   it('answers a send it never finished as a temporary failure, and the next send gets a new thread', async () => {
     // The sink holds its answer to the first message, so that send is still waiting when its thread ends.
     const sink = await startSmtpSink({

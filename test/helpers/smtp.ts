@@ -30,6 +30,8 @@ export interface SinkOptions {
   credentials?: { user: string; pass: string };
   /** Milliseconds to wait before answering the data, to keep sends in flight. */
   dataDelayMs?: number;
+  /** The address to listen on: 127.0.0.1 unless given. */
+  host?: string;
   /**
    * Called for each accepted message as soon as its data has arrived: the message is recorded at once (the
    * relay has taken it), and the OK waits until the returned promise settles (never, to leave the sender
@@ -128,10 +130,11 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
   server.on('error', () => undefined);
   await new Promise<void>((resolve, reject) => {
     server.server.once('error', reject);
-    server.listen(options.port ?? 0, '127.0.0.1', () => resolve());
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
   });
   const port = (server.server.address() as net.AddressInfo).port;
-  Object.assign(sink, { port, url: `smtp://127.0.0.1:${port}` });
+  const host = net.isIPv6(options.host ?? '') ? `[${options.host}]` : (options.host ?? '127.0.0.1');
+  Object.assign(sink, { port, url: `smtp://${host}:${port}` });
   return sink;
 }
 
