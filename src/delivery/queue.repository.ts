@@ -81,14 +81,16 @@ export async function renewLeases(
 ): Promise<string[]> {
   if (emailIds.length === 0) return [];
   // On PostgreSQL a row another transaction holds (an operator's open UPDATE) is skipped, not waited for:
-  // waiting, the renewal of every other held email would time out with it, and their leases run out.
+  // waiting, the renewal of every other held email would time out with it, and their leases run out. The
+  // lock is the one the UPDATE takes (no key update), so a row held only by a recipient's insert is not
+  // skipped. The worker's own writes run one batch at a time (GroupCommit), so it never skips its own.
   const held = db
     .selectFrom('emails')
     .select('id')
     .where('id', 'in', emailIds)
     .where('lease_owner', '=', owner)
     .where('status', '=', 'sending')
-    .$if(dialectOf(db) === 'postgres', (q) => q.forUpdate().skipLocked());
+    .$if(dialectOf(db) === 'postgres', (q) => q.forNoKeyUpdate().skipLocked());
   const rows = await db
     .updateTable('emails')
     .set({ lease_until: leaseUntil, next_attempt_at: leaseUntil })
