@@ -12,7 +12,6 @@ import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
 import { openMigratedStore } from '../store/from-config.js';
-import { migrationNames } from '../store/migrations.js';
 import { sqliteFile } from '../store/sqlite-store.js';
 import { mailroomStoreIn } from '../store/postgres-migrate.js';
 import { isStoreUnavailable } from '../store/dialect.js';
@@ -288,15 +287,7 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
       if (json) console.log(JSON.stringify({ status: 'running' }));
       return;
     case 'migrate': {
-      const config = loadConfig();
-      const { store, applied, warnings } = await openMigratedStore(config, { use: 'one-shot' });
-      // An existing SQLite store upgraded: a server of the earlier release still on it would go on with a
-      // schema it does not know (its email searches failed), with nothing said (docs/scaling.md, Migrations).
-      if (!config.databaseUrl && applied.length > 0 && applied[0] !== migrationNames()[0]) {
-        warnings.push(
-          'restart every server and worker on this DATA_DIR: one of an earlier release still running does not know the new schema',
-        );
-      }
+      const { store, applied, warnings } = await openMigratedStore(loadConfig(), { use: 'one-shot' });
       try {
         print(
           json,

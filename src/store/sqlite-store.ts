@@ -9,7 +9,7 @@ import type { Database } from './schema.js';
 import { Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';
 import { WalSync } from './wal-sync.js';
-import { migrateToLatest, newerReleaseNote } from './migrations.js';
+import { migrateToLatest, migrationNames, newerReleaseNote } from './migrations.js';
 import { gatherReads } from './sqlite-reads.js';
 import { startCheckpointer } from './checkpointer.js';
 import { SearchIndexer } from '../search/search-index.js';
@@ -49,6 +49,10 @@ function makeDirectory(dir: string): void {
 }
 
 /** The SQLite database file of a DATA_DIR. */
+/** Said by whatever upgraded an existing SQLite store: migrate, or a process that migrated it at start. */
+const UPGRADED_NOTE =
+  'restart every server and worker on this DATA_DIR: one of an earlier release still running does not know the new schema';
+
 export function sqliteFile(dataDir: string): string {
   return path.join(dataDir, 'mailroom.sqlite');
 }
@@ -129,7 +133,11 @@ export function createSqliteStore(options: StoreOptions): Store {
       if (options.backgroundSearchIndex !== false) searchIndexer ??= startIndexing();
       await sql`pragma analysis_limit = 1000`.execute(writer);
       await group.run((trx) => sql`pragma optimize = 0x10002`.execute(trx));
-      return { applied, warnings: newer.length > 0 ? [newerReleaseNote(newer)] : [] };
+      const warnings = newer.length > 0 ? [newerReleaseNote(newer)] : [];
+      // An existing store upgraded (not a new one): a process of the earlier release still on it would go
+      // on with a schema it does not know (its email searches fail), with nothing said.
+      if (applied.length > 0 && applied[0] !== migrationNames()[0]) warnings.push(UPGRADED_NOTE);
+      return { applied, warnings };
     },
     async ping() {
       // A store fenced by a failed WAL sync is unavailable until restarted: /health says so.

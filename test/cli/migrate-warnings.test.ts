@@ -102,7 +102,7 @@ describe.each(storeKinds())('a store a newer release has migrated, on %s', (kind
 describe('migrate on a SQLite store an earlier release left', () => {
   // helper-114: a server of that release left running went on with the new schema, its email searches all
   // 500s, and migrate said nothing.
-  it('reminds that servers still on it must be restarted; a new store gets no such warning', async () => {
+  it('reminds that servers still on it must be restarted, as does a process that upgrades it; a new store gets no such warning', async () => {
     const names = migrationNames();
     const older = await olderStore('sqlite', names.at(-2)!);
     await older.db.destroy();
@@ -117,6 +117,18 @@ describe('migrate on a SQLite store an earlier release left', () => {
       expect(fresh.warnings).toBeUndefined();
     } finally {
       await older.drop();
+    }
+    // A server or worker that upgrades it at start says so too (logged as a warning, as every store's).
+    const another = await olderStore('sqlite', names.at(-2)!);
+    await another.db.destroy();
+    const store = another.open();
+    try {
+      expect((await store.migrate()).warnings).toEqual([
+        expect.stringMatching(/^restart every server and worker on this DATA_DIR/),
+      ]);
+    } finally {
+      await store.close();
+      await another.drop();
     }
   }, 60_000);
 });
