@@ -249,6 +249,17 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
         `SMTP_URL takes a user, a password, a host and a port only${got(rest, smtpUrl)} after them`,
       );
     }
+    // Either would reach the relay as something else: AUTH without a password fails every email, a
+    // password without a user is not sent at all, and port 0 is taken as the default, 587.
+    const { username, password, port } = new URL(smtpUrl);
+    if (username !== '' && password === '') {
+      throw new ConfigError('SMTP_URL has a user and no password: give both (user:password@host) or neither');
+    }
+    if (username === '' && password !== '') {
+      throw new ConfigError('SMTP_URL has a password and no user: give both (user:password@host) or neither');
+    }
+    if (port === '0')
+      throw new ConfigError("SMTP_URL has port 0: give the relay's port, or none for the default");
   }
   const mailFrom = env.MAIL_FROM?.trim() || undefined;
   if (smtpUrl && !mailFrom) throw new ConfigError('MAIL_FROM is required when SMTP_URL is set');

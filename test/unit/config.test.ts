@@ -84,6 +84,15 @@ describe('configuration from the environment', () => {
     );
   });
 
+  it('refuses an SMTP_URL whose credentials or port would reach the relay as something else', () => {
+    // helper-117: a user without a password failed every email at AUTH; port 0 connected to 587.
+    const refused = (smtp: string) => () => loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' });
+    expect(refused('smtp://me@relay:25')).toThrow(/^SMTP_URL has a user and no password/);
+    expect(refused('smtp://:secret@relay:25')).toThrow(/^SMTP_URL has a password and no user/);
+    expect(refused('smtp://relay:0')).toThrow(/^SMTP_URL has port 0/);
+    expect(loadConfig({ SMTP_URL: 'smtp://relay', MAIL_FROM: 'a@b.test' }).smtpUrl).toBe('smtp://relay');
+  });
+
   it('takes credentials with %-escapes, and a Redis database number or none', () => {
     const smtp = 'smtps://me%40acme.test:p%25ss%3A@relay:465';
     expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);
