@@ -2,7 +2,6 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
 import type { ErrorDetail } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
-import { nullMeansAbsent } from '../validation/nullable.js';
 import { endpoint, orgOf, timesSent } from '../http/endpoint.js';
 import type { EmailsService } from './emails.service.js';
 import * as s from './emails.schemas.js';
@@ -16,9 +15,7 @@ export function emailsEndpoints(emails: EmailsService) {
       idempotencyKeyProblems,
       async (req) => {
         const key = req.headers['idempotency-key'];
-        return key === undefined
-          ? undefined
-          : emails.replay(orgOf(req), key as string, asValidated(req.body));
+        return key === undefined ? undefined : emails.replay(orgOf(req), key as string, req.body);
       },
     ),
 
@@ -26,16 +23,6 @@ export function emailsEndpoints(emails: EmailsService) {
 
     list: endpoint(s.listEmailsSchema, async (req) => emails.page(orgOf(req), req.query)),
   };
-}
-
-const nullMeansNone = nullMeansAbsent(s.sendEmailSchema.body);
-
-/** The body as the validator hands it on: the fields that take null for "none" left out when null. */
-function asValidated(body: unknown): unknown {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
-  return Object.fromEntries(
-    Object.entries(body).filter(([k, v]) => !(v === null && nullMeansNone.includes(k))),
-  );
 }
 
 /**

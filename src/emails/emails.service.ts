@@ -9,6 +9,8 @@ import { type EmailStatus, type SendEmailInput, normalizeEmail } from './emails.
 import * as repo from './emails.repository.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
+/** The creation time before which an Idempotency-Key's record has expired, at `now`. */
+const keysExpiredBefore = (now: Date) => new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString();
 export const QUEUED_MESSAGE = 'Email queued for delivery';
 /** A UUID as text, in either case. */
 const UUID_TEXT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -126,7 +128,7 @@ export class EmailsService {
     const requestHash = hashOf(body);
     const result = await this.store.write(async (trx) => {
       let existing = await repo.findIdempotency(trx, orgId, idempotencyKey);
-      const expiredBefore = new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString();
+      const expiredBefore = keysExpiredBefore(now);
       if (existing && existing.created_at < expiredBefore) {
         await repo.deleteExpiredKey(trx, orgId, idempotencyKey, expiredBefore);
         existing = undefined;
@@ -172,8 +174,7 @@ export class EmailsService {
   ): Promise<{ id: string; message: string } | undefined> {
     const existing = await repo.findIdempotency(this.store.db, orgId, key);
     if (!existing || existing.request_hash !== hashOf(body)) return undefined;
-    const expiredBefore = new Date(this.clock.now().getTime() - IDEMPOTENCY_TTL_MS).toISOString();
-    if (existing.created_at < expiredBefore) return undefined;
+    if (existing.created_at < keysExpiredBefore(this.clock.now())) return undefined;
     return { id: existing.email_id, message: QUEUED_MESSAGE };
   }
 
@@ -208,7 +209,7 @@ export class EmailsService {
 
 /** Deletes idempotency records older than IDEMPOTENCY_TTL_MS; the delivery worker calls it now and then. */
 export async function removeExpiredIdempotencyKeys(store: Store, now: Date): Promise<void> {
-  const cutoff = new Date(now.getTime() - IDEMPOTENCY_TTL_MS).toISOString();
+  const cutoff = keysExpiredBefore(now);
   // Asked first, like a delivery poll: most runs find nothing to delete and then take no write lock.
   if (!(await repo.anyExpiredIdempotency(store.db, cutoff))) return;
   await store.write((trx) => repo.deleteExpiredIdempotency(trx, cutoff));
