@@ -8,6 +8,8 @@ import { isObject, longerThan } from '../validation/guards.js';
 export const MAX_TAGS = 50;
 export const MAX_CUSTOM_FIELDS = 50;
 export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
+/** Characters in a custom field's key. */
+export const MAX_FIELD_KEY = 100;
 /**
  * An email that looks a contact up (the `email` filter, a delete's, an update's without `id`): longer than
  * any address can be, for what a client may send untrimmed, and bounded all the same.
@@ -41,7 +43,8 @@ function checkCustomFields(errors: DetailCollector, fields: unknown): void {
   for (const [key, value] of Object.entries(fields)) {
     // Characters, as every other length in the API (Ajv's maxLength counts code points).
     if (key.trim() === '') errors.add(`customFields.${key}`, 'key must not be empty or only spaces');
-    else if (longerThan(key, 100)) errors.add(`customFields.${key}`, 'key must be at most 100 characters');
+    else if (longerThan(key, MAX_FIELD_KEY))
+      errors.add(`customFields.${key}`, `key must be at most ${MAX_FIELD_KEY} characters`);
     if (typeof value === 'number' && !Number.isFinite(value))
       errors.add(`customFields.${key}`, 'must be a finite number');
   }

@@ -85,8 +85,10 @@ const UNENCODABLE_HEADERS = new Set([
 /** Whether a custom header's value must go out as written, never MIME-encoded (UNENCODABLE_HEADERS). */
 export const isUnencodableHeader = (name: string): boolean => UNENCODABLE_HEADERS.has(name.toLowerCase());
 
-// RFC 5322 field name: printable US-ASCII except colon.
-const FIELD_NAME = /^[!-9;-~]+$/;
+/** A custom header's name: an RFC 5322 field name (printable US-ASCII except colon), this long at most. */
+export const HEADER_NAME_PATTERN = '^[!-9;-~]+$';
+export const MAX_HEADER_NAME = 100;
+const FIELD_NAME = new RegExp(HEADER_NAME_PATTERN);
 const CRLF = /[\r\n]/;
 
 export interface Recipient {
@@ -152,7 +154,7 @@ function checkRules(body: Loose, errors: DetailCollector) {
     const field = `headers.${name}`;
     const first = names.get(name.toLowerCase());
     names.set(name.toLowerCase(), first ?? name);
-    if (!FIELD_NAME.test(name) || name.length > 100) {
+    if (!FIELD_NAME.test(name) || name.length > MAX_HEADER_NAME) {
       errors.add(field, 'is not a valid header name: at most 100 printable ASCII characters, without `:`');
     } else if (isRefusedHeader(name)) {
       // Not all are Mailroom's own (Resent-*, ARC-*, Received-SPF are other parties' to write).

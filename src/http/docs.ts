@@ -7,6 +7,8 @@ import { Type } from 'typebox';
 import { nullMeansAbsent } from '../validation/nullable.js';
 import { ContactsError } from './schemas.js';
 import { MAX_IDEMPOTENCY_KEY } from '../emails/emails.schemas.js';
+import { HEADER_NAME_PATTERN, MAX_HEADER_NAME } from '../emails/emails.rules.js';
+import { MAX_FIELD_KEY } from '../contacts/contacts.rules.js';
 
 /** GET /health: no key, not rate-limited (contract.md), though it shows the caller's standing. */
 export const healthSchema = {
@@ -192,8 +194,8 @@ const CONFLICTS: Record<string, string> = {
  * (contacts.rules.ts, emails.rules.ts), given in the document as JSON Schema says them.
  */
 const KEY_NAMES: Record<string, object> = {
-  customFields: { minLength: 1, maxLength: 100, pattern: '\\S' },
-  headers: { minLength: 1, maxLength: 100, pattern: '^[!-9;-~]+$' },
+  customFields: { minLength: 1, maxLength: MAX_FIELD_KEY, pattern: '\\S' },
+  headers: { minLength: 1, maxLength: MAX_HEADER_NAME, pattern: HEADER_NAME_PATTERN },
 };
 
 /**
