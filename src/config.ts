@@ -21,6 +21,8 @@ export interface Config {
   databaseUrl: string | undefined;
   databasePoolSize: number;
   smtpUrl: string | undefined;
+  /** SMTP_REQUIRE_TLS; undefined: required only for credentials to a relay off this host (tlsRequired). */
+  smtpRequireTls: boolean | undefined;
   mailFrom: string;
   /** MAIL_FROM was set, not defaulted: an API process without a worker warns when it is not. */
   mailFromGiven: boolean;
@@ -65,6 +67,14 @@ function optionalInt(env: Env, name: string, min: number, max: number): number |
     throw new ConfigError(`${name} must be between ${min} and ${max}, got ${raw.trim()}`);
   }
   return n;
+}
+
+function optionalBoolean(env: Env, name: string): boolean | undefined {
+  const raw = env[name]?.trim().toLowerCase();
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'true') return true;
+  if (raw === 'false') return false;
+  throw new ConfigError(`${name} must be true or false, got "${env[name]!.trim()}"`);
 }
 
 /**
@@ -301,6 +311,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10, 1, 1000),
     smtpUrl,
+    smtpRequireTls: optionalBoolean(env, 'SMTP_REQUIRE_TLS'),
     mailFrom: mailFrom ?? 'Mailroom <noreply@localhost>',
     mailFromGiven: mailFrom !== undefined,
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 10_000_000),

@@ -60,7 +60,10 @@ export function createMailer(config: Config): Mailer {
   // At most 10 connections to the relay (relays limit connections per client); further claims in flight
   // wait for one on the SMTP thread (SmtpRelay), under leases the worker keeps renewing.
   const maxConnections = Math.min(config.deliveryConcurrency, 10);
-  if (config.smtpUrl) return new SmtpMailer({ url: config.smtpUrl, dkim: config.dkim, maxConnections });
+  if (config.smtpUrl) {
+    const { smtpUrl: url, smtpRequireTls: requireTls, dkim } = config;
+    return new SmtpMailer({ url, requireTls, dkim, maxConnections });
+  }
   return new FileOutboxMailer(path.join(config.dataDir, 'outbox'), config.dkim);
 }
 
@@ -81,6 +84,7 @@ export function createWorker(
     maxAttempts: config.deliveryMaxAttempts,
     concurrency: config.deliveryConcurrency,
     leaseMs: config.deliveryLeaseMs,
+    checkRelayAtStart: true,
     retention:
       config.emailRetentionDays === undefined
         ? undefined

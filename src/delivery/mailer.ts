@@ -37,11 +37,16 @@ export interface DeliveryResult {
   response: string;
 }
 
-/** The whole message failed; `permanent` is a 5xx for the message, otherwise it will be retried. */
+/**
+ * The whole message failed; `permanent` is a 5xx for the message, otherwise it will be retried.
+ * `relayFault`: the relay itself failed (no connection, TLS, its greeting, AUTH, a 421), not this message:
+ * other emails would fail the same way, so the worker stops claiming until the relay answers (RelayPause).
+ */
 export class DeliveryError extends Error {
   constructor(
     message: string,
     readonly permanent: boolean,
+    readonly relayFault = false,
   ) {
     super(message);
   }
@@ -70,6 +75,11 @@ export interface Mailer {
    * its data, but data already written may still be taken by the relay.
    */
   cancel?(emailId: string): void;
+  /**
+   * Connects to the relay as a send would (TLS, AUTH) and quits, sending nothing; rejects with the
+   * DeliveryError a send would get. Absent where there is no relay to fail.
+   */
+  check?(): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -44,6 +44,12 @@ export class SmtpMailer implements Mailer {
     if (!this.closed && !this.thread.gone) this.thread.cancel(emailId);
   }
 
+  check(): Promise<void> {
+    if (this.closed) return Promise.reject(new DeliveryError('the mailer is closed', false));
+    if (this.thread.gone) this.thread = new SmtpThread(this.options);
+    return this.thread.check();
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     await this.thread.close();
@@ -56,9 +62,10 @@ const CLOSE_GRACE_MS = 1_000;
 class SmtpThread {
   gone = false;
   private readonly worker: Worker;
+  /** Sends and checks not answered yet, by request id (a check resolves with undefined). */
   private readonly waiting = new Map<
     number,
-    { resolve: (r: DeliveryResult) => void; reject: (e: Error) => void }
+    { resolve: (r: DeliveryResult | undefined) => void; reject: (e: Error) => void }
   >();
   private nextId = 0;
   private readonly exited: Promise<void>;
@@ -72,8 +79,12 @@ class SmtpThread {
       if (!waiter) return;
       this.settled(reply.id);
       if ('result' in reply) waiter.resolve(reply.result);
+      else if ('checked' in reply) waiter.resolve(undefined);
       else if (reply.error.notStarted) waiter.reject(new NotStartedError(reply.error.message));
-      else waiter.reject(new DeliveryError(reply.error.message, reply.error.permanent));
+      else {
+        const { message, permanent, relayFault } = reply.error;
+        waiter.reject(new DeliveryError(message, permanent, relayFault));
+      }
     });
     let failure = 'it stopped';
     this.worker.on('error', (err) => {
@@ -93,11 +104,19 @@ class SmtpThread {
   }
 
   send(message: OutgoingMessage, startBy: number | undefined): Promise<DeliveryResult> {
+    return this.ask((id) => ({ kind: 'send', id, message, startBy })) as Promise<DeliveryResult>;
+  }
+
+  async check(): Promise<void> {
+    await this.ask((id) => ({ kind: 'check', id }));
+  }
+
+  private ask(request: (id: number) => ThreadRequest): Promise<DeliveryResult | undefined> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       if (this.waiting.size === 0) this.worker.ref();
       this.waiting.set(id, { resolve, reject });
-      this.worker.postMessage({ kind: 'send', id, message, startBy } satisfies ThreadRequest);
+      this.worker.postMessage(request(id));
     });
   }
 
@@ -132,16 +151,19 @@ class SmtpThread {
 export type ThreadRequest =
   /** A message to send; startBy is SendOptions.startBy. */
   | { kind: 'send'; id: number; message: OutgoingMessage; startBy: number | undefined }
+  /** Mailer.check: connect and authenticate, send nothing. */
+  | { kind: 'check'; id: number }
   /** Later startBy for sends not begun yet (Mailer.extend). */
   | { kind: 'extend'; ids: string[]; startBy: number }
   /** An email whose send is dropped if not begun yet, aborted if it has (Mailer.cancel). */
   | { kind: 'cancel'; emailId: string }
   | { kind: 'close' };
 
-/** The SMTP thread's answer to a send. */
+/** The SMTP thread's answer to a send or a check. */
 export type ThreadReply =
   | { id: number; result: DeliveryResult }
-  | { id: number; error: { message: string; permanent: boolean; notStarted: boolean } };
+  | { id: number; checked: true }
+  | { id: number; error: { message: string; permanent: boolean; relayFault: boolean; notStarted: boolean } };
 
 function relayName(url: URL): string {
   return `SMTP relay ${url.protocol}//${url.hostname}:${url.port || (url.protocol === 'smtps:' ? 465 : 587)}`;

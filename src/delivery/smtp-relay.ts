@@ -1,5 +1,6 @@
 // The pooled nodemailer transport that speaks to the relay (it runs on the SMTP thread), and how its
 // answers and errors become delivery results, with the relay's address kept out of what is stored.
+import { BlockList, isIP } from 'node:net';
 import { Transform } from 'node:stream';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type Mail from 'nodemailer/lib/mailer/index.js';
@@ -26,6 +27,8 @@ export interface SmtpError extends Error {
 
 export interface SmtpMailerOptions {
   url: string;
+  /** SMTP_REQUIRE_TLS; unset: required when the URL has credentials and the relay is not on loopback. */
+  requireTls?: boolean | undefined;
   dkim?: DkimOptions | undefined;
   maxConnections?: number;
   connectionTimeoutMs?: number;
@@ -53,20 +56,31 @@ export class SmtpRelay {
   private readonly begun = new Map<string, AbortController>();
   /** The relay's host as configured, kept out of what is stored (relayText). */
   private readonly host: string;
+  /**
+   * What the relay last failed with (a relay fault), until a send or a check gets through: sends not begun
+   * meanwhile are refused with it rather than each trying a connection (a wrong password would otherwise
+   * cost the relay's account one AUTH attempt per email).
+   */
+  private down: string | undefined;
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
     // An IPv6 address without the URL's brackets, as a connection takes it (`[::1]` is no host name).
     this.host = url.hostname.replace(/^\[|\]$/g, '');
     this.maxConnections = options.maxConnections ?? 5;
+    const auth = url.username
+      ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
+      : undefined;
     this.transport = nodemailer.createTransport({
       pool: true,
       host: this.host,
       port: url.port ? Number(url.port) : url.protocol === 'smtps:' ? 465 : 587,
       secure: url.protocol === 'smtps:',
-      auth: url.username
-        ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
-        : undefined,
+      auth,
+      requireTLS: tlsRequired(options.url, options.requireTls),
+      // Credentials are used or the send fails: a relay that does not offer AUTH would otherwise get the
+      // mail unauthenticated, without a word.
+      forceAuth: auth !== undefined,
       maxConnections: this.maxConnections,
       maxMessages: Infinity,
       connectionTimeout: options.connectionTimeoutMs ?? 30_000,
@@ -83,6 +97,7 @@ export class SmtpRelay {
   }
 
   async send(message: OutgoingMessage, startBy = Infinity): Promise<DeliveryResult> {
+    if (this.down !== undefined) throw notTried(this.down);
     await new Promise<void>((begin, refuse) => {
       this.waiting.push({ id: message.id, startBy, begin, refuse });
       this.next();
@@ -96,6 +111,16 @@ export class SmtpRelay {
       this.active--;
       this.next();
     }
+  }
+
+  /** Connects, greets, starts TLS and authenticates as a send would, then quits (nodemailer's verify). */
+  async check(): Promise<void> {
+    try {
+      await this.transport.verify();
+    } catch (err) {
+      throw new DeliveryError(relayText(err as SmtpError, this.host), false, true);
+    }
+    this.down = undefined;
   }
 
   /** Sends not begun yet of these emails may begin until `startBy`: their leases were renewed. */
@@ -137,6 +162,7 @@ export class SmtpRelay {
       // nodemailer 10 takes `signal` (its types here predate it).
       const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
       const info = await this.transport.sendMail(options);
+      this.down = undefined;
       const accepted = (info.accepted ?? []).map(String);
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
         toFailure(e, this.host, accepted.length > 0),
@@ -151,13 +177,21 @@ export class SmtpRelay {
       const e = err as SmtpError;
       if (e.rejectedErrors && e.rejectedErrors.length > 0) {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
+        this.down = undefined;
         return {
           accepted: [],
           rejected: e.rejectedErrors.map((r) => toFailure(r, this.host, false)),
           response: relayText(e, this.host),
         };
       }
-      throw new DeliveryError(relayText(e, this.host), isPermanent(e));
+      const text = relayText(e, this.host);
+      // A send the worker cut off (cancel) says nothing of the relay.
+      const fault = !signal.aborted && isRelayFault(e);
+      if (fault) {
+        this.down = text;
+        for (const turn of this.waiting.splice(0)) turn.refuse(notTried(text));
+      } else if (e.responseCode !== undefined) this.down = undefined;
+      throw new DeliveryError(text, isPermanent(e), fault);
     }
   }
 
@@ -166,6 +200,29 @@ export class SmtpRelay {
     this.transport.close();
   }
 }
+
+/**
+ * Whether a send must go over TLS (STARTTLS on smtp://, where the relay not offering it fails the send):
+ * as SMTP_REQUIRE_TLS says; unset, when SMTP_URL has credentials, which a relay off this host would
+ * otherwise get in plain text if it does not offer STARTTLS (or a man in the middle strips it).
+ */
+export function tlsRequired(smtpUrl: string, setting: boolean | undefined): boolean {
+  if (setting !== undefined) return setting;
+  const url = new URL(smtpUrl);
+  return url.username !== '' && !isLoopback(url.hostname.replace(/^\[|\]$/g, ''));
+}
+
+function isLoopback(host: string): boolean {
+  const name = host.toLowerCase().replace(/\.$/, '');
+  if (name === 'localhost' || name.endsWith('.localhost')) return true;
+  const family = isIP(name);
+  return family !== 0 && LOOPBACK.check(name, family === 6 ? 'ipv6' : 'ipv4');
+}
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+LOOPBACK.addSubnet('::ffff:127.0.0.0', 104, 'ipv6');
 
 /** The least a piece of a message handed to the socket holds, but its last. */
 export const MESSAGE_PIECE_BYTES = 64 * 1024;
@@ -233,6 +290,32 @@ export function withoutHost(message: string, host: string): string {
   return message.replace(new RegExp(pattern, 'gi'), '(the relay)');
 }
 
+/** A send refused without a try, because the relay had just failed another with `fault`. */
+function notTried(fault: string): DeliveryError {
+  return new DeliveryError(`${fault} (not tried: the relay had just failed another email)`, false, true);
+}
+
+/**
+ * Whether the relay itself failed rather than this message: no connection or a lost one, TLS, a greeting
+ * nodemailer cannot read, AUTH refused or impossible, or a 421 (the relay closing the connection). Each
+ * would fail any other email the same way.
+ */
+export function isRelayFault(e: SmtpError): boolean {
+  return e.responseCode === 421 || RELAY_FAULT_CODES.has(e.code ?? '');
+}
+
+const RELAY_FAULT_CODES = new Set([
+  'ECONNECTION',
+  'ETIMEDOUT',
+  'ESOCKET',
+  'EDNS',
+  'ETLS',
+  'EPROTOCOL',
+  'EAUTH',
+  'ENOAUTH',
+  'EPROXY',
+]);
+
 /**
  * Only a refusal of this message (its recipients or its data) is final. A 5xx to the greeting, EHLO, AUTH or
  * MAIL FROM says the relay, its credentials or the sender is wrong, which an operator can fix, so those
@@ -255,7 +338,10 @@ export function relayText(e: SmtpError, host: string): string {
   const aboutMessage =
     e.response !== undefined && (e.command === 'RCPT TO' || e.command === 'DATA') && e.responseCode !== 421;
   if (aboutMessage) return messageReply(e.response!, host);
-  return clipped(withoutAddress(window(e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`), host));
+  // A refusal of STARTTLS or AUTH names the command: `502 command not recognized` alone does not say which.
+  const step =
+    e.response !== undefined && /^(?:STARTTLS|AUTH\b)/.test(e.command ?? '') ? `${e.command}: ` : '';
+  return clipped(withoutAddress(window(step + (e.response ?? `${e.code ?? 'ERROR'}: ${e.message}`)), host));
 }
 
 /** A reply of the relay's about the message itself, as stored (withoutHost). */

@@ -28,20 +28,32 @@ port.on('message', (request: ThreadRequest) => {
     case 'cancel':
       relay.cancel(request.emailId);
       return;
+    case 'check': {
+      const { id } = request;
+      relay.check().then(
+        () => port.postMessage({ id, checked: true } satisfies ThreadReply),
+        (err: unknown) => port.postMessage(failure(id, err)),
+      );
+      return;
+    }
     case 'send': {
       const { id } = request;
       relay.send(request.message, request.startBy).then(
         (result) => port.postMessage({ id, result } satisfies ThreadReply),
-        (err: unknown) =>
-          port.postMessage({
-            id,
-            error: {
-              message: err instanceof Error ? err.message : String(err),
-              permanent: err instanceof DeliveryError && err.permanent,
-              notStarted: err instanceof NotStartedError,
-            },
-          } satisfies ThreadReply),
+        (err: unknown) => port.postMessage(failure(id, err)),
       );
     }
   }
 });
+
+function failure(id: number, err: unknown): ThreadReply {
+  return {
+    id,
+    error: {
+      message: err instanceof Error ? err.message : String(err),
+      permanent: err instanceof DeliveryError && err.permanent,
+      relayFault: err instanceof DeliveryError && err.relayFault,
+      notStarted: err instanceof NotStartedError,
+    },
+  };
+}

@@ -19,6 +19,7 @@ import {
 import { type Verdict, judgeFailure, judgeResult, pendingRecipients, settle, toMessage } from './outcome.js';
 import { FAILURE_LOG_EVERY_MS, Leases } from './leases.js';
 import { LogThrottle } from './log-throttle.js';
+import { RelayPause } from './relay-pause.js';
 import { type AttemptResult, ResultRecorder } from './recorder.js';
 import { retryDelayMs } from './retry.js';
 
@@ -44,6 +45,10 @@ export interface WorkerOptions {
   random?: () => number;
   /** EMAIL_RETENTION_DAYS's removals, started and stopped with the worker (on a timer of their own). */
   retention?: EmailRetention | undefined;
+  /** Check the relay when starting (Mailer.check), so the log says at once whether it answers. */
+  checkRelayAtStart?: boolean;
+  /** The wait before the first check of a relay that failed (RelayPause; doubling while it fails). */
+  relayFirstCheckMs?: number;
 }
 
 export const DEFAULT_SEND_TIMEOUT_MS = 10 * 60_000;
@@ -95,6 +100,8 @@ export class DeliveryWorker {
   private failures = 0;
   private readonly claimFailureLog = new LogThrottle(FAILURE_LOG_EVERY_MS);
   private readonly recorder: ResultRecorder;
+  /** Claims stop while the relay itself fails (Mailer.check tells when it answers again). */
+  private readonly relay: RelayPause | undefined;
 
   constructor(private readonly o: WorkerOptions) {
     // Results wait for the next claim (or a short while) and are written in its commit.
@@ -116,6 +123,16 @@ export class DeliveryWorker {
       leaseMs: this.leaseMs,
       onRenewed: (emailIds, until) => o.mailer.extend?.(emailIds, this.startBy(until)),
     });
+    const check = o.mailer.check?.bind(o.mailer);
+    this.relay =
+      check &&
+      new RelayPause({
+        check,
+        relay: o.mailer.description,
+        logger,
+        onResume: () => this.notify(),
+        firstCheckMs: o.relayFirstCheckMs,
+      });
   }
 
   start(): void {
@@ -123,6 +140,7 @@ export class DeliveryWorker {
     this.running = true;
     this.leases.start();
     this.o.retention?.start();
+    if (this.o.checkRelayAtStart) void this.relay?.checkAtStart();
     this.notify();
   }
 
@@ -144,6 +162,7 @@ export class DeliveryWorker {
   async stop(timeoutMs = 10_000): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
+    this.relay?.stop();
     // A removal under way ends after its statement: a commit, never a send.
     let removing = this.o.retention !== undefined;
     const retention = this.o.retention?.stop().finally(() => (removing = false));
@@ -196,8 +215,9 @@ export class DeliveryWorker {
     const idle = !this.wanted && !this.recorder.holding();
     this.wanted = false;
     const free = this.o.concurrency - this.sending - this.stalled;
-    // All slots busy: no claim is tried, so nothing is learnt about the store either way.
-    if (free >= this.claimBatch) {
+    // All slots busy: no claim is tried, so nothing is learnt about the store either way. Nor while the
+    // relay fails: a claimed email would only fail too, spending an attempt (RelayPause).
+    if (free >= this.claimBatch && !this.relay?.paused) {
       try {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();
@@ -288,8 +308,11 @@ export class DeliveryWorker {
     const pending = pendingRecipients(recipients);
     if (pending.length === 0) return new Map();
     try {
-      return judgeResult(pending, await this.sendBounded(toMessage(email, pending), startBy));
+      const result = await this.sendBounded(toMessage(email, pending), startBy);
+      this.relay?.answered();
+      return judgeResult(pending, result);
     } catch (err) {
+      if (err instanceof DeliveryError && err.relayFault) this.relay?.failed(err);
       if (err instanceof NotStartedError) {
         // Its lease ran out while it waited (a paused process): another worker may send it now.
         this.log(email).warn({ reason: err.message }, 'delivery: not sent; left to its next claim');

@@ -31,6 +31,8 @@ export function startWorker(
     maxAttempts: 5,
     concurrency: 10,
     pollMs: 20,
+    // A relay that failed is checked again soon: tests bring it back within a second or two.
+    relayFirstCheckMs: 50,
     ...options,
   });
   worker.start();

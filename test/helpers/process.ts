@@ -32,6 +32,7 @@ export const SETTINGS = new Set([
   'DATABASE_URL',
   'DATABASE_POOL_SIZE',
   'SMTP_URL',
+  'SMTP_REQUIRE_TLS',
   'MAIL_FROM',
   'REDIS_URL',
   'REDIS_KEY_PREFIX',

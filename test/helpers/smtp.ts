@@ -26,8 +26,12 @@ export interface SinkOptions {
   onData?: (raw: Buffer, envelope: SinkMessage['envelope']) => SmtpReply | undefined;
   /** Answer to MAIL FROM; nothing means accepted. */
   onMailFrom?: (address: string) => SmtpReply | undefined;
-  /** Require AUTH with these credentials (over plain TCP, as on a trusted local relay). */
+  /** Require AUTH with these credentials (over plain TCP, as on a trusted local relay); read at each AUTH. */
   credentials?: { user: string; pass: string };
+  /** Called at each AUTH attempt, whatever its outcome. */
+  onAuth?: () => void;
+  /** Offer no AUTH (a relay that takes mail from its network without logins). */
+  noAuth?: boolean;
   /** Milliseconds to wait before answering the data, to keep sends in flight. */
   dataDelayMs?: number;
   /** The address to listen on: 127.0.0.1 unless given. */
@@ -77,11 +81,12 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
     authOptional: !options.credentials,
     allowInsecureAuth: true,
     onAuth(auth, _session, callback) {
+      options.onAuth?.();
       const c = options.credentials;
       if (c && auth.username === c.user && auth.password === c.pass) return callback(null, { user: c.user });
       callback(replyError({ code: 535, message: 'Authentication credentials invalid' }));
     },
-    disabledCommands: ['STARTTLS'],
+    disabledCommands: options.noAuth ? ['STARTTLS', 'AUTH'] : ['STARTTLS'],
     // A reverse DNS lookup per connection can stall for seconds where DNS is slow or absent.
     disableReverseLookup: true,
     // Pooled clients keep connections open; closing must not wait for them.

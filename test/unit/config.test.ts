@@ -93,6 +93,17 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ SMTP_URL: 'smtp://relay', MAIL_FROM: 'a@b.test' }).smtpUrl).toBe('smtp://relay');
   });
 
+  it('reads SMTP_REQUIRE_TLS as true or false, unset when blank, and refuses anything else naming it', () => {
+    const smtp = { SMTP_URL: 'smtp://relay', MAIL_FROM: 'a@b.test' };
+    expect(loadConfig(smtp).smtpRequireTls).toBeUndefined();
+    expect(loadConfig({ ...smtp, SMTP_REQUIRE_TLS: ' ' }).smtpRequireTls).toBeUndefined();
+    expect(loadConfig({ ...smtp, SMTP_REQUIRE_TLS: 'TRUE' }).smtpRequireTls).toBe(true);
+    expect(loadConfig({ ...smtp, SMTP_REQUIRE_TLS: 'false' }).smtpRequireTls).toBe(false);
+    expect(() => loadConfig({ ...smtp, SMTP_REQUIRE_TLS: 'yes' })).toThrow(
+      /^SMTP_REQUIRE_TLS must be true or false, got "yes"$/,
+    );
+  });
+
   it('takes credentials with %-escapes, and a Redis database number or none', () => {
     const smtp = 'smtps://me%40acme.test:p%25ss%3A@relay:465';
     expect(loadConfig({ SMTP_URL: smtp, MAIL_FROM: 'a@b.test' }).smtpUrl).toBe(smtp);

@@ -5,6 +5,7 @@ import {
   MAX_REPLY_CHARS,
   type SmtpError,
   relayText,
+  tlsRequired,
   withoutAddress,
   withoutHost,
 } from '../../src/delivery/smtp-relay.js';
@@ -93,6 +94,38 @@ describe('what is stored of what the relay and nodemailer say', () => {
     expect(failure({ command: 'CONN', code: 'ESOCKET', message: 'read ECONNRESET' })).toBe(
       'ESOCKET: read ECONNRESET',
     );
+  });
+
+  it('names STARTTLS or AUTH when the relay refused it, as its reply alone does not say which', () => {
+    const failure = (fields: Partial<SmtpError>) =>
+      relayText(Object.assign(new Error('failed'), fields) as SmtpError, 'relay.test');
+    const unknown = '502 5.5.2 Error: command not recognized';
+    expect(failure({ code: 'ETLS', command: 'STARTTLS', response: unknown })).toBe(`STARTTLS: ${unknown}`);
+    expect(failure({ code: 'EAUTH', command: 'AUTH PLAIN', response: unknown })).toBe(
+      `AUTH PLAIN: ${unknown}`,
+    );
+    expect(failure({ code: 'EAUTH', command: 'API', message: 'Missing credentials' })).toBe(
+      'EAUTH: Missing credentials',
+    );
+  });
+
+  it('requires TLS for credentials to a relay off this host unless SMTP_REQUIRE_TLS says otherwise', () => {
+    for (const [url, required] of [
+      ['smtp://u:p@relay.example.org', true],
+      ['smtp://u:p@192.0.2.7:25', true],
+      ['smtp://u:p@[2001:db8::7]:25', true],
+      ['smtp://relay.example.org', false],
+      ['smtp://u:p@localhost:1025', false],
+      ['smtp://u:p@mail.localhost', false],
+      ['smtp://u:p@127.0.0.1:25', false],
+      ['smtp://u:p@127.1.2.3', false],
+      ['smtp://u:p@[::1]:25', false],
+      ['smtp://u:p@[::ffff:127.0.0.1]:25', false],
+    ] as const) {
+      expect([url, tlsRequired(url, undefined)]).toEqual([url, required]);
+      expect(tlsRequired(url, true)).toBe(true);
+      expect(tlsRequired(url, false)).toBe(false);
+    }
   });
 
   it('keeps at most MAX_REPLY_CHARS of a reply, and stores a reply of several lines on one', () => {
