@@ -19,6 +19,7 @@ import { markedDefaultOrganization } from './migrations-0013.js';
 import { listCountsPerStatement } from './migrations-0014.js';
 import { addressChunksByDomain } from './migrations-0015.js';
 import { contactAddressesOnPostgres } from './migrations-0016.js';
+import { noBlankContactTags } from './migrations-0017.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -299,6 +300,7 @@ class StaticProvider implements MigrationProvider {
       '0014_list_counts_per_statement': listCountsPerStatement(this.dialect),
       '0015_address_chunks_by_domain': addressChunksByDomain(this.dialect),
       '0016_contact_addresses': contactAddressesOnPostgres(this.dialect),
+      '0017_no_blank_contact_tags': noBlankContactTags(this.dialect),
     };
   }
 }

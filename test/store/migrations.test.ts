@@ -28,6 +28,7 @@ describe('migration names', () => {
       '0014_list_counts_per_statement',
       '0015_address_chunks_by_domain',
       '0016_contact_addresses',
+      '0017_no_blank_contact_tags',
     ]);
   });
 });
