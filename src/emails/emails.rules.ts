@@ -155,7 +155,10 @@ function checkRules(body: Loose, errors: DetailCollector) {
     const first = names.get(name.toLowerCase());
     names.set(name.toLowerCase(), first ?? name);
     if (!FIELD_NAME.test(name) || name.length > MAX_HEADER_NAME) {
-      errors.add(field, 'is not a valid header name: at most 100 printable ASCII characters, without `:`');
+      errors.add(
+        field,
+        `is not a valid header name: at most ${MAX_HEADER_NAME} printable ASCII characters, without \`:\``,
+      );
     } else if (isRefusedHeader(name)) {
       // Not all are Mailroom's own (Resent-*, ARC-*, Received-SPF are other parties' to write).
       errors.add(field, 'is reserved: Mailroom builds it, or only mail servers on the way may write it');

@@ -14,7 +14,14 @@ import {
 import { withRules } from '../validation/ajv.js';
 import { MAX_MAILBOX } from '../validation/addresses.js';
 import { TAG_CHARACTERS } from '../validation/characters.js';
-import { EMAIL_EVENT_TYPES, EMAIL_STATUSES, MAX_CC_BCC, MAX_TO, emailBodyRules } from './emails.rules.js';
+import {
+  EMAIL_EVENT_TYPES,
+  EMAIL_STATUSES,
+  MAX_CC_BCC,
+  MAX_HEADER_NAME,
+  MAX_TO,
+  emailBodyRules,
+} from './emails.rules.js';
 
 const MAX_EMAIL_TAGS = 10;
 export const RECIPIENT_STATUSES = ['queued', 'deferred', 'sent', 'failed'] as const;
@@ -69,8 +76,7 @@ export const SendEmailBody = withRules(
       headers: Type.Optional(
         FreeKeys(Type.String({ maxLength: 900, pattern: '\\S' }), {
           maxProperties: 50,
-          description:
-            'Custom headers. Names: header field names of at most 100 printable ASCII characters without `:`, given once whatever their case, and not a reserved one: From, Sender, To, Cc, Bcc, Reply-To, Subject, Date, Message-ID, Return-Path, Received, DKIM-Signature, MIME-Version, Content-* (but Content-Language and Content-Description), Resent-*, ARC-*, Authentication-Results, Received-SPF, Delivered-To. Values: strings of at most 900 characters, no CR/LF; printable ASCII ones are sent as written, others MIME-encoded (docs/behaviour.md has which); In-Reply-To, References, OTP-Token and List-* (List-Id, List-Unsubscribe, …) values must be printable ASCII: they go out as written.',
+          description: `Custom headers. Names: header field names of at most ${MAX_HEADER_NAME} printable ASCII characters without \`:\`, given once whatever their case, and not a reserved one: From, Sender, To, Cc, Bcc, Reply-To, Subject, Date, Message-ID, Return-Path, Received, DKIM-Signature, MIME-Version, Content-* (but Content-Language and Content-Description), Resent-*, ARC-*, Authentication-Results, Received-SPF, Delivered-To. Values: strings of at most 900 characters, no CR/LF; printable ASCII ones are sent as written, others MIME-encoded (docs/behaviour.md has which); In-Reply-To, References, OTP-Token and List-* (List-Id, List-Unsubscribe, …) values must be printable ASCII: they go out as written.`,
         }),
       ),
       tags: Type.Optional(Type.Array(Tag, { maxItems: MAX_EMAIL_TAGS })),
