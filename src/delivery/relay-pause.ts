@@ -77,6 +77,12 @@ export class RelayPause {
     }
   }
 
+  /** Checks go on again after stop(), where a pause was left. */
+  start(): void {
+    this.stopped = false;
+    if (this.paused) this.schedule(this.nextWaitMs());
+  }
+
   stop(): void {
     this.stopped = true;
     clearTimeout(this.timer);

@@ -140,6 +140,7 @@ export class DeliveryWorker {
     this.running = true;
     this.leases.start();
     this.o.retention?.start();
+    this.relay?.start();
     if (this.o.checkRelayAtStart) void this.relay?.checkAtStart();
     this.notify();
   }
