@@ -14,11 +14,17 @@ export interface RelayPauseOptions {
   onResume: () => void;
   firstCheckMs?: number;
   maxCheckMs?: number;
+  /**
+   * A check taking longer fails (the worker's send bound): a relay trickling its reply never trips the SMTP
+   * timeouts, and a check that never settled would leave claims stopped for good.
+   */
+  checkTimeoutMs?: number;
 }
 
 /** The first check waits a second, then the wait doubles up to five minutes while the relay keeps failing. */
 export const FIRST_CHECK_MS = 1_000;
 export const MAX_CHECK_MS = 5 * 60_000;
+export const CHECK_TIMEOUT_MS = 10 * 60_000;
 const STILL_DOWN_LOG_EVERY_MS = 5 * 60_000;
 
 /**
@@ -29,8 +35,14 @@ const STILL_DOWN_LOG_EVERY_MS = 5 * 60_000;
  */
 export class RelayPause {
   private since: number | undefined;
-  /** Checks failed since the pause began: each doubles the wait for the next. */
+  /**
+   * Checks failed, and pauses ended by a check but followed by no send getting through (a relay that
+   * passes checks and fails every message): each doubles the wait for the next check. A send that gets
+   * through starts it over.
+   */
   private failedChecks = 0;
+  /** The last pause ended by a check, and no send has got through since. */
+  private onlyChecked = false;
   private timer: NodeJS.Timeout | undefined;
   /** Pauses so far: tells a check's answer from an earlier pause's. */
   private pauses = 0;
@@ -48,30 +60,42 @@ export class RelayPause {
     if (this.paused || this.stopped) return;
     this.since = Date.now();
     this.pauses++;
+    const fields = { relay: this.o.relay, lastError: err.message };
+    if (this.onlyChecked) {
+      // The same fault as before the last check: logged as the pause going on, and the waits go on growing.
+      this.failedChecks++;
+      const checkInMs = this.nextWaitMs();
+      if (this.stillDownLog.due()) {
+        this.o.logger.warn(
+          { ...fields, checkInMs },
+          'delivery still paused: the relay passes a check but fails sends (logged again at most every five minutes)',
+        );
+      }
+      this.schedule(checkInMs);
+      return;
+    }
     this.failedChecks = 0;
     this.stillDownLog.reset();
     this.stillDownLog.due();
-    const waitMs = this.nextWaitMs();
+    const checkInMs = this.nextWaitMs();
     this.o.logger.error(
-      { relay: this.o.relay, lastError: err.message, checkInMs: waitMs },
+      { ...fields, checkInMs },
       'delivery paused: the relay failed; no email is claimed until it answers again (checked with a connection that sends nothing)',
     );
-    this.schedule(waitMs);
+    this.schedule(checkInMs);
   }
 
-  /** The relay answered a send (whatever it said of the message): it works. */
+  /** The relay took a send, or answered it (whatever it said of the message): it works. */
   answered(): void {
-    if (this.paused) this.resume();
+    this.onlyChecked = false;
+    if (this.paused) this.resume(true);
   }
 
   /** Checks once now, not pausing on success: what an operator reads at start-up. */
   async checkAtStart(): Promise<void> {
     try {
-      await this.o.check();
-      this.o.logger.info(
-        { relay: this.o.relay },
-        'delivery: the relay answers (connected and authenticated)',
-      );
+      await this.bounded(this.o.check());
+      this.o.logger.info({ relay: this.o.relay }, 'delivery: the relay answers');
     } catch (err) {
       if (!this.paused) this.failed(err as DeliveryError);
     }
@@ -103,7 +127,7 @@ export class RelayPause {
     const pause = this.pauses;
     if (!this.paused || this.stopped) return;
     try {
-      await this.o.check();
+      await this.bounded(this.o.check());
     } catch (err) {
       // A check begun in an earlier pause says nothing of this one.
       if (this.pauses !== pause || !this.paused || this.stopped) return;
@@ -123,14 +147,38 @@ export class RelayPause {
       this.schedule(waitMs);
       return;
     }
-    if (this.pauses === pause && this.paused && !this.stopped) this.resume();
+    if (this.pauses === pause && this.paused && !this.stopped) this.resume(false);
   }
 
-  private resume(): void {
+  /** The check, failed once it has taken longer than checkTimeoutMs. */
+  private async bounded(check: Promise<void>): Promise<void> {
+    const ms = this.o.checkTimeoutMs ?? CHECK_TIMEOUT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the check of the relay did not finish within ${ms} ms`)),
+        ms,
+      );
+    });
+    try {
+      await Promise.race([check, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Claims resume: after a send got through, or only a check (which a relay failing sends may pass). */
+  private resume(bySend: boolean): void {
     const pausedForMs = Date.now() - this.since!;
     this.since = undefined;
     clearTimeout(this.timer);
-    this.o.logger.info({ relay: this.o.relay, pausedForMs }, 'delivery resumed: the relay answers again');
+    // After a pause that goes on (onlyChecked), only a send getting through is news.
+    if (bySend || !this.onlyChecked) {
+      this.o.logger.info({ relay: this.o.relay, pausedForMs }, 'delivery resumed: the relay answers again');
+    }
+    // The first pause after a check let claims resume is logged at once; those after it, throttled.
+    if (!bySend && !this.onlyChecked) this.stillDownLog.reset();
+    this.onlyChecked = !bySend;
     this.o.onResume();
   }
 }

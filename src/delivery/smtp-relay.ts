@@ -56,12 +56,6 @@ export class SmtpRelay {
   private readonly begun = new Map<string, AbortController>();
   /** The relay's host as configured, kept out of what is stored (relayText). */
   private readonly host: string;
-  /**
-   * What the relay last failed with (a relay fault), until a send or a check gets through: sends not begun
-   * meanwhile are refused with it rather than each trying a connection (a wrong password would otherwise
-   * cost the relay's account one AUTH attempt per email).
-   */
-  private down: string | undefined;
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
@@ -97,7 +91,6 @@ export class SmtpRelay {
   }
 
   async send(message: OutgoingMessage, startBy = Infinity): Promise<DeliveryResult> {
-    if (this.down !== undefined) throw notTried(this.down);
     await new Promise<void>((begin, refuse) => {
       this.waiting.push({ id: message.id, startBy, begin, refuse });
       this.next();
@@ -120,7 +113,6 @@ export class SmtpRelay {
     } catch (err) {
       throw new DeliveryError(relayText(err as SmtpError, this.host), false, true);
     }
-    this.down = undefined;
   }
 
   /** Sends not begun yet of these emails may begin until `startBy`: their leases were renewed. */
@@ -162,7 +154,6 @@ export class SmtpRelay {
       // nodemailer 10 takes `signal` (its types here predate it).
       const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
       const info = await this.transport.sendMail(options);
-      this.down = undefined;
       const accepted = (info.accepted ?? []).map(String);
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
         toFailure(e, this.host, accepted.length > 0),
@@ -177,21 +168,14 @@ export class SmtpRelay {
       const e = err as SmtpError;
       if (e.rejectedErrors && e.rejectedErrors.length > 0) {
         // Every recipient was refused at RCPT TO: each gets its own verdict.
-        this.down = undefined;
         return {
           accepted: [],
           rejected: e.rejectedErrors.map((r) => toFailure(r, this.host, false)),
           response: relayText(e, this.host),
         };
       }
-      const text = relayText(e, this.host);
       // A send the worker cut off (cancel) says nothing of the relay.
-      const fault = !signal.aborted && isRelayFault(e);
-      if (fault) {
-        this.down = text;
-        for (const turn of this.waiting.splice(0)) turn.refuse(notTried(text));
-      } else if (e.responseCode !== undefined) this.down = undefined;
-      throw new DeliveryError(text, isPermanent(e), fault);
+      throw new DeliveryError(relayText(e, this.host), isPermanent(e), !signal.aborted && isRelayFault(e));
     }
   }
 
@@ -288,11 +272,6 @@ export function withoutHost(message: string, host: string): string {
     ? `(?<![\\w.:-])${literal}(?![\\w@-]|[.:]\\w)`
     : `(?<![\\w.-])${literal}(?::\\d+)?(?![\\w@-]|\\.\\w)`;
   return message.replace(new RegExp(pattern, 'gi'), '(the relay)');
-}
-
-/** A send refused without a try, because the relay had just failed another with `fault`. */
-function notTried(fault: string): DeliveryError {
-  return new DeliveryError(`${fault} (not tried: the relay had just failed another email)`, false, true);
 }
 
 /**

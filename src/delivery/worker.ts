@@ -132,6 +132,7 @@ export class DeliveryWorker {
         logger,
         onResume: () => this.notify(),
         firstCheckMs: o.relayFirstCheckMs,
+        checkTimeoutMs: this.sendTimeoutMs,
       });
   }
 

@@ -161,10 +161,13 @@ export function startSilentRelay(): Promise<{ port: number; close(): Promise<voi
 }
 
 /**
- * A relay that speaks just enough SMTP, by hand, to take one message per connection and answer its data
- * with `dataReply` as given: what smtp-server would not send (it cleans its replies), as a broken relay may.
+ * A relay that speaks just enough SMTP, by hand, to answer each message's data with `dataReply` as given:
+ * what smtp-server would not send (it cleans its replies), as a broken relay may. A function picks the
+ * reply by the message's data; `'drop'` cuts the connection instead of answering.
  */
-export function startRawRelay(dataReply: string): Promise<{ port: number; close(): Promise<void> }> {
+export function startRawRelay(
+  dataReply: string | ((data: string) => string),
+): Promise<{ port: number; close(): Promise<void> }> {
   return listenRaw((socket) => {
     let inData = false;
     let buffered = '';
@@ -175,9 +178,12 @@ export function startRawRelay(dataReply: string): Promise<{ port: number; close(
         if (inData) {
           const end = buffered.indexOf('\r\n.\r\n');
           if (end === -1) return;
+          const data = buffered.slice(0, end);
           buffered = buffered.slice(end + 5);
           inData = false;
-          socket.write(`${dataReply}\r\n`);
+          const reply = typeof dataReply === 'string' ? dataReply : dataReply(data);
+          if (reply === 'drop') return void socket.destroy();
+          socket.write(`${reply}\r\n`);
           continue;
         }
         const eol = buffered.indexOf('\r\n');

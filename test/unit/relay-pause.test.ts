@@ -6,7 +6,7 @@ import { RelayPause } from '../../src/delivery/relay-pause.js';
 
 const fault = new DeliveryError('535 5.7.8 Authentication credentials invalid', false, true);
 
-function pauseWith(check: () => Promise<void>) {
+function pauseWith(check: () => Promise<void>, checkTimeoutMs?: number) {
   const lines: { level: number; msg: string; checkInMs?: number }[] = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
   let resumed = 0;
@@ -17,6 +17,7 @@ function pauseWith(check: () => Promise<void>) {
     onResume: () => resumed++,
     firstCheckMs: 100,
     maxCheckMs: 1_000,
+    checkTimeoutMs,
   });
   return { pause, lines, resumed: () => resumed };
 }
@@ -92,6 +93,44 @@ describe('RelayPause', () => {
     answer!();
     await vi.advanceTimersByTimeAsync(0);
     expect([pause.paused, resumed()]).toEqual([false, 2]);
+  });
+
+  it('counts a check that never settles (a relay trickling its reply) as failed, and checks again', async () => {
+    let checks = 0;
+    const check = () => (++checks === 1 ? new Promise<void>(() => undefined) : Promise.resolve());
+    const { pause, resumed } = pauseWith(check, 2_000);
+    pause.failed(fault);
+    await vi.advanceTimersByTimeAsync(100 + 2_000);
+    expect([pause.paused, checks]).toEqual([true, 1]);
+    // Failed at 2,100 ms: the next check waits twice the first.
+    await vi.advanceTimersByTimeAsync(200);
+    expect([pause.paused, checks, resumed()]).toEqual([false, 2, 1]);
+  });
+
+  it('goes on doubling its waits for a relay that passes checks and fails every send, logging it once', async () => {
+    const check = vi.fn(() => Promise.resolve());
+    const { pause, lines, resumed } = pauseWith(check);
+    const at: number[] = [];
+    const start = Date.now();
+    // Each time a check lets claims resume, the next send fails again.
+    for (let i = 0; i < 5; i++) {
+      pause.failed(fault);
+      while (pause.paused) await vi.advanceTimersByTimeAsync(10);
+      at.push(Date.now() - start);
+    }
+    expect(at).toEqual([100, 300, 700, 1_500, 2_500]);
+    expect(resumed()).toBe(5);
+    expect(lines.map((l) => l.msg.split(':')[0])).toEqual([
+      'delivery paused',
+      'delivery resumed',
+      'delivery still paused',
+    ]);
+    // A send that gets through starts the waits over, and a fault after it is a new pause, logged.
+    pause.answered();
+    pause.failed(fault);
+    expect(lines.at(-1)?.msg.split(':')[0]).toBe('delivery paused');
+    await vi.advanceTimersByTimeAsync(100);
+    expect(pause.paused).toBe(false);
   });
 
   it('stops checking when stopped, and checks again when started while paused', async () => {
