@@ -279,7 +279,7 @@ export async function buildApp(
       config: { permission },
       // Both, if a route ever has both: spread as two `preValidation` keys, the second replaced the first.
       ...(preValidation.length > 0 ? { preValidation } : {}),
-      ...(ep.replay ? { attachValidation: true } : {}),
+      ...(ep.replay || ep.seesRefusals ? { attachValidation: true } : {}),
       handler: (ep.replay ? replayingHandler(ep, ep.replay) : ep.handler) as never,
     });
   }

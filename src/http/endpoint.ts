@@ -13,7 +13,7 @@ import type {
   preValidationHookHandler,
 } from 'fastify';
 import type { Principal } from '../auth/keys.service.js';
-import { type ErrorDetail, validationError } from '../errors.js';
+import { AppError, type ErrorDetail, validationError } from '../errors.js';
 import { tooManyEntries } from '../validation/ajv.js';
 
 export type Req<S extends FastifySchema> = FastifyRequest<
@@ -48,6 +48,8 @@ export interface Endpoint<S extends FastifySchema = FastifySchema> {
   handler: (req: Req<S>, reply: Rep<S>) => Promise<unknown>;
   headerProblems?: HeaderProblems | undefined;
   replay?: Replay | undefined;
+  /** The handler is called for a request that failed validation too (endpointSeeingRefusals). */
+  seesRefusals?: boolean | undefined;
 }
 
 /** Any endpoint, with its request types erased, for the route table. */
@@ -56,6 +58,7 @@ export interface AnyEndpoint {
   handler: (req: never, reply: never) => Promise<unknown>;
   headerProblems?: HeaderProblems | undefined;
   replay?: Replay | undefined;
+  seesRefusals?: boolean | undefined;
 }
 
 export function endpoint<S extends FastifySchema>(
@@ -65,6 +68,29 @@ export function endpoint<S extends FastifySchema>(
   replay?: Replay,
 ): Endpoint<S> {
   return { schema, handler, headerProblems, replay };
+}
+
+/**
+ * An endpoint whose handler is called for a request that failed validation too, with what was wrong in
+ * refusalOf(req): for a refusal that depends on what the store holds. Its body's types are not to be
+ * trusted then.
+ */
+export function endpointSeeingRefusals<S extends FastifySchema>(
+  schema: S,
+  handler: Endpoint<S>['handler'],
+): Endpoint<S> {
+  return { schema, handler, seesRefusals: true };
+}
+
+/**
+ * What the request's validation found wrong (endpointSeeingRefusals), as the 400 would tell it; undefined
+ * when nothing was. Any other error it attached is thrown, as it would have been.
+ */
+export function refusalOf(req: FastifyRequest): ErrorDetail[] | undefined {
+  const err = req.validationError;
+  if (err === undefined) return undefined;
+  if (err instanceof AppError && err.code === 'VALIDATION_FAILED' && err.details?.length) return err.details;
+  throw err;
 }
 
 /**
