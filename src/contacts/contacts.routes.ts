@@ -1,4 +1,4 @@
-import { endpoint, orgOf, sendJsonText } from '../http/endpoint.js';
+import { endpoint, endpointSeeingRefusals, orgOf, refusalOf, sendJsonText } from '../http/endpoint.js';
 import type { ContactsService } from './contacts.service.js';
 import * as s from './contacts.schemas.js';
 
@@ -19,9 +19,10 @@ export function contactsEndpoints(contacts: ContactsService) {
       return sendJsonText(reply.code(201), `{"success":true,"contact":${contact}}`);
     }),
 
-    update: endpoint(s.updateContactSchema, async (req) => ({
+    // A refused body goes to the service as well: the address it refuses may be the one the contact holds.
+    update: endpointSeeingRefusals(s.updateContactSchema, async (req) => ({
       success: true,
-      contact: await contacts.update(orgOf(req), req.body),
+      contact: await contacts.update(orgOf(req), req.body, refusalOf(req)),
     })),
 
     delete: endpoint(s.deleteContactSchema, async (req) => {

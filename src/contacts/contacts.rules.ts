@@ -78,6 +78,17 @@ export function createRules(body: Loose): ErrorDetail[] {
   return errors.details;
 }
 
+/**
+ * The address an update with `id` gives, trimmed, when its email is refused (`details`) and its id is not:
+ * the contact may hold that address already, stored under an earlier release's rules (before 8df8fe7 a
+ * local part over 64 characters was taken), and sending back what it holds changes nothing.
+ */
+export function addressToKeep(body: Loose, details: readonly ErrorDetail[]): string | undefined {
+  if (typeof body.id !== 'string' || typeof body.email !== 'string') return undefined;
+  if (details.some((d) => d.field === 'id') || !details.some((d) => d.field === 'email')) return undefined;
+  return body.email.trim();
+}
+
 /** When both id and email are given, id identifies the contact and email is its new address. */
 export function updateRules(body: Loose): ErrorDetail[] {
   const errors = new DetailCollector();

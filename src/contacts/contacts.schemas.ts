@@ -24,7 +24,7 @@ const Email = Type.String({
 // An update's email is one of two things, by whether `id` is given (contacts.rules.ts updateRules).
 const UpdateEmail = Type.String({
   minLength: 1,
-  description: `With id: the contact's new address (trimmed; at most 254 characters). Without id: the address of the contact to change (case-insensitive; not blank; at most ${MAX_EMAIL_LOOKUP} characters; none matching is a 404)`,
+  description: `With id: the contact's new address (trimmed; at most 254 characters), or the address it holds, exactly as read, which an earlier release may have taken under looser rules. Without id: the address of the contact to change (case-insensitive; not blank; at most ${MAX_EMAIL_LOOKUP} characters; none matching is a 404)`,
 });
 const PersonName = Type.String({ maxLength: 100 });
 const ContactId = LookupId('Contact id; one Mailroom never issued is not found (404)');

@@ -1,11 +1,12 @@
 import type { Clock, Ids } from '../clock.js';
-import { AppError, DetailCollector, throwIfAny, validationError } from '../errors.js';
+import { AppError, DetailCollector, type ErrorDetail, throwIfAny, validationError } from '../errors.js';
 import { type Page, pageAndTotal, pagination } from '../paging.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 import type { Executor, Store } from '../store/store.js';
 import {
   type CustomFields,
+  addressToKeep,
   checkMergedSize,
   createRules,
   mergeFields,
@@ -16,6 +17,7 @@ import { type ContactFields, renderContact } from './contact-fields.js';
 import * as repo from './contacts.repository.js';
 import { EmailSearch } from '../search/email-search.js';
 import { matchCase } from '../validation/addresses.js';
+import { isObject } from '../validation/guards.js';
 
 export interface Contact {
   id: string;
@@ -142,14 +144,32 @@ export class ContactsService {
     return { contacts, pagination: pagination({ page, limit }, total) };
   }
 
-  async update(orgId: string, input: UpdateContactInput): Promise<Contact> {
+  /**
+   * `refused`: what the route's validation found wrong with the body (schema and rules), whose types are
+   * then not to be trusted; without it, the rules are run here. An address refused there that the contact
+   * holds exactly, as GET returned it, is no change and no fault: a client writes back what it read.
+   */
+  async update(orgId: string, input: UpdateContactInput, refused?: ErrorDetail[]): Promise<Contact> {
     // A field given as undefined (by a caller other than HTTP) counts as absent.
-    throwIfAny(updateRules(Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined))));
-    const newEmail = input.id !== undefined ? input.email?.trim() : undefined;
+    const given = isObject(input)
+      ? Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined))
+      : {};
+    const details = refused ?? updateRules(given);
+    const kept = addressToKeep(given, details);
+    if (details.length > 0) {
+      // Read before any write lock: a body refused all the same is answered without one.
+      const held =
+        kept !== undefined &&
+        (await repo.findContactById(this.store.db, orgId, given.id as string))?.email === kept;
+      throwIfAny(held ? details.filter((d) => d.field !== 'email') : details);
+    }
+    const newEmail = input.id !== undefined && kept === undefined ? input.email?.trim() : undefined;
 
     try {
       return await this.store.write(async (trx) => {
         const row = await this.getForWrite(trx, orgId, input);
+        // Checked again under the row's lock: the address may have changed since it was read.
+        if (kept !== undefined && row.email !== kept) throw validationError(details);
         const changes: Partial<ContactRow> = { updated_at: this.clock.now().toISOString() };
         if (newEmail !== undefined) {
           changes.email = newEmail;
