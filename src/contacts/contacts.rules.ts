@@ -4,6 +4,7 @@
 import { DetailCollector, type ErrorDetail } from '../errors.js';
 import { MAX_ADDRESS, isValidEmail } from '../validation/addresses.js';
 import { isObject, longerThan } from '../validation/guards.js';
+import { tooManyEntries } from '../validation/ajv.js';
 
 export const MAX_TAGS = 50;
 export const MAX_CUSTOM_FIELDS = 50;
@@ -85,6 +86,8 @@ export function createRules(body: Loose): ErrorDetail[] {
  */
 export function addressToKeep(body: Loose, details: readonly ErrorDetail[]): string | undefined {
   if (typeof body.id !== 'string' || typeof body.email !== 'string') return undefined;
+  // Past the entry bound the validator stops at its first problem: the rest of the body was not checked.
+  if (tooManyEntries(body)) return undefined;
   if (details.some((d) => d.field === 'id') || !details.some((d) => d.field === 'email')) return undefined;
   return body.email.trim();
 }
