@@ -10,7 +10,7 @@ export interface RelayPauseOptions {
   /** The relay as logged (Mailer.description: scheme, host and port, no credentials). */
   relay: string;
   logger: Logger;
-  /** Called once the relay answers again: claims may resume. */
+  /** Called once claims may go on: a check got through, or a send did. */
   onResume: () => void;
   firstCheckMs?: number;
   maxCheckMs?: number;
@@ -28,88 +28,122 @@ export const CHECK_TIMEOUT_MS = 10 * 60_000;
 const STILL_DOWN_LOG_EVERY_MS = 5 * 60_000;
 
 /**
- * Claims stop from a send's relay fault until a check gets through (or a send in flight does), so an outage
- * costs the emails claimed when it began one attempt each, not every queued email an attempt per retry
- * (DELIVERY_MAX_ATTEMPTS would fail them all within a long outage), and a wrong password costs the relay's
- * account one AUTH attempt per check instead of one per email.
+ * `checking`: a send failed for what may be the relay (or the worker just started), and a check says
+ * whether it is; `paused`: a check failed, and checks go on until one gets through.
+ */
+type State = 'open' | 'checking' | 'paused';
+
+/**
+ * Claims stop while the relay itself fails, so an outage costs the emails being sent when it began one
+ * attempt each, not every queued email an attempt per retry (DELIVERY_MAX_ATTEMPTS would fail them all
+ * within a long outage), and a wrong password costs the relay's account one AUTH attempt per check instead
+ * of one per email. A send's fault pauses nothing until a check confirms it: a connection cut over one
+ * message, or a 421 to it, is that message's, and must not hold up everyone else's.
  */
 export class RelayPause {
-  private since: number | undefined;
-  /**
-   * Checks failed, and pauses ended by a check but followed by no send getting through (a relay that
-   * passes checks and fails every message): each doubles the wait for the next check. A send that gets
-   * through starts it over.
-   */
+  private state: State = 'open';
+  private since = 0;
+  /** Checks failed in this pause: each doubles the wait for the next. */
   private failedChecks = 0;
-  /** The last pause ended by a check, and no send has got through since. */
-  private onlyChecked = false;
   private timer: NodeJS.Timeout | undefined;
-  /** Pauses so far: tells a check's answer from an earlier pause's. */
-  private pauses = 0;
+  /** Checks begun so far: a check's answer counts only if none began after it. */
+  private checks = 0;
   private stopped = false;
   private readonly stillDownLog = new LogThrottle(STILL_DOWN_LOG_EVERY_MS);
 
   constructor(private readonly o: RelayPauseOptions) {}
 
-  get paused(): boolean {
-    return this.since !== undefined;
+  /** Whether claims must wait: the relay is being checked, or failed its check. */
+  get holding(): boolean {
+    return this.state !== 'open';
   }
 
-  /** A send failed for a relay fault: pause, unless already paused (the rest of a batch failing alike). */
+  get paused(): boolean {
+    return this.state === 'paused';
+  }
+
+  /** A send failed for what may be the relay: checked at once, unless a check is already due. */
   failed(err: DeliveryError): void {
-    if (this.paused || this.stopped) return;
-    this.since = Date.now();
-    this.pauses++;
-    const fields = { relay: this.o.relay, lastError: err.message };
-    if (this.onlyChecked) {
-      // The same fault as before the last check: logged as the pause going on, and the waits go on growing.
-      this.failedChecks++;
-      const checkInMs = this.nextWaitMs();
-      if (this.stillDownLog.due()) {
-        this.o.logger.warn(
-          { ...fields, checkInMs },
-          'delivery still paused: the relay passes a check but fails sends (logged again at most every five minutes)',
-        );
-      }
-      this.schedule(checkInMs);
-      return;
-    }
-    this.failedChecks = 0;
-    this.stillDownLog.reset();
-    this.stillDownLog.due();
-    const checkInMs = this.nextWaitMs();
-    this.o.logger.error(
-      { ...fields, checkInMs },
-      'delivery paused: the relay failed; no email is claimed until it answers again (checked with a connection that sends nothing)',
-    );
-    this.schedule(checkInMs);
+    if (this.state !== 'open' || this.stopped) return;
+    this.state = 'checking';
+    void this.checkNow(err.message);
   }
 
   /** The relay took a send, or answered it (whatever it said of the message): it works. */
   answered(): void {
-    this.onlyChecked = false;
-    if (this.paused) this.resume(true);
-  }
-
-  /** Checks once now, not pausing on success: what an operator reads at start-up. */
-  async checkAtStart(): Promise<void> {
-    try {
-      await this.bounded(this.o.check());
-      this.o.logger.info({ relay: this.o.relay }, 'delivery: the relay answers');
-    } catch (err) {
-      if (!this.paused) this.failed(err as DeliveryError);
+    if (this.state === 'paused') this.resume();
+    else if (this.state === 'checking') {
+      // No need to wait for the check's answer (checks: it no longer counts).
+      this.checks++;
+      this.state = 'open';
+      this.o.onResume();
     }
   }
 
-  /** Checks go on again after stop(), where a pause was left. */
+  /** Claims wait for a first check, which says in the log whether the relay answers. */
+  checkAtStart(): void {
+    if (this.state !== 'open' || this.stopped) return;
+    this.state = 'checking';
+    void this.checkNow(undefined);
+  }
+
+  /** Checks go on again after stop(), where a pause or a check was left. */
   start(): void {
     this.stopped = false;
-    if (this.paused) this.schedule(this.nextWaitMs());
+    if (this.state === 'paused') this.schedule(this.nextWaitMs());
+    else if (this.state === 'checking') void this.checkNow(undefined);
   }
 
   stop(): void {
     this.stopped = true;
     clearTimeout(this.timer);
+  }
+
+  /** `sendError`: the send's fault that asked for this check; undefined for a check at start. */
+  private async checkNow(sendError: string | undefined): Promise<void> {
+    const check = ++this.checks;
+    const state = this.state;
+    let fault: string | undefined;
+    try {
+      await this.bounded(this.o.check());
+    } catch (err) {
+      fault = (err as Error).message;
+    }
+    // A later check (or a send that got through) has said more since.
+    if (check !== this.checks || this.state !== state || this.stopped) return;
+    if (fault === undefined) {
+      if (state === 'paused') this.resume();
+      else {
+        this.state = 'open';
+        if (sendError === undefined)
+          this.o.logger.info({ relay: this.o.relay }, 'delivery: the relay answers');
+        this.o.onResume();
+      }
+      return;
+    }
+    if (state === 'checking') {
+      this.state = 'paused';
+      this.since = Date.now();
+      this.failedChecks = 0;
+      this.stillDownLog.reset();
+      this.stillDownLog.due();
+      const checkInMs = this.nextWaitMs();
+      this.o.logger.error(
+        { relay: this.o.relay, lastError: fault, checkInMs },
+        'delivery paused: the relay failed; no email is claimed until it answers again (checked with a connection that sends nothing)',
+      );
+      this.schedule(checkInMs);
+      return;
+    }
+    this.failedChecks++;
+    const checkInMs = this.nextWaitMs();
+    if (this.stillDownLog.due()) {
+      this.o.logger.warn(
+        { relay: this.o.relay, lastError: fault, pausedForMs: Date.now() - this.since, checkInMs },
+        'delivery still paused: the relay fails (logged again at most every five minutes)',
+      );
+    }
+    this.schedule(checkInMs);
   }
 
   private nextWaitMs(): number {
@@ -119,35 +153,10 @@ export class RelayPause {
 
   private schedule(waitMs: number): void {
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => void this.checkNow(), waitMs);
+    this.timer = setTimeout(() => {
+      if (this.state === 'paused' && !this.stopped) void this.checkNow(undefined);
+    }, waitMs);
     this.timer.unref();
-  }
-
-  private async checkNow(): Promise<void> {
-    const pause = this.pauses;
-    if (!this.paused || this.stopped) return;
-    try {
-      await this.bounded(this.o.check());
-    } catch (err) {
-      // A check begun in an earlier pause says nothing of this one.
-      if (this.pauses !== pause || !this.paused || this.stopped) return;
-      this.failedChecks++;
-      const waitMs = this.nextWaitMs();
-      if (this.stillDownLog.due()) {
-        this.o.logger.warn(
-          {
-            relay: this.o.relay,
-            lastError: (err as Error).message,
-            pausedForMs: Date.now() - this.since!,
-            checkInMs: waitMs,
-          },
-          'delivery still paused: the relay fails (logged again at most every five minutes)',
-        );
-      }
-      this.schedule(waitMs);
-      return;
-    }
-    if (this.pauses === pause && this.paused && !this.stopped) this.resume(false);
   }
 
   /** The check, failed once it has taken longer than checkTimeoutMs. */
@@ -167,18 +176,11 @@ export class RelayPause {
     }
   }
 
-  /** Claims resume: after a send got through, or only a check (which a relay failing sends may pass). */
-  private resume(bySend: boolean): void {
-    const pausedForMs = Date.now() - this.since!;
-    this.since = undefined;
+  private resume(): void {
+    this.state = 'open';
     clearTimeout(this.timer);
-    // After a pause that goes on (onlyChecked), only a send getting through is news.
-    if (bySend || !this.onlyChecked) {
-      this.o.logger.info({ relay: this.o.relay, pausedForMs }, 'delivery resumed: the relay answers again');
-    }
-    // The first pause after a check let claims resume is logged at once; those after it, throttled.
-    if (!bySend && !this.onlyChecked) this.stillDownLog.reset();
-    this.onlyChecked = !bySend;
+    const pausedForMs = Date.now() - this.since;
+    this.o.logger.info({ relay: this.o.relay, pausedForMs }, 'delivery resumed: the relay answers again');
     this.o.onResume();
   }
 }

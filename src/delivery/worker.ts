@@ -45,7 +45,7 @@ export interface WorkerOptions {
   random?: () => number;
   /** EMAIL_RETENTION_DAYS's removals, started and stopped with the worker (on a timer of their own). */
   retention?: EmailRetention | undefined;
-  /** Check the relay when starting (Mailer.check), so the log says at once whether it answers. */
+  /** Claims wait for a first check of the relay (Mailer.check), and the log says whether it answers. */
   checkRelayAtStart?: boolean;
   /** The wait before the first check of a relay that failed (RelayPause; doubling while it fails). */
   relayFirstCheckMs?: number;
@@ -142,7 +142,7 @@ export class DeliveryWorker {
     this.leases.start();
     this.o.retention?.start();
     this.relay?.start();
-    if (this.o.checkRelayAtStart) void this.relay?.checkAtStart();
+    if (this.o.checkRelayAtStart) this.relay?.checkAtStart();
     this.notify();
   }
 
@@ -219,7 +219,7 @@ export class DeliveryWorker {
     const free = this.o.concurrency - this.sending - this.stalled;
     // All slots busy: no claim is tried, so nothing is learnt about the store either way. Nor while the
     // relay fails: a claimed email would only fail too, spending an attempt (RelayPause).
-    if (free >= this.claimBatch && !this.relay?.paused) {
+    if (free >= this.claimBatch && !this.relay?.holding) {
       try {
         // Held results go in the claim's commit (on SQLite both join one group commit).
         this.recorder.flush();

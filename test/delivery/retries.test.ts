@@ -329,12 +329,62 @@ describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
         ),
       );
       const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
-      // A cut connection pauses claims, but the sends under way go on, and the first that gets through
-      // resumes them: no email is refused for another's fault, nor spends an attempt on it.
+      // A cut connection holds claims only while a check of the relay runs; the sends under way go on: no
+      // email is refused for another's fault, nor spends an attempt on it.
       emails.forEach((e, i) => {
         if (i % 10 === 0) expect([i, e.status, e.attempts]).toEqual([i, 'failed', 2]);
         else expect([i, e.status, e.attempts]).toEqual([i, 'sent', 1]);
       });
+    }));
+
+  it("does not pause delivery for one organisation's messages that the relay cuts the connection on", () =>
+    withRelay(async ({ t, auth, ...r }) => {
+      const lines: { msg: string }[] = [];
+      const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+      const relay = await r.rawRelay((data) => (data.includes('POISON') ? 'drop' : '250 ok queued'));
+      // Its checks pass: the relay answers; only these messages are refused.
+      r.worker(r.mailer({ url: `smtp://127.0.0.1:${relay.port}`, maxConnections: 5 }), {
+        maxAttempts: 1,
+        logger,
+      });
+      const poisoned = await Promise.all(
+        Array.from({ length: 60 }, (_, i) =>
+          sendEmail(t, auth, basicEmail(`poison${i}@example.org`, { text: 'POISON' })),
+        ),
+      );
+      const other = (await t.newKey()).auth;
+      const fine = await Promise.all(
+        Array.from({ length: 10 }, (_, i) => sendEmail(t, other, basicEmail(`fine${i}@example.org`))),
+      );
+      // Paused on each batch of them, with waits that grew, the other organisation's mail waited minutes.
+      const sent = await Promise.all(fine.map((id) => settled(t, other, id)));
+      expect(sent.map((e) => [e.status, e.attempts])).toEqual(fine.map(() => ['sent', 1]));
+      const failed = await Promise.all(poisoned.map((id) => settled(t, auth, id)));
+      expect(new Set(failed.map((e) => e.status))).toEqual(new Set(['failed']));
+      expect(lines.filter((l) => l.msg.startsWith('delivery paused'))).toEqual([]);
+    }));
+
+  it('claims nothing until a first check of the relay answers: a wrong password costs one login a check', () =>
+    withRelay(async ({ t, auth, ...r }) => {
+      const credentials = { user: 'mailroom', pass: 'right' };
+      let logins = 0;
+      const sink = await r.sink({ credentials, onAuth: () => void logins++ });
+      const ids = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => sendEmail(t, auth, basicEmail(`queued${i}@example.org`))),
+      );
+      r.worker(r.mailer({ url: `smtp://mailroom:wrong@127.0.0.1:${sink.port}`, maxConnections: 10 }), {
+        concurrency: 20,
+        checkRelayAtStart: true,
+      });
+      await eventually(() => logins > 0, 15_000, 'a first login');
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // The check at start, then one at 50, 100, 200, 400 ms …; no email claimed, none spending an attempt.
+      expect(logins).toBeLessThanOrEqual(8);
+      const waiting = await Promise.all(ids.map((id) => getEmail(t, auth, id)));
+      expect(waiting.map((e) => [e.status, e.attempts])).toEqual(ids.map(() => ['queued', 0]));
+      credentials.pass = 'wrong';
+      const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
+      expect(emails.map((e) => [e.status, e.attempts])).toEqual(ids.map(() => ['sent', 1]));
     }));
 
   it('tries a wrong password once per check of the relay, not once per email, and delivers all once it works', () =>

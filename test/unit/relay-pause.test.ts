@@ -19,7 +19,8 @@ function pauseWith(check: () => Promise<void>, checkTimeoutMs?: number) {
     maxCheckMs: 1_000,
     checkTimeoutMs,
   });
-  return { pause, lines, resumed: () => resumed };
+  const said = () => lines.map((l) => l.msg.split(':')[0]);
+  return { pause, lines, said, resumed: () => resumed };
 }
 
 describe('RelayPause', () => {
@@ -30,69 +31,79 @@ describe('RelayPause', () => {
     vi.useRealTimers();
   });
 
-  it('checks after 100, 200, 400 … ms up to the most, and resumes on the first check that gets through', async () => {
+  it("holds claims only while a send's fault is checked, when the relay passes the check: it was that message's", async () => {
+    const check = vi.fn(() => Promise.resolve());
+    const { pause, said, resumed } = pauseWith(check);
+    pause.failed(fault);
+    // The rest of a batch failing alike asks for no other check.
+    pause.failed(fault);
+    expect([pause.holding, pause.paused]).toEqual([true, false]);
+    await vi.advanceTimersByTimeAsync(0);
+    expect([pause.holding, resumed(), check.mock.calls.length]).toEqual([false, 1, 1]);
+    expect(said()).toEqual([]);
+  });
+
+  it('pauses when the check fails too, checks after 100, 200, 400 … ms up to the most, and resumes on the first that gets through', async () => {
     let failing = true;
-    const check = vi.fn(() => (failing ? Promise.reject(fault) : Promise.resolve()));
-    const { pause, lines, resumed } = pauseWith(check);
+    const at: number[] = [];
+    const start = Date.now();
+    const check = vi.fn(() => {
+      at.push(Date.now() - start);
+      return failing ? Promise.reject(fault) : Promise.resolve();
+    });
+    const { pause, lines, said, resumed } = pauseWith(check);
     pause.failed(fault);
-    // The rest of the batch failing alike changes nothing.
-    pause.failed(fault);
+    await vi.advanceTimersByTimeAsync(0);
     expect(pause.paused).toBe(true);
     expect(lines.map((l) => [l.level, l.msg.split(':')[0], l.checkInMs])).toEqual([
       [50, 'delivery paused', 100],
     ]);
-    const at: number[] = [];
-    check.mockImplementation(() => {
-      at.push(Date.now());
-      return failing ? Promise.reject(fault) : Promise.resolve();
-    });
-    const start = Date.now();
-    await vi.advanceTimersByTimeAsync(100 + 200 + 400 + 800 + 1_000 + 1_000);
-    expect(at.map((t) => t - start)).toEqual([100, 300, 700, 1_500, 2_500, 3_500]);
-    expect(pause.paused).toBe(true);
-    // The pause was logged when it began; that it goes on, five minutes later, and then every five.
-    const stillPaused = () => lines.filter((l) => l.msg.startsWith('delivery still paused')).length;
-    expect(stillPaused()).toBe(0);
+    await vi.advanceTimersByTimeAsync(100 + 200 + 400 + 800 + 1_000);
+    expect(at).toEqual([0, 100, 300, 700, 1_500, 2_500]);
+    // That it goes on is logged five minutes after the pause began, then every five.
+    expect(said()).toEqual(['delivery paused']);
     await vi.advanceTimersByTimeAsync(5 * 60_000);
-    expect(stillPaused()).toBe(1);
+    expect(said()).toEqual(['delivery paused', 'delivery still paused']);
     const checks = check.mock.calls.length;
     failing = false;
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(pause.paused).toBe(false);
-    expect(resumed()).toBe(1);
-    expect(lines.at(-1)?.msg).toBe('delivery resumed: the relay answers again');
+    expect([pause.holding, resumed()]).toEqual([false, 1]);
+    expect(said().at(-1)).toBe('delivery resumed');
     await vi.advanceTimersByTimeAsync(10_000);
     expect(check).toHaveBeenCalledTimes(checks + 1);
   });
 
   it('resumes when a send gets through before a check does', async () => {
     const check = vi.fn(() => Promise.reject(fault));
-    const { pause, resumed } = pauseWith(check);
+    const { pause, said, resumed } = pauseWith(check);
     pause.failed(fault);
+    await vi.advanceTimersByTimeAsync(0);
     pause.answered();
-    expect([pause.paused, resumed()]).toEqual([false, 1]);
+    expect([pause.holding, resumed()]).toEqual([false, 1]);
+    expect(said()).toEqual(['delivery paused', 'delivery resumed']);
     await vi.advanceTimersByTimeAsync(5_000);
-    expect(check).not.toHaveBeenCalled();
+    expect(check).toHaveBeenCalledTimes(1);
   });
 
-  it("ignores a check begun in an earlier pause, and starts the next pause's waits afresh", async () => {
-    let answer: (() => void) | undefined;
-    const check = vi.fn(() => new Promise<void>((resolve) => (answer = resolve)));
-    const { pause, resumed } = pauseWith(check);
+  it("ignores a check's answer once a send got through, and a new fault is checked afresh", async () => {
+    const answers: ((ok: boolean) => void)[] = [];
+    const check = vi.fn(
+      () => new Promise<void>((resolve, reject) => answers.push((ok) => (ok ? resolve() : reject(fault)))),
+    );
+    const { pause, said, resumed } = pauseWith(check);
     pause.failed(fault);
-    await vi.advanceTimersByTimeAsync(100);
-    const first = answer!;
     pause.answered();
+    expect([pause.holding, resumed()]).toEqual([false, 1]);
     pause.failed(fault);
-    // The first pause's check gets through now: that says nothing of the relay since this fault.
-    first();
+    // The first check failing now says nothing of the relay since the send got through.
+    answers[0]!(false);
     await vi.advanceTimersByTimeAsync(0);
-    expect([pause.paused, resumed()]).toEqual([true, 1]);
-    await vi.advanceTimersByTimeAsync(100);
-    expect(check).toHaveBeenCalledTimes(2);
-    answer!();
+    expect(pause.holding).toBe(true);
+    expect(pause.paused).toBe(false);
+    answers[1]!(true);
     await vi.advanceTimersByTimeAsync(0);
-    expect([pause.paused, resumed()]).toEqual([false, 2]);
+    expect([pause.holding, resumed()]).toEqual([false, 2]);
+    expect(said()).toEqual([]);
   });
 
   it('counts a check that never settles (a relay trickling its reply) as failed, and checks again', async () => {
@@ -100,48 +111,40 @@ describe('RelayPause', () => {
     const check = () => (++checks === 1 ? new Promise<void>(() => undefined) : Promise.resolve());
     const { pause, resumed } = pauseWith(check, 2_000);
     pause.failed(fault);
-    await vi.advanceTimersByTimeAsync(100 + 2_000);
+    await vi.advanceTimersByTimeAsync(2_000);
     expect([pause.paused, checks]).toEqual([true, 1]);
-    // Failed at 2,100 ms: the next check waits twice the first.
-    await vi.advanceTimersByTimeAsync(200);
-    expect([pause.paused, checks, resumed()]).toEqual([false, 2, 1]);
+    await vi.advanceTimersByTimeAsync(100);
+    expect([pause.holding, checks, resumed()]).toEqual([false, 2, 1]);
   });
 
-  it('goes on doubling its waits for a relay that passes checks and fails every send, logging it once', async () => {
-    const check = vi.fn(() => Promise.resolve());
-    const { pause, lines, resumed } = pauseWith(check);
-    const at: number[] = [];
-    const start = Date.now();
-    // Each time a check lets claims resume, the next send fails again.
-    for (let i = 0; i < 5; i++) {
-      pause.failed(fault);
-      while (pause.paused) await vi.advanceTimersByTimeAsync(10);
-      at.push(Date.now() - start);
-    }
-    expect(at).toEqual([100, 300, 700, 1_500, 2_500]);
-    expect(resumed()).toBe(5);
-    expect(lines.map((l) => l.msg.split(':')[0])).toEqual([
-      'delivery paused',
-      'delivery resumed',
-      'delivery still paused',
-    ]);
-    // A send that gets through starts the waits over, and a fault after it is a new pause, logged.
-    pause.answered();
-    pause.failed(fault);
-    expect(lines.at(-1)?.msg.split(':')[0]).toBe('delivery paused');
-    await vi.advanceTimersByTimeAsync(100);
-    expect(pause.paused).toBe(false);
+  it('holds claims at start until the first check answers, and says whether the relay does', async () => {
+    const ok = pauseWith(() => Promise.resolve());
+    ok.pause.checkAtStart();
+    expect(ok.pause.holding).toBe(true);
+    await vi.advanceTimersByTimeAsync(0);
+    expect([ok.pause.holding, ok.resumed()]).toEqual([false, 1]);
+    expect(ok.said()).toEqual(['delivery']);
+    expect(ok.lines[0]!.msg).toBe('delivery: the relay answers');
+
+    const down = pauseWith(() => Promise.reject(fault));
+    down.pause.checkAtStart();
+    await vi.advanceTimersByTimeAsync(0);
+    expect([down.pause.paused, down.resumed()]).toEqual([true, 0]);
+    expect(down.said()).toEqual(['delivery paused']);
   });
 
   it('stops checking when stopped, and checks again when started while paused', async () => {
-    const check = vi.fn(() => Promise.resolve());
+    let up = false;
+    const check = vi.fn(() => (up ? Promise.resolve() : Promise.reject(fault)));
     const { pause, resumed } = pauseWith(check);
     pause.failed(fault);
+    await vi.advanceTimersByTimeAsync(0);
     pause.stop();
+    up = true;
     await vi.advanceTimersByTimeAsync(5_000);
-    expect(check).not.toHaveBeenCalled();
+    expect(check).toHaveBeenCalledTimes(1);
     pause.start();
     await vi.advanceTimersByTimeAsync(100);
-    expect([pause.paused, resumed()]).toEqual([false, 1]);
+    expect([pause.holding, resumed()]).toEqual([false, 1]);
   });
 });
