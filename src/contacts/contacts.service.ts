@@ -150,17 +150,15 @@ export class ContactsService {
    * holds exactly, as GET returned it, is no change and no fault: a client writes back what it read.
    */
   async update(orgId: string, input: UpdateContactInput, refused?: ErrorDetail[]): Promise<Contact> {
-    // A field given as undefined (by a caller other than HTTP) counts as absent.
-    const given = isObject(input)
-      ? Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined))
-      : {};
-    const details = refused ?? updateRules(given);
-    const kept = addressToKeep(given, details);
+    // A field given as undefined (by a caller other than HTTP) counts as absent. A refused body is never
+    // copied: it may hold a million keys, which the validator answered without walking (tooManyEntries).
+    const details =
+      refused ?? updateRules(Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)));
+    const kept = isObject(input) ? addressToKeep(input, details) : undefined;
     if (details.length > 0) {
       // Read before any write lock: a body refused all the same is answered without one.
       const held =
-        kept !== undefined &&
-        (await repo.findContactById(this.store.db, orgId, given.id as string))?.email === kept;
+        kept !== undefined && (await repo.findContactById(this.store.db, orgId, input.id!))?.email === kept;
       throwIfAny(held ? details.filter((d) => d.field !== 'email') : details);
     }
     const newEmail = input.id !== undefined && kept === undefined ? input.email?.trim() : undefined;

@@ -151,6 +151,28 @@ describe.each(storeKinds())('contacts with addresses from an older release, on %
     });
   });
 
+  it('reads a refused body no further than the validator did, and keeps the address only for a body it checked whole', async () => {
+    await withOldContacts(kind, async (t) => {
+      const contacts = t.services.contacts;
+      const keys = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i]));
+      // A refused body of 100,000 keys, as the route hands it over: read past the entry bound, each read
+      // is event-loop time the validator's bound was there to save (copied whole, a 10 MB body's seconds).
+      let reads = 0;
+      const counted = new Proxy(
+        { id: 'local', email: OLD.local, ...keys(100_000) },
+        { get: (target, key, receiver) => (reads++, Reflect.get(target, key, receiver)) },
+      );
+      const extra = [{ field: 'k0', message: 'is not an allowed field' }];
+      await expect(contacts.update(ORG, counted as never, extra)).rejects.toMatchObject({ details: extra });
+      expect(reads).toBeLessThan(5_000);
+      // Past the bound, with the address refused alone (as it would be were its rule checked first), the
+      // rest was never checked: the held address is no reason to write it.
+      const refusal = INVALID.details;
+      const past = { id: 'local', email: OLD.local, firstName: 'Bea', ...keys(2_001) };
+      await expect(contacts.update(ORG, past as never, refusal)).rejects.toMatchObject({ details: refusal });
+    });
+  });
+
   it.runIf(kind === 'postgres')('checks the address again once it holds the row', async () => {
     await withOldContacts(kind, async (t, auth, url) => {
       const holder = new pg.Client({ connectionString: url });
