@@ -89,7 +89,12 @@ export function endpointSeeingRefusals<S extends FastifySchema>(
 export function refusalOf(req: FastifyRequest): ErrorDetail[] | undefined {
   const err = req.validationError;
   if (err === undefined) return undefined;
-  if (err instanceof AppError && err.code === 'VALIDATION_FAILED' && err.details?.length) return err.details;
+  // Only the body's: Fastify stops at the first part that fails, so after a refused body the query and
+  // headers were never checked.
+  const body = (err as { validationContext?: string }).validationContext === 'body';
+  if (body && err instanceof AppError && err.code === 'VALIDATION_FAILED' && err.details?.length) {
+    return err.details;
+  }
   throw err;
 }
 
