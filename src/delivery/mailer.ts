@@ -39,8 +39,8 @@ export interface DeliveryResult {
 
 /**
  * The whole message failed; `permanent` is a 5xx for the message, otherwise it will be retried.
- * `relayFault`: the relay itself failed (no connection, TLS, its greeting, AUTH, a 421), not this message:
- * other emails would fail the same way, so the worker stops claiming until the relay answers (RelayPause).
+ * `relayFault`: the relay itself may have failed (no connection, TLS, its greeting, AUTH, a 421), not only
+ * this message: the worker checks the relay, and stops claiming while it fails (RelayPause).
  */
 export class DeliveryError extends Error {
   constructor(

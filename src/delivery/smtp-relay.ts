@@ -275,9 +275,9 @@ export function withoutHost(message: string, host: string): string {
 }
 
 /**
- * Whether the relay itself failed rather than this message: no connection or a lost one, TLS, a greeting
- * nodemailer cannot read, AUTH refused or impossible, or a 421 (the relay closing the connection). Each
- * would fail any other email the same way.
+ * Whether the relay itself may have failed rather than this message: no connection or a lost one, TLS, a
+ * greeting nodemailer cannot read, AUTH refused or impossible, or a 421. nodemailer does not say at which
+ * stage a connection was lost, so the worker asks the relay (RelayPause).
  */
 export function isRelayFault(e: SmtpError): boolean {
   return e.responseCode === 421 || RELAY_FAULT_CODES.has(e.code ?? '');

@@ -100,7 +100,7 @@ export class DeliveryWorker {
   private failures = 0;
   private readonly claimFailureLog = new LogThrottle(FAILURE_LOG_EVERY_MS);
   private readonly recorder: ResultRecorder;
-  /** Claims stop while the relay itself fails (Mailer.check tells when it answers again). */
+  /** Claims stop while the relay itself fails (Mailer.check tells whether it does). */
   private readonly relay: RelayPause | undefined;
 
   constructor(private readonly o: WorkerOptions) {
