@@ -4,7 +4,13 @@ import { buildApp } from '../../src/app.js';
 import { createServices, type Services } from '../../src/services.js';
 import type { Permission } from '../../src/auth/keys.js';
 import { type Config, loadConfig } from '../../src/config.js';
-import { type StoreKind, type TestStore, createTestStore } from './stores.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { Kysely } from 'kysely';
+import type { Database } from '../../src/store/schema.js';
+import type { Store } from '../../src/store/store.js';
+import { type StoreKind, type TestStore, createTestStore, olderStore } from './stores.js';
 
 export const ALL_PERMISSIONS: Permission[] = ['readContacts', 'writeContacts', 'sendEmails'];
 
@@ -51,4 +57,46 @@ export async function createTestApp(
       if (!existing) await ts.destroy();
     },
   };
+}
+
+/**
+ * Runs `run` on an app over a store an older release left at `migration`, holding what `seed` wrote there,
+ * then upgraded as a server's start upgrades it; all of it is dropped after.
+ */
+export async function withUpgradedApp(
+  kind: StoreKind,
+  migration: string,
+  seed: (db: Kysely<Database>) => Promise<void>,
+  run: (t: TestApp, upgrade: { applied: string[]; url: string | undefined }) => Promise<void>,
+): Promise<void> {
+  const old = await olderStore(kind, migration);
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-upgraded-'));
+  let store: Store | undefined;
+  try {
+    await seed(old.db);
+    await old.db.destroy();
+    store = old.open();
+    const { applied } = await store.migrate();
+    const t = await createTestApp(
+      kind,
+      {},
+      {
+        kind,
+        store,
+        dataDir: old.dir ?? dataDir,
+        databaseUrl: old.url,
+        reopen: old.open,
+        destroy: async () => {},
+      },
+    );
+    try {
+      await run(t, { applied, url: old.url });
+    } finally {
+      await t.app.close();
+    }
+  } finally {
+    await store?.close();
+    await old.drop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
 }

@@ -1,17 +1,14 @@
-// Contact tags of whitespace alone, which releases before 2026-11-24 stored and the API now refuses: the
+// Contact tags of whitespace alone, which releases before 2026-11-26 stored and the API now refuses: the
 // upgrade removes them (migration 0017), so a client that reads a contact and writes it back whole gets a
 // 200, not a 400 for a tag it never sent; the tag's rows and counts go with it.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import { renderContact } from '../../src/contacts/contact-fields.js';
 import type { Store } from '../../src/store/store.js';
-import { createTestApp } from '../helpers/app.js';
+import { withUpgradedApp } from '../helpers/app.js';
 import { contactRow } from '../helpers/rows.js';
-import { migrationsFrom, olderStore, storeKinds } from '../helpers/stores.js';
+import { migrationsFrom, storeKinds } from '../helpers/stores.js';
 
 const ORG = 'org-old';
 const AT = '2026-11-20T00:00:00.000Z';
@@ -40,29 +37,15 @@ async function tagCount(store: Store, tag: string): Promise<number> {
 
 describe.each(storeKinds())('contacts with blank tags from an older release, on %s', (kind) => {
   it('lose those tags at the upgrade and can be written back as they are read', async () => {
-    const old = await olderStore(kind, '0016_contact_addresses');
-    const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-blank-tags-'));
-    let store: Store | undefined;
-    try {
-      await old.db.insertInto('organizations').values({ id: ORG, name: 'Old', created_at: AT }).execute();
-      await insertContacts(old.db, Object.keys(TAGS).map(oldContact));
-      await old.db.destroy();
-
-      store = old.open();
-      const { applied } = await store.migrate();
-      const t = await createTestApp(
-        kind,
-        {},
-        {
-          kind,
-          store,
-          dataDir: old.dir ?? dataDir,
-          databaseUrl: old.url,
-          reopen: old.open,
-          destroy: async () => {},
-        },
-      );
-      try {
+    await withUpgradedApp(
+      kind,
+      '0016_contact_addresses',
+      async (db) => {
+        await db.insertInto('organizations').values({ id: ORG, name: 'Old', created_at: AT }).execute();
+        await insertContacts(db, Object.keys(TAGS).map(oldContact));
+      },
+      async (t, { applied }) => {
+        const store = t.ts.store;
         const { auth } = await t.newKey(undefined, ORG);
         const listed = (await t.call({ method: 'GET', url: '/api/v1/contacts?limit=100', auth })).json();
         const byEmail = Object.fromEntries(
@@ -104,13 +87,7 @@ describe.each(storeKinds())('contacts with blank tags from an older release, on 
         const tagRows = await store.db.selectFrom('contact_tags').select('tag').execute();
         expect(tagRows.map((r) => r.tag).sort()).toEqual([' vip ', 'a\u200b', 'b', 'vip'].sort());
         expect(applied).toEqual(migrationsFrom('0017_no_blank_contact_tags'));
-      } finally {
-        await t.app.close();
-      }
-    } finally {
-      await store?.close();
-      await old.drop();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
+      },
+    );
   });
 });

@@ -2,18 +2,14 @@
 // part over 64 characters, a domain label over 63, an all-digit top-level domain. A client that reads such
 // a contact and writes it back with its id and unchanged email gets a 200; every other use of the address
 // (a create, a change to it, another contact's) is the 400 it was.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import { renderContact } from '../../src/contacts/contact-fields.js';
-import type { Store } from '../../src/store/store.js';
-import { type TestApp, createTestApp } from '../helpers/app.js';
+import { type TestApp, withUpgradedApp } from '../helpers/app.js';
 import { contactRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
-import { type StoreKind, anyWaitingForLock, olderStore, storeKinds } from '../helpers/stores.js';
+import { type StoreKind, anyWaitingForLock, storeKinds } from '../helpers/stores.js';
 
 const ORG = 'org-old';
 const AT = '2026-11-25T00:00:00.000Z';
@@ -30,47 +26,23 @@ const INVALID = {
 };
 
 /** An app on a store at migration 0012 (the newest before 8df8fe7) holding OLD's contacts, upgraded. */
-async function withOldContacts(
-  kind: StoreKind,
-  run: (t: TestApp, auth: string, url?: string) => Promise<void>,
-) {
-  const old = await olderStore(kind, '0012_address_chunks');
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'mailroom-old-addresses-'));
-  let store: Store | undefined;
-  try {
-    await old.db.insertInto('organizations').values({ id: ORG, name: 'Old', created_at: AT }).execute();
-    const rows = Object.entries(OLD).map(([id, email]) => {
-      const row = { ...contactRow(ORG, id, email, AT), first_name: 'Ann' };
-      return { row: { ...row, json: renderContact(row) }, tags: [] };
-    });
-    await insertContacts(old.db, rows);
-    await old.db.destroy();
-
-    store = old.open();
-    await store.migrate();
-    const t = await createTestApp(
-      kind,
-      {},
-      {
-        kind,
-        store,
-        dataDir: old.dir ?? dataDir,
-        databaseUrl: old.url,
-        reopen: old.open,
-        destroy: async () => {},
-      },
-    );
-    try {
+function withOldContacts(kind: StoreKind, run: (t: TestApp, auth: string, url?: string) => Promise<void>) {
+  return withUpgradedApp(
+    kind,
+    '0012_address_chunks',
+    async (db) => {
+      await db.insertInto('organizations').values({ id: ORG, name: 'Old', created_at: AT }).execute();
+      const rows = Object.entries(OLD).map(([id, email]) => {
+        const row = { ...contactRow(ORG, id, email, AT), first_name: 'Ann' };
+        return { row: { ...row, json: renderContact(row) }, tags: [] };
+      });
+      await insertContacts(db, rows);
+    },
+    async (t, { url }) => {
       const { auth } = await t.newKey(undefined, ORG);
-      await run(t, auth, old.url);
-    } finally {
-      await t.app.close();
-    }
-  } finally {
-    await store?.close();
-    await old.drop();
-    rmSync(dataDir, { recursive: true, force: true });
-  }
+      await run(t, auth, url);
+    },
+  );
 }
 
 describe.each(storeKinds())('contacts with addresses from an older release, on %s', (kind) => {
