@@ -31,9 +31,7 @@ export class SmtpMailer implements Mailer {
 
   send(message: OutgoingMessage, options: SendOptions = {}): Promise<DeliveryResult> {
     if (this.closed) return Promise.reject(new DeliveryError('the mailer is closed', false));
-    // A thread that died (it should not) is replaced at the next send; its unanswered sends were deferred.
-    if (this.thread.gone) this.thread = new SmtpThread(this.options);
-    return this.thread.send(message, options.startBy);
+    return this.live().send(message, options.startBy);
   }
 
   extend(emailIds: string[], startBy: number): void {
@@ -46,8 +44,13 @@ export class SmtpMailer implements Mailer {
 
   check(): Promise<void> {
     if (this.closed) return Promise.reject(new DeliveryError('the mailer is closed', false));
+    return this.live().check();
+  }
+
+  /** A thread that died (it should not) is replaced when next asked; its unanswered sends were deferred. */
+  private live(): SmtpThread {
     if (this.thread.gone) this.thread = new SmtpThread(this.options);
-    return this.thread.check();
+    return this.thread;
   }
 
   async close(): Promise<void> {

@@ -59,8 +59,7 @@ export class SmtpRelay {
 
   constructor(private readonly options: SmtpMailerOptions) {
     const url = new URL(options.url);
-    // An IPv6 address without the URL's brackets, as a connection takes it (`[::1]` is no host name).
-    this.host = url.hostname.replace(/^\[|\]$/g, '');
+    this.host = hostOf(url);
     this.maxConnections = options.maxConnections ?? 5;
     const auth = url.username
       ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
@@ -193,7 +192,12 @@ export class SmtpRelay {
 export function tlsRequired(smtpUrl: string, setting: boolean | undefined): boolean {
   if (setting !== undefined) return setting;
   const url = new URL(smtpUrl);
-  return url.username !== '' && !isLoopback(url.hostname.replace(/^\[|\]$/g, ''));
+  return url.username !== '' && !isLoopback(hostOf(url));
+}
+
+/** An IPv6 address without the URL's brackets, as a connection takes it (`[::1]` is no host name). */
+function hostOf(url: URL): string {
+  return url.hostname.replace(/^\[|\]$/g, '');
 }
 
 function isLoopback(host: string): boolean {
