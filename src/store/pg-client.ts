@@ -1,18 +1,37 @@
 // What Mailroom does to pg's clients: the pool's session settings and its two patches of `query`, the
 // connections of its own for long statements, and ending a client that stopped answering.
-import type { ClientBase, Client as PgClient, PoolClient } from 'pg';
+import type { ClientBase, Client as PgClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
 import { nameStatementsOn } from './named-statements.js';
+import { isStatementCanceled } from './dialect.js';
+
+/** Tries of a session's settings: a role's tiny statement_timeout can cancel the SET that lifts it. */
+const SETTING_TRIES = 5;
+
+/**
+ * Runs a new connection's SET statements (one query), again when the role's timeout cancelled them. From
+ * pg-pool's onConnect, a connection whose settings failed is ended, not handed out under the role's values.
+ */
+async function settle(client: ClientBase, settings: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await client.query(settings);
+      return;
+    } catch (err) {
+      // The SET runs under the role's statement_timeout: at 1 ms, about one in a hundred is cancelled.
+      if (!isStatementCanceled(err) || attempt >= SETTING_TRIES) throw err;
+    }
+  }
+}
 
 /**
  * A connection of Mailroom's own for long statements (migrations, index builds): without the pool's statement
  * timeout or the role's, and with the server checking every second that its client is still there, so that a
  * killed process's statement stops waiting for its lock (every other process's writes queue behind it).
  */
-export function setUpLongStatements(client: ClientBase): Promise<unknown> {
-  // One query: queued ahead of any caller's, as the pool's own settings are (two at once on a client is
-  // what pg deprecates). client_connection_check_interval is PostgreSQL 14's (README: 14 or later).
-  return client.query("set statement_timeout = 0; set client_connection_check_interval = '1s'");
+export function setUpLongStatements(client: ClientBase): Promise<void> {
+  // client_connection_check_interval is PostgreSQL 14's (README: 14 or later).
+  return settle(client, "set statement_timeout = 0; set client_connection_check_interval = '1s'");
 }
 
 export async function connectLong(databaseUrl: string): Promise<PgClient> {
@@ -52,9 +71,9 @@ export async function endWithin(client: PgClient, ms: number): Promise<void> {
  * stranger's half-done work (an idempotency key without its email). So it is ended at once: the server rolls
  * its transaction back as the connection goes, and the pool drops the client.
  */
-function endOnReadTimeout(client: PoolClient): void {
+function endOnReadTimeout(client: PgClient): void {
   const query = client.query as unknown as (...args: unknown[]) => unknown;
-  (client as unknown as { query: typeof query }).query = function (this: PoolClient, ...args: unknown[]) {
+  (client as unknown as { query: typeof query }).query = function (this: PgClient, ...args: unknown[]) {
     const result = query.apply(this, args);
     if (result instanceof Promise) {
       result.catch((err: unknown) => {
@@ -66,20 +85,21 @@ function endOnReadTimeout(client: PoolClient): void {
   };
 }
 
-/** A new client of the store's pool (its 'connect' event): its session's timeouts, and `query` patched. */
-export function setUpPoolClient(client: PoolClient, queryTimeoutMs: number): void {
-  // Set as statements (queued ahead of any caller's), not as startup parameters: PgBouncer refuses those.
-  // The server stops a statement before the pool gives up on it, so the error comes back on a connection
-  // still in step, and kysely's ROLLBACK runs there.
+/** A new client of the store's pool (its onConnect): its session's timeouts, and `query` patched. */
+export async function setUpPoolClient(client: ClientBase, queryTimeoutMs: number): Promise<void> {
+  // Set as statements, not as startup parameters: PgBouncer refuses those. The server stops a statement
+  // before the pool gives up on it, so the error comes back on a connection still in step, and kysely's
+  // ROLLBACK runs there.
   const statementMs = queryTimeoutMs - Math.min(1_000, Math.floor(queryTimeoutMs / 10));
   // A session idle in a transaction for twice the pool's patience (a process frozen mid-write, SIGSTOP, a
   // paused VM) is ended by the server, so its locks (an idempotency key's claim) do not hold up other
   // processes' writes until its connection dies. Mailroom's own transactions wait only on the database.
   const idleMs = 2 * queryTimeoutMs;
-  void client
-    .query(`set statement_timeout = ${statementMs}; set idle_in_transaction_session_timeout = ${idleMs}`)
-    .catch(() => undefined);
+  await settle(
+    client,
+    `set statement_timeout = ${statementMs}; set idle_in_transaction_session_timeout = ${idleMs}`,
+  );
   // First, so that named statements' own calls (a stale one run again unnamed) are watched too.
-  endOnReadTimeout(client);
+  endOnReadTimeout(client as PgClient); // pg-pool's clients are pg's Client
   nameStatementsOn(client);
 }

@@ -26,12 +26,15 @@ const MIGRATION_RETRY_MS = 2_000;
  * table it changes) fails the run, which is tried again a few times, then fails the start saying so.
  */
 export async function migratePostgres(databaseUrl: string): Promise<MigrationRun> {
-  const pool = new (loadPg().Pool)({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: 5_000 });
-  pool.on('error', () => undefined);
-  pool.on('connect', (client) => {
-    client.on('error', () => undefined);
-    void setUpLongStatements(client).catch(() => undefined);
+  const pool = new (loadPg().Pool)({
+    connectionString: databaseUrl,
+    max: 1,
+    connectionTimeoutMillis: 5_000,
+    // Awaited before the connection is handed out: one it could not set up fails the run, saying why.
+    onConnect: setUpLongStatements,
   });
+  pool.on('error', () => undefined);
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
   try {
     for (let attempt = 1; ; attempt++) {

@@ -52,16 +52,15 @@ export function createPostgresStore(
     max: poolSize,
     connectionTimeoutMillis: 5_000,
     query_timeout: queryTimeoutMs,
+    // Awaited before the client is handed out; one whose settings failed is ended and its caller told.
+    onConnect: (client) => setUpPoolClient(client, queryTimeoutMs),
   });
   // An idle client losing its connection (server restart) must not crash the process; the pool replaces it.
   pool.on('error', () => undefined);
   // The same for a client that is checked out (inside a transaction, between two queries) when its
   // backend is terminated: without a listener its 'error' event would crash the process. The query
   // that was waiting fails on its own, and the pool drops the broken client.
-  pool.on('connect', (client) => {
-    client.on('error', () => undefined);
-    setUpPoolClient(client, queryTimeoutMs);
-  });
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const interruptible = new InterruptiblePool(pool, databaseUrl);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   // Counts that read one snapshot on several connections leave one of the pool for everything else.

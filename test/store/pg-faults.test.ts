@@ -3,7 +3,8 @@
 // pg_trgm while Mailroom migrates must not be taken for an extension Mailroom may not create; a role that
 // may not create it migrates all the same, and email search then works without the trigram index. A start
 // waits for another process's migration as long as it takes, and moving the trigram index off contacts
-// goes on beside contact writes.
+// goes on beside contact writes. Every connection Mailroom opens replaces the role's statement timeout,
+// however short.
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -15,6 +16,7 @@ import { renewLeases } from '../../src/delivery/queue.repository.js';
 import { createServices } from '../../src/services.js';
 import { loadConfig } from '../../src/config.js';
 import { pageByEmailOnPostgres } from '../../src/search/contact-search-postgres.repository.js';
+import { connectLong, setUpPoolClient } from '../../src/store/pg-client.js';
 import { contactRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
 import {
@@ -422,20 +424,47 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
     }
   });
 
-  it('build the trigram index whatever statement timeout the role has', async () => {
+  it('migrate, build the trigram index and set up every connection whatever statement timeout the role has', async () => {
     const db = await createTestDatabase();
     const admin = new pg.Client({ connectionString: db.url });
     await admin.connect();
     const name = new URL(db.url).pathname.slice(1);
     let store: Store | undefined;
     try {
+      // At 1 ms the role's timeout cancels about one in a hundred of the SETs that lift it (CI, 2026-12-01).
       await admin.query(`alter database ${name} set statement_timeout = '1ms'`);
-      store = createStore({ databaseUrl: db.url, dataDir: '' });
+      store = createStore({ databaseUrl: db.url, dataDir: '', queryTimeoutMs: 5_000 });
       expect((await store.migrate()).warnings).toEqual([]);
       const { rows } = await admin.query(
         "select 1 from pg_indexes where indexname = 'contact_addresses_trgm'",
       );
       expect(rows).toHaveLength(1);
+      // A migration run opens a connection of its own each time (every start, every CLI command).
+      for (let i = 0; i < 10; i++) expect(await store.migrate()).toEqual({ applied: [], warnings: [] });
+      const timeouts = new Map<string, number>();
+      const note = (t: string) => timeouts.set(t, (timeouts.get(t) ?? 0) + 1);
+      for (let i = 0; i < 100; i++) {
+        const long = await connectLong(db.url);
+        note(
+          `long ${(await long.query<{ t: string }>("select current_setting('statement_timeout') t")).rows[0]!.t}`,
+        );
+        await long.end();
+        const pooled = new pg.Client({ connectionString: db.url });
+        await pooled.connect();
+        await setUpPoolClient(pooled, 5_000);
+        note(
+          `pool ${(await pooled.query<{ t: string }>("select current_setting('statement_timeout') t")).rows[0]!.t}`,
+        );
+        await pooled.end();
+      }
+      expect(Object.fromEntries(timeouts)).toEqual({ 'long 0': 100, 'pool 4500ms': 100 });
+      // The store's own pool: a statement longer than the role's 1 ms on each of several new connections.
+      const slept = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          sql<{ ok: number }>`select 1 as ok from pg_sleep(0.01)`.execute(store!.db),
+        ),
+      );
+      expect(slept.map((r) => r.rows[0]!.ok)).toEqual(Array(8).fill(1));
     } finally {
       await store?.close();
       await admin.end();
