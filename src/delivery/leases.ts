@@ -41,6 +41,8 @@ export class Leases {
    */
   private held = new Set<string>();
   private heartbeat: NodeJS.Timeout | undefined;
+  /** Renewals under way: stop() waits for them, so a stopped worker writes nothing more. */
+  private readonly renewing = new Set<Promise<void>>();
   /** When a failed renewal was last logged: while the store is down, at most once a minute. */
   private readonly failureLog = new LogThrottle(FAILURE_LOG_EVERY_MS);
 
@@ -48,12 +50,23 @@ export class Leases {
 
   /** Renews the held leases every quarter of a lease until stop(). */
   start(): void {
-    this.heartbeat = setInterval(() => void this.renew(), Math.max(10, this.o.leaseMs / 4));
+    this.heartbeat = setInterval(
+      () => {
+        const renewal = this.renew().finally(() => this.renewing.delete(renewal));
+        this.renewing.add(renewal);
+      },
+      Math.max(10, this.o.leaseMs / 4),
+    );
     this.heartbeat.unref();
   }
 
-  stop(): void {
+  /**
+   * Stops renewing; resolves once the renewals under way have ended. One left running wrote after the worker
+   * had stopped: on SQLite it then waited out busy_timeout, the event loop stopped, behind another's lock.
+   */
+  async stop(): Promise<void> {
     clearInterval(this.heartbeat);
+    await Promise.all([...this.renewing]);
   }
 
   hold(emailId: string): void {

@@ -173,6 +173,8 @@ export class DeliveryWorker {
       await this.ticking;
       await Promise.allSettled([...this.inflight]);
       await retention;
+      // Renewals go on while sends finish; once none is held, the last one under way is waited for too.
+      await this.leases.stop();
       return true;
     })();
     let deadline: NodeJS.Timeout | undefined;
@@ -181,7 +183,8 @@ export class DeliveryWorker {
     });
     const finished = await Promise.race([drained, timedOut]);
     clearTimeout(deadline);
-    this.leases.stop();
+    // Drained: stopped already. Given up on: no more renewals, without waiting for one under way.
+    void this.leases.stop();
     if (!finished) {
       this.abandoned = true;
       // What was still going on: a claim (its emails are claimed again after their lease), sends (the same),
