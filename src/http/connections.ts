@@ -49,6 +49,9 @@ export function trackConnections(server: Server): Connections {
       else socket.destroy();
     }
   };
+  // server.close() first runs this: Node's own cut a connection whose answer was ended but still waiting for
+  // a slow reader, though requests pipelined behind it were running; they committed unanswered.
+  server.closeIdleConnections = cutIdle;
   return {
     requestsOn: (socket) => open.get(socket) ?? 0,
     async close(stopServer, graceMs, interrupt) {

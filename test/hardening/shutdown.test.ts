@@ -282,3 +282,77 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
     }
   });
 });
+
+// A client that reads its answers slowly (or only once it has sent all it pipelined), while PostgreSQL holds
+// the writes pipelined behind them (a lock here).
+describe.skipIf(noPostgres())('SIGTERM with answers their client has not read yet', slow, () => {
+  let d: Deployment;
+  beforeAll(async () => {
+    d = await deployment('postgres');
+  });
+  afterAll(async () => {
+    await d?.destroy();
+  });
+
+  it('answers the creates pipelined behind answers its client has not read yet', async () => {
+    // Node's server.close() cut a connection whose answer in hand was written but waiting for the client to
+    // read it, with the creates pipelined behind it still running: they committed unanswered (helper-124).
+    const CREATES = 5;
+    const key = await d.newKey();
+    const server = await startProcess(['serve', '--no-worker'], d.env);
+    const locker = new pg.Client({ connectionString: d.env.DATABASE_URL });
+    await locker.connect();
+    const { hostname, port } = new URL(server.url);
+    const reader = net.connect(Number(port), hostname);
+    const connected = new Promise((resolve) => reader.once('connect', resolve));
+    let received = '';
+    let closed = false;
+    reader.on('error', () => undefined);
+    reader.on('close', () => (closed = true));
+    reader.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
+    // Reads nothing until the server has begun to close: the answers of the GETs, OpenAPI documents of
+    // 120 kB each, fill the socket's buffers, and the last ones wait in the server's.
+    reader.pause();
+    const prefix = `unread-${Date.now()}-`;
+    let requests = 'GET /docs/json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(100);
+    for (let i = 0; i < CREATES; i++) {
+      const body = JSON.stringify({ email: `${prefix}${i}@example.test` });
+      requests +=
+        `POST /api/v1/contacts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    }
+    try {
+      // The creates wait on the lock meanwhile, so they are surely still running at the signal.
+      await locker.query('begin; lock table contacts in access exclusive mode');
+      await connected;
+      reader.write(requests);
+      await eventually(
+        async () =>
+          (
+            await locker.query(
+              "select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+            )
+          ).rowCount! > 0,
+        10_000,
+        'a create waiting on the lock',
+      );
+      const silent = await unfinished(server.url, '');
+      const exited = server.kill('SIGTERM');
+      await eventually(() => silent.closed(), 5_000, 'the server began to close');
+      silent.destroy();
+      await locker.query('commit');
+      reader.resume();
+      await eventually(() => closed, 15_000, 'the connection closed after its answers');
+      await exited;
+      const statuses = [...received.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+      const { rows } = await locker.query('select count(*)::int as n from contacts where email like $1', [
+        `${prefix}%`,
+      ]);
+      expect(rows[0].n, 'contacts created').toBe(statuses.filter((s) => s === 201).length);
+    } finally {
+      reader.destroy();
+      await locker.end().catch(() => undefined);
+      await server.kill('SIGKILL');
+    }
+  });
+});
