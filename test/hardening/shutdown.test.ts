@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startProcess } from '../helpers/process.js';
 import { eventually } from '../helpers/smtp.js';
-import { noPostgres, storeKinds } from '../helpers/stores.js';
+import { anyWaitingForLock, noPostgres, storeKinds } from '../helpers/stores.js';
 import { type Deployment, deployment } from './deployment.js';
 
 /**
@@ -41,6 +41,18 @@ async function unfinished(
  * A connection whose list create has sent its headers and the first 10 characters of `body`, and been told
  * to go on (`Expect: 100-continue`): the server surely knows of the request.
  */
+/** `n` contact creates, `${prefix}${i}@example.test`, as one string of pipelined HTTP requests. */
+function pipelinedCreates(key: string, prefix: string, n: number): string {
+  let requests = '';
+  for (let i = 0; i < n; i++) {
+    const body = JSON.stringify({ email: `${prefix}${i}@example.test` });
+    requests +=
+      `POST /api/v1/contacts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  }
+  return requests;
+}
+
 function halfListCreate(url: string, key: string, body: string) {
   return unfinished(
     url,
@@ -106,13 +118,7 @@ describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %
     const key = await d.newKey();
     const server = await startProcess(['serve', '--no-worker'], d.env);
     const prefix = `piped-${kind}-${Date.now()}-`;
-    let requests = '';
-    for (let i = 0; i < 200; i++) {
-      const body = JSON.stringify({ email: `${prefix}${i}@example.test` });
-      requests +=
-        `POST /api/v1/contacts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
-        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
-    }
+    const requests = pipelinedCreates(key, prefix, 200);
     const piped = await unfinished(server.url, requests, 'HTTP/1.1 201');
     try {
       const exited = server.kill('SIGTERM');
@@ -212,11 +218,8 @@ describe.concurrent.each(storeKinds())('SIGTERM with unfinished connections on %
   });
 });
 
-// A write that the database holds up past the grace (a lock, a failover during a rolling deploy): the
-// grace's end cut its connection without an answer, and its INSERT still committed once the lock went, so
-// a client retrying the reset sent the email twice (helper-96). Its statement is now cancelled first (and
-// what it runs next, if stuck in turn): nothing of it commits, and the client is told so with a 503.
-describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past the grace', slow, () => {
+// Writes that PostgreSQL holds up (a lock here; a failover during a rolling deploy) when the signal comes.
+describe.skipIf(noPostgres())('SIGTERM while writes wait on a PostgreSQL lock', slow, () => {
   let d: Deployment;
   beforeAll(async () => {
     d = await deployment('postgres');
@@ -225,7 +228,10 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
     await d?.destroy();
   });
 
-  it('answers each 503, and nothing of them is done', async () => {
+  it('answers each 503, and nothing of them is done, when the lock outlasts the grace', async () => {
+    // The grace's end cut its connection without an answer, and its INSERT still committed once the lock
+    // went, so a client retrying the reset sent the email twice (helper-96). Its statement is now cancelled
+    // first (and what it runs next, if stuck in turn): nothing of it commits, and the client is told so.
     const SENDS = 8;
     const key = await d.newKey();
     // At debug, each request is logged as it comes in.
@@ -252,16 +258,7 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
         10_000,
         'the sends read',
       );
-      await eventually(
-        async () =>
-          (
-            await locker.query(
-              "select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-            )
-          ).rowCount! > 0,
-        10_000,
-        'the insert waiting on the lock',
-      );
+      await eventually(() => anyWaitingForLock(locker), 10_000, 'the insert waiting on the lock');
       const exited = server.kill('SIGTERM');
       const done = await Promise.all(answers);
       expect(
@@ -281,21 +278,10 @@ describe.skipIf(noPostgres())('SIGTERM while a write waits on PostgreSQL past th
       await server.kill('SIGKILL');
     }
   });
-});
-
-// A client that reads its answers slowly (or only once it has sent all it pipelined), while PostgreSQL holds
-// the writes pipelined behind them (a lock here).
-describe.skipIf(noPostgres())('SIGTERM with answers their client has not read yet', slow, () => {
-  let d: Deployment;
-  beforeAll(async () => {
-    d = await deployment('postgres');
-  });
-  afterAll(async () => {
-    await d?.destroy();
-  });
 
   it('answers the creates pipelined behind answers its client has not read yet', async () => {
-    // Node's server.close() cut a connection whose answer in hand was written but waiting for the client to
+    // A client that reads its answers slowly (or only once it has sent all it pipelined), the creates behind
+    // them held by a lock. Node's server.close() cut a connection whose answer in hand was written but waiting for the client to
     // read it, with the creates pipelined behind it still running: they committed unanswered (helper-124).
     const CREATES = 5;
     const key = await d.newKey();
@@ -314,28 +300,14 @@ describe.skipIf(noPostgres())('SIGTERM with answers their client has not read ye
     // 120 kB each, fill the socket's buffers, and the last ones wait in the server's.
     reader.pause();
     const prefix = `unread-${Date.now()}-`;
-    let requests = 'GET /docs/json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(100);
-    for (let i = 0; i < CREATES; i++) {
-      const body = JSON.stringify({ email: `${prefix}${i}@example.test` });
-      requests +=
-        `POST /api/v1/contacts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
-        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
-    }
+    const requests =
+      'GET /docs/json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(100) + pipelinedCreates(key, prefix, CREATES);
     try {
       // The creates wait on the lock meanwhile, so they are surely still running at the signal.
       await locker.query('begin; lock table contacts in access exclusive mode');
       await connected;
       reader.write(requests);
-      await eventually(
-        async () =>
-          (
-            await locker.query(
-              "select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-            )
-          ).rowCount! > 0,
-        10_000,
-        'a create waiting on the lock',
-      );
+      await eventually(() => anyWaitingForLock(locker), 10_000, 'a create waiting on the lock');
       const silent = await unfinished(server.url, '');
       const exited = server.kill('SIGTERM');
       await eventually(() => silent.closed(), 5_000, 'the server began to close');
