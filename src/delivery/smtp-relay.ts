@@ -52,6 +52,8 @@ export class SmtpRelay {
    */
   private readonly waiting: Waiting[] = [];
   private active = 0;
+  /** Whether next() is set to run once the messages the thread has in hand are read (send). */
+  private nextSet = false;
   /** Sends handed to nodemailer, by email id: cancel() aborts them. */
   private readonly begun = new Map<string, AbortController>();
   /** The relay's host as configured, kept out of what is stored (relayText). */
@@ -92,7 +94,15 @@ export class SmtpRelay {
   async send(message: OutgoingMessage, startBy = Infinity): Promise<DeliveryResult> {
     await new Promise<void>((begin, refuse) => {
       this.waiting.push({ id: message.id, startBy, begin, refuse });
-      this.next();
+      // Judged once the messages read with this one are: a thread kept from its CPU reads a send whose startBy
+      // has passed together with the renewals posted behind it (extend), and the lease they renewed stands.
+      if (!this.nextSet) {
+        this.nextSet = true;
+        setImmediate(() => {
+          this.nextSet = false;
+          this.next();
+        });
+      }
     });
     const abort = new AbortController();
     this.begun.set(message.id, abort);

@@ -118,6 +118,22 @@ describe('the SMTP thread', () => {
     }
   });
 
+  it('judges a send by the renewals posted behind it, when the thread reads them together', async () => {
+    // Posted while the thread is still starting, the two messages are read together, as a thread kept from its
+    // CPU reads them: the send's startBy has passed by then, and the renewal posted behind it says it may begin.
+    const sink = await startSmtpSink();
+    const mailer = new SmtpMailer({ url: sink.url });
+    try {
+      const renewed = mailer.send(message('renewed@example.org'), { startBy: Date.now() - 1 });
+      mailer.extend(['id-renewed@example.org'], Date.now() + 60_000);
+      expect((await renewed).accepted).toEqual(['renewed@example.org']);
+      expect(sink.deliveredTo('renewed@example.org')).toHaveLength(1);
+    } finally {
+      await mailer.close();
+      await sink.close();
+    }
+  });
+
   it('drops a waiting send the worker gave up on, and never hands it to the relay', async () => {
     const sink = await startSmtpSink({ dataDelayMs: 400 });
     const mailer = new SmtpMailer({ url: sink.url, maxConnections: 1 });
