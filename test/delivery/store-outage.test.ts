@@ -353,23 +353,32 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
     const refuse = vi
       .spyOn(ResultRecorder.prototype, 'record')
       .mockRejectedValue(new Error('value too long for type character varying'));
+    // The worker's warnings: which emails it left unsent to their next claim, their sends not begun in time.
+    const lines: { emailId?: string; msg: string }[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
     const worker = startWorker(t, counting, {
       store: counted.store,
       concurrency: 2,
-      leaseMs: 200,
+      leaseMs: 400,
       recordRetryMaxMs: 20,
+      logger,
     });
     try {
       const to = Array.from({ length: 6 }, (_, i) => `bounded${i}@example.org`);
       const ids = await Promise.all(to.map((address) => sendEmail(t, auth, basicEmail(address))));
       await eventually(() => sent.length === 2, 5_000, 'two sends');
-      // Ten renewals later (every 50 ms), the two stalled results still hold both slots: nothing more sent.
+      // Ten renewals later (every 100 ms, two and a half leases), the two stalled results still hold both
+      // slots: nothing more sent.
       const batches = counted.claims;
       await eventually(() => counted.claims >= batches + 10, 5_000, 'ten renewals');
       expect(sent).toHaveLength(2);
       refuse.mockRestore();
       const emails = await Promise.all(ids.map((id) => settled(t, auth, id)));
-      expect(emails.map((e) => [e.status, e.attempts])).toEqual(to.map(() => ['sent', 1]));
+      // Each sent once, at its first attempt, or at a later one for each time its send did not begin in time
+      // (a loaded CI host, with a 200 ms lease then, kept a claimed pair's SMTP thread past its 40 ms margin).
+      const unbegun = (id: string) =>
+        lines.filter((l) => l.emailId === id && /not sent; left to its next claim/.test(l.msg)).length;
+      expect(emails.map((e) => [e.status, e.attempts])).toEqual(ids.map((id) => ['sent', 1 + unbegun(id)]));
       expect([...sent].sort()).toEqual([...to].sort());
     } finally {
       refuse.mockRestore();
