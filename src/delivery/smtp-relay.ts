@@ -52,7 +52,7 @@ export class SmtpRelay {
    */
   private readonly waiting: Waiting[] = [];
   private active = 0;
-  /** Whether next() is set to run once the messages the thread has in hand are read (send). */
+  /** Whether next() is set to run (nextSoon). */
   private nextSet = false;
   /** Sends handed to nodemailer, by email id: cancel() aborts them. */
   private readonly begun = new Map<string, AbortController>();
@@ -94,15 +94,7 @@ export class SmtpRelay {
   async send(message: OutgoingMessage, startBy = Infinity): Promise<DeliveryResult> {
     await new Promise<void>((begin, refuse) => {
       this.waiting.push({ id: message.id, startBy, begin, refuse });
-      // Judged once the messages read with this one are: a thread kept from its CPU reads a send whose startBy
-      // has passed together with the renewals posted behind it (extend), and the lease they renewed stands.
-      if (!this.nextSet) {
-        this.nextSet = true;
-        setImmediate(() => {
-          this.nextSet = false;
-          this.next();
-        });
-      }
+      this.nextSoon();
     });
     const abort = new AbortController();
     this.begun.set(message.id, abort);
@@ -111,7 +103,7 @@ export class SmtpRelay {
     } finally {
       if (this.begun.get(message.id) === abort) this.begun.delete(message.id);
       this.active--;
-      this.next();
+      this.nextSoon();
     }
   }
 
@@ -143,6 +135,19 @@ export class SmtpRelay {
       turn.refuse(new NotStartedError('the worker stopped waiting for it'));
     }
     this.begun.get(emailId)?.abort(new Error('the worker stopped waiting for it'));
+  }
+
+  /**
+   * next(), once the messages the thread has in hand are read: one kept from its CPU reads a send whose
+   * startBy has passed together with the renewals posted behind it (extend), and the lease they renewed stands.
+   */
+  private nextSoon(): void {
+    if (this.nextSet) return;
+    this.nextSet = true;
+    setImmediate(() => {
+      this.nextSet = false;
+      this.next();
+    });
   }
 
   /** Begins waiting sends while connections are free; one whose startBy has passed is refused. */
