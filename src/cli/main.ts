@@ -6,16 +6,14 @@ import { takeStartSignal } from './start-signals.js';
 import './heap-flags.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { createServices } from '../services.js';
+import type { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
 import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
-import { openMigratedStore } from '../store/from-config.js';
-import { sqliteFile } from '../store/sqlite-store.js';
-import { mailroomStoreIn } from '../store/postgres-migrate.js';
-import { isStoreUnavailable } from '../store/dialect.js';
 import { COMMANDS, USAGE, commandUsage } from './commands.js';
+// The store and the services (kysely, pg, better-sqlite3: over half of start-up) are imported by the
+// commands that use them, as serve and worker import the server: help and usage errors answer without them.
 
 /** A command line that cannot run: exit 2. `usage`: the help text that follows the message on stderr. */
 class UsageError extends Error {
@@ -169,6 +167,12 @@ async function withServices<T>(
   { existing = false } = {},
 ): Promise<T> {
   const config = loadConfig();
+  const [{ createServices }, { openMigratedStore }, { sqliteFile }, { mailroomStoreIn }] = await Promise.all([
+    import('../services.js'),
+    import('../store/from-config.js'),
+    import('../store/sqlite-store.js'),
+    import('../store/postgres-migrate.js'),
+  ]);
   const makers = '(serve, migrate, orgs create and keys create make a store where there is none)';
   if (existing && !config.databaseUrl && !existsSync(sqliteFile(config.dataDir))) {
     throw new ConfigError(
@@ -287,7 +291,9 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
       if (json) console.log(JSON.stringify({ status: 'running' }));
       return;
     case 'migrate': {
-      const { store, applied, warnings } = await openMigratedStore(loadConfig(), { use: 'one-shot' });
+      const config = loadConfig();
+      const { openMigratedStore } = await import('../store/from-config.js');
+      const { store, applied, warnings } = await openMigratedStore(config, { use: 'one-shot' });
       try {
         print(
           json,
@@ -370,17 +376,17 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
 }
 
 const argv = process.argv.slice(2);
-run(argv).catch((err: unknown) => {
+run(argv).catch(async (err: unknown) => {
   const json = argv.some((arg) => arg === '--json' || arg.startsWith('--json='));
+  const usageError =
+    err instanceof UsageError || (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS');
   // The store refusing the command (a full disk, PostgreSQL down) is said in a line, as the server says it.
   // Not a fault at opening the store, which says what it is already (and nothing was done).
-  const unavailable = !(err instanceof ConfigError) && isStoreUnavailable(err);
-  const known =
-    unavailable ||
-    err instanceof ConfigError ||
-    err instanceof UsageError ||
-    err instanceof AppError ||
-    (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS');
+  const unavailable =
+    !usageError &&
+    !(err instanceof ConfigError) &&
+    (await import('../store/dialect.js')).isStoreUnavailable(err);
+  const known = unavailable || usageError || err instanceof ConfigError || err instanceof AppError;
   const said = err instanceof Error ? err.message : String(err);
   const message = unavailable
     ? `the store is unavailable (${said}): the command may not have taken effect; run it again`
@@ -389,7 +395,5 @@ run(argv).catch((err: unknown) => {
   if (json) console.log(JSON.stringify({ error: message }));
   const usage = err instanceof UsageError && err.usage ? `\n\n${err.usage}` : '';
   console.error(`mailroom: ${known ? message : (err instanceof Error && err.stack) || message}${usage}`);
-  process.exit(
-    err instanceof UsageError || (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS') ? 2 : 1,
-  );
+  process.exit(usageError ? 2 : 1);
 });
