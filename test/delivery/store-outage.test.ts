@@ -101,7 +101,7 @@ async function tenIdlePolls(
 
 /** A logger that keeps what it logs at `level` and above, parsed, in `lines`. */
 function capturing(level: 'info' | 'warn') {
-  const lines: { level: number; msg: string }[] = [];
+  const lines: { level: number; msg: string; emailId?: string }[] = [];
   const logger = pino({ level }, { write: (line: string) => void lines.push(JSON.parse(line)) });
   return { lines, logger };
 }
@@ -356,8 +356,7 @@ describe.each(storeKinds())('the worker and its store, on %s', (kind) => {
       .spyOn(ResultRecorder.prototype, 'record')
       .mockRejectedValue(new Error('value too long for type character varying'));
     // The worker's warnings: which emails it left unsent to their next claim, their sends not begun in time.
-    const lines: { emailId?: string; msg: string }[] = [];
-    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { lines, logger } = capturing('warn');
     const worker = startWorker(t, counting, {
       store: counted.store,
       concurrency: 2,
