@@ -105,11 +105,21 @@ export function isLockTimeout(err: unknown): boolean {
 }
 
 /**
- * A PostgreSQL statement stopped by a timeout (statement_timeout, lock_timeout) or a cancel: most often
- * while it waited on a lock, which the statements after it may wait on in turn.
+ * No answer within the pool's query_timeout (pg's own message): the client gave up on the statement, and
+ * the connection is ended (pg-client.ts endOnReadTimeout).
+ */
+export function isReadTimeout(err: unknown): boolean {
+  return messageOf(err) === 'Query read timeout';
+}
+
+/**
+ * A PostgreSQL statement stopped by a timeout (statement_timeout, lock_timeout), a cancel, or the pool's
+ * query_timeout: most often while it waited on a lock, which the statements after it may wait on in turn.
+ * The server's statement_timeout is set to come first (pg-client.ts), but a process whose event loop stalls
+ * across the gap between the two runs the pool's timer before it reads the server's answer.
  */
 export function isWaitStopped(err: unknown): boolean {
-  return isStatementCanceled(err) || isLockTimeout(err);
+  return isStatementCanceled(err) || isLockTimeout(err) || isReadTimeout(err);
 }
 
 /**

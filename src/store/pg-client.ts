@@ -3,7 +3,7 @@
 import type { ClientBase, Client as PgClient } from 'pg';
 import { loadPg } from '../optional-packages.js';
 import { nameStatementsOn } from './named-statements.js';
-import { isStatementCanceled } from './dialect.js';
+import { isReadTimeout, isStatementCanceled } from './dialect.js';
 
 /** Tries of a session's settings: a role's tiny statement_timeout can cancel the SET that lifts it. */
 const SETTING_TRIES = 5;
@@ -77,8 +77,7 @@ function endOnReadTimeout(client: PgClient): void {
     const result = query.apply(this, args);
     if (result instanceof Promise) {
       result.catch((err: unknown) => {
-        if (err instanceof Error && err.message === 'Query read timeout')
-          void client.end().catch(() => undefined);
+        if (isReadTimeout(err)) void client.end().catch(() => undefined);
       });
     }
     return result;

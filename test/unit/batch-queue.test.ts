@@ -97,6 +97,8 @@ describe('aloneAfter', () => {
     // PostgreSQL's statement_timeout, lock_timeout or a cancel: a row's lock or the table's.
     expect(aloneAfter(coded('57014'))).toBe('in rounds');
     expect(aloneAfter(coded('55P03'))).toBe('in rounds');
+    // The pool's query_timeout, heard before the server's statement_timeout by a process that stalled.
+    expect(aloneAfter(new Error('Query read timeout'))).toBe('in rounds');
     // A taken address, a full disk, a connection lost: one job's fault, or settled one by one.
     for (const code of ['23505', 'SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_FULL', 'ECONNRESET']) {
       expect(aloneAfter(coded(code))).toBe('one by one');
