@@ -13,15 +13,17 @@ export const TEST_DIST = path.join(ROOT, '.tmp-test-dist');
 const BUILD_INFO = path.join(TEST_DIST, '.tsbuildinfo');
 
 function build(): void {
-  // Only what changed since the last run is compiled again (3 s instead of 11 for a run of one file); tsc
-  // trusts its build info over the files, so a build whose output was deleted starts from nothing.
+  // Only what changed since the last run is compiled again; tsc trusts its build info over the files, so a
+  // build whose output was deleted starts from nothing. Emitted without type checking (--noCheck), as vitest
+  // runs the tests themselves: `npm run typecheck` checks types, and CI runs it before the tests. With
+  // verbatimModuleSyntax the output is the same byte for byte; a fresh build takes 4 s instead of 13.
   if (!existsSync(path.join(TEST_DIST, 'cli', 'main.js'))) rmSync(BUILD_INFO, { force: true });
   execFileSync(
     process.execPath,
     [
       path.join(ROOT, 'node_modules/typescript/bin/tsc'),
       ...['-p', 'tsconfig.build.json', '--outDir', TEST_DIST],
-      ...['--incremental', '--tsBuildInfoFile', BUILD_INFO],
+      ...['--incremental', '--tsBuildInfoFile', BUILD_INFO, '--noCheck'],
     ],
     { cwd: ROOT, stdio: 'inherit' },
   );
@@ -35,8 +37,8 @@ export default function setup(project: TestProject): void {
   if ((globalThis as Flagged)[BUILT]) return;
   (globalThis as Flagged)[BUILT] = true;
   build();
-  // A type error mid-edit must not end the watch (tsc exits 2 but still writes what it compiled; its
-  // errors are on the console already).
+  // A syntax error mid-edit must not end the watch (tsc exits non-zero but still writes what it compiled;
+  // its errors are on the console already).
   project.onTestsRerun(() => {
     try {
       build();
