@@ -56,7 +56,8 @@ it('serve: a SIGTERM while it starts stops it once started, with exit 0', async 
   let err = '';
   server.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   server.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-  const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
+  // 'close': its stdout read to the end, which 'exit' does not promise.
+  const exited = new Promise<number | null>((resolve) => server.once('close', (code) => resolve(code)));
   try {
     // The store is open; the HTTP server is still being built (hundreds of ms), nothing listens yet.
     await eventually(
@@ -93,7 +94,7 @@ it('serve and worker: a SIGTERM while their modules still load is held too, and 
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
     const loading = eventually(
       () => {
         if (child.exitCode !== null) throw new Error(`${command} exited ${child.exitCode}:\n${out}`);

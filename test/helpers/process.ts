@@ -18,6 +18,7 @@ export interface MailroomProcess {
   child: ChildProcess;
   url: string;
   output(): string;
+  /** Sends the signal (unless it has exited) and resolves once it has, and its output is all read. */
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
@@ -99,16 +100,16 @@ export async function startProcess(args: string[], env: Record<string, string>):
     stdout += c.toString();
   });
   child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  // 'close', not 'exit': at 'exit' the pipes may still hold the process's last lines ("stopped"), which a
+  // test reads from output() once kill() resolves.
+  const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const proc: MailroomProcess = {
     child,
     url: `http://127.0.0.1:${port}`,
     output: () => out,
     kill(signal = 'SIGTERM') {
-      if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-      return new Promise((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill(signal);
-      });
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return closed;
     },
   };
   if (ownPort) proc.url = `http://127.0.0.1:${await listeningPort(proc, () => stdout)}`;
