@@ -241,3 +241,14 @@ export async function eventually<T>(
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+/**
+ * Holds this process's event loop for `ms`, as a busy host or a long synchronous task does: timers that
+ * come due meanwhile run before the sockets are read.
+ */
+export function stallEventLoop(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    // busy: the event loop is stopped
+  }
+}

@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAIN, type MailroomProcess, cli, startProcess } from '../helpers/process.js';
 import { createTestApp } from '../helpers/app.js';
-import { eventually } from '../helpers/smtp.js';
+import { eventually, stallEventLoop } from '../helpers/smtp.js';
 import { sharedLimitStore } from '../../src/ratelimit/shared-store.js';
 import { TEST_DATABASE_URL, TEST_REDIS_URL, createTestDatabase, noRedis } from '../helpers/stores.js';
 
@@ -244,10 +244,7 @@ describe.skipIf(noRedis())('two instances', () => {
         // From a fresh turn of the event loop, as a request's command is sent.
         await new Promise((resolve) => setImmediate(resolve));
         const inFlight = incr();
-        const until = Date.now() + 800;
-        while (Date.now() < until) {
-          // busy: the event loop is stopped
-        }
+        stallEventLoop(800);
         await inFlight;
       }
       // The next one is asked of Redis and counted there: counting never went local, nothing was logged.

@@ -18,7 +18,7 @@ import { loadConfig } from '../../src/config.js';
 import { pageByEmailOnPostgres } from '../../src/search/contact-search-postgres.repository.js';
 import { connectLong, setUpPoolClient } from '../../src/store/pg-client.js';
 import { contactRow } from '../helpers/rows.js';
-import { eventually } from '../helpers/smtp.js';
+import { eventually, stallEventLoop } from '../helpers/smtp.js';
 import {
   TEST_DATABASE_URL,
   type TestStore,
@@ -36,12 +36,6 @@ const KYSELY_MIGRATION_LOCK = '3853314791062309107';
 const TRGM_LOCK = 0x6d72_7467;
 
 const org = (id: string) => ({ id, name: id, created_at: AT });
-
-/** Holds the event loop for `ms`. */
-function busyFor(ms: number) {
-  const end = performance.now() + ms;
-  while (performance.now() < end);
-}
 
 /** Organisations written through `write`, each id's as it settled, on a store whose statements time out after a second. */
 type Writes = (store: Store, ids: string[]) => Promise<PromiseSettledResult<unknown>[]>;
@@ -151,7 +145,7 @@ describe.skipIf(noPostgres())('PostgreSQL faults', () => {
         if (stall) {
           // From 800 ms to 1,100 ms of the first write. A stall in the check phase: the loop next runs the
           // timers that came due during it, then reads the sockets.
-          setTimeout(() => setImmediate(() => busyFor(300)), 800);
+          setTimeout(() => setImmediate(() => stallEventLoop(300)), 800);
         }
         const table = await write(store, ['t1', 't2', 't3', 't4', 't5', 't6']);
         clearTimeout(release);
