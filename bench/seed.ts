@@ -3,7 +3,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { type Store } from '../src/store/store.js';
+import type { Store } from '../src/store/store.js';
 import { insertContacts } from '../src/contacts/contacts.repository.js';
 import { renderContact } from '../src/contacts/contact-fields.js';
 import type { ContactRow } from '../src/store/schema.js';

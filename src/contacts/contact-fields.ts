@@ -1,5 +1,6 @@
 // A contact's API shape from its columns, shared by every query that reads contacts for a response.
-import { type RawBuilder, sql } from 'kysely';
+import type { RawBuilder } from 'kysely';
+import { sql } from '../store/kysely.js';
 import { type DialectName, jsonString } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 

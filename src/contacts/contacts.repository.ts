@@ -1,4 +1,5 @@
-import { type RawBuilder, type SqlBool, sql } from 'kysely';
+import type { RawBuilder, SqlBool } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';

@@ -1,4 +1,5 @@
-import { type ExpressionBuilder, sql } from 'kysely';
+import type { ExpressionBuilder } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Executor } from '../store/store.js';
 import type { Database, ListRow } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';

@@ -22,7 +22,8 @@
 // one. Rows of any domain that a rebuild did not write ("unsorted": a merge's small domains, a bulk insert's
 // statement, the rows of before 0015) call for a rebuild once they weigh a quarter of what is held (and
 // UNSORTED_MIN_CHARS), as deletions do at an eighth.
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Executor } from '../store/store.js';
 import { END } from './address-chunks.js';
 import { isStatementCanceled } from '../store/dialect.js';

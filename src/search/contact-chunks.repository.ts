@@ -3,7 +3,8 @@
 // contacts at or below the index's watermark; those above it (written or readdressed in the last moments)
 // are read from contacts, and keys retired but not yet taken out of the chunks are left out, so every
 // answer is exact. Each read is one statement, so one snapshot of both files.
-import { type RawBuilder, sql } from 'kysely';
+import type { RawBuilder } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Executor } from '../store/store.js';
 import type { Page } from '../paging.js';
 import { contactJson } from '../contacts/contact-fields.js';

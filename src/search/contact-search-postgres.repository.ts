@@ -6,7 +6,8 @@
 // within a few ms, else counted in the address chunks and then sorted, unless there is none to find. A
 // deep page of a term many contacts hold stays with the plain walk, which costs less than sorting every
 // match. undefined (or no `contacts`, beside a total counted first) means "use the plain walk".
-import { type RawBuilder, type SqlBool, sql } from 'kysely';
+import type { RawBuilder, SqlBool } from 'kysely';
+import { sql } from '../store/kysely.js';
 import { walkNewest } from './contact-walk.js';
 import type { Executor } from '../store/store.js';
 import { containsText, isStatementCanceled, isTrigramSearchable } from '../store/dialect.js';

@@ -8,7 +8,8 @@
 // matches up to a cap first, and take the index only when it is the cheaper way. Many matches are
 // counted, and paged when a walk would be long (matches that are all old), through the index file's
 // address chunks instead (contact-chunks.repository.ts). undefined means "use the plain path".
-import { type RawBuilder, sql } from 'kysely';
+import type { RawBuilder } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Executor } from '../store/store.js';
 import { containsText, dialectOf, ftsPhrase, isTrigramSearchable } from '../store/dialect.js';
 import { isChunkSearchable } from './address-chunks.js';

@@ -1,7 +1,8 @@
 // Walks of an organisation's created_at index, newest first, testing each contact's address: how an email
 // search finds a page among the newest contacts, or the page after a kept one, on both stores. One query
 // shape, two dialects. And a kept page's contacts, read again by id.
-import { type RawBuilder, type SqlBool, sql } from 'kysely';
+import type { RawBuilder, SqlBool } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Executor } from '../store/store.js';
 import { type DialectName, containsText, dialectOf } from '../store/dialect.js';
 import type { Page } from '../paging.js';

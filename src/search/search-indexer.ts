@@ -2,7 +2,8 @@
 // from contacts_search_retired the keys the thread has taken out of the index. That delete is the one
 // write the index costs the database; it rides in the store's group commit, as a few rows per contact
 // deleted or readdressed.
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { sql } from '../store/kysely.js';
 import type { Database } from '../store/schema.js';
 import type { Executor } from '../store/store.js';
 import { startBackgroundThread } from '../store/background-thread.js';

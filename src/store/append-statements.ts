@@ -9,7 +9,8 @@
 // not `character`, which means char(1)), so a value too long for its column is still refused, never cut. The
 // types are read once per table (changedSince: again after a migration); a process writes only the values of
 // its own version's schema, which it read after migrating.
-import { CompiledQuery, type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { CompiledQuery, sql } from './kysely.js';
 import { nameStatement } from './named-statements.js';
 
 /** Values of one table's rows above which they are written exactly and unnamed (64 rows of emails). */

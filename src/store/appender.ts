@@ -3,7 +3,8 @@
 // trips and commits are where acceptance spends its time. A caller's promise settles only once its rows are
 // durably committed; if a shared batch fails, each caller's rows are written again alone, so one bad row
 // fails only its own caller.
-import { CompiledQuery, type Insertable, type Kysely, type QueryCreator, sql } from 'kysely';
+import type { Insertable, Kysely, QueryCreator } from 'kysely';
+import { CompiledQuery, sql } from './kysely.js';
 import {
   type DialectName,
   dialectOf,

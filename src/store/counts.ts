@@ -1,6 +1,6 @@
 // Reads the counts that triggers maintain (migrations 0002, 0004, 0005): a bucket's count is the sum of its
 // shards, one row per shard, so the read costs the same at ten rows or ten million.
-import { sql } from 'kysely';
+import { sql } from './kysely.js';
 import { prepared } from './prepared.js';
 import type { Executor } from './store.js';
 

@@ -1,13 +1,6 @@
 // What differs between the two stores, in one place. Everything else is shared query code.
-import {
-  type Expression,
-  type Kysely,
-  PostgresAdapter,
-  type RawBuilder,
-  type SelectQueryBuilder,
-  type SqlBool,
-  sql,
-} from 'kysely';
+import type { Expression, Kysely, RawBuilder, SelectQueryBuilder, SqlBool } from 'kysely';
+import { PostgresAdapter, sql } from './kysely.js';
 
 export type DialectName = 'sqlite' | 'postgres';
 

@@ -7,7 +7,8 @@
 // A write marked `small` changes few existing rows (an append, a batch of delivery results); a batch of
 // only such writes lets SQLite keep the page copies it takes to undo a statement or savepoint in memory
 // (sqliteImmediateTransaction).
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { sql } from './kysely.js';
 import { BatchQueue } from './batch-queue.js';
 import { isRetryableConflict } from './dialect.js';
 

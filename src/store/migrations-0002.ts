@@ -2,7 +2,8 @@
 // `pagination.total`. Triggers keep them exact inside the writing transaction: totals per organisation,
 // per subscription state and per tag. On PostgreSQL each bucket is split over a few shard rows so
 // concurrent writers in one organisation do not queue on a single counter row; readers sum the shards.
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 
 export const COUNT_SHARDS = 8;

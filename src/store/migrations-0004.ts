@@ -3,7 +3,8 @@
 // and per status. Not on PostgreSQL: there many processes' multi-row statements accept emails and change
 // their statuses at once, and per-row counter updates lock counter rows in no fixed order, so concurrent
 // batches deadlock. 0005 brings them to PostgreSQL with triggers per statement.
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 import { counter } from './migrations-0002.js';
 

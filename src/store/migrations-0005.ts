@@ -12,7 +12,8 @@
 // Deletes skip an organisation that is itself being deleted: its count rows go with it (cascade), and a count
 // row written for it would break the foreign key. On SQLite the row triggers of 0002 and 0004 stay (one
 // writer, no lock order to keep); only their delete triggers are made again with that condition.
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 import { counter, createCountsTable, createRowTriggers } from './migrations-0002.js';
 import { countExistingEmails } from './migrations-0004.js';

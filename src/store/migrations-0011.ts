@@ -6,7 +6,7 @@
 // now raise by one for each contact inserted, deleted or readdressed, into the shard of the connection as
 // every other count. A bucket's sum only grows, so any committed change gives a sum never seen before,
 // and the fold (counts.ts) keeps sums as they are. On SQLite the index file's state is the version.
-import { type Kysely, type Migration } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
 import type { DialectName } from './dialect.js';
 import { COUNTED, deltas, statementTrigger, upsert } from './migrations-0005.js';
 

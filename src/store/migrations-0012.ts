@@ -3,7 +3,8 @@
 // the contacts already there are written here, in the migration's transaction: the triggers, created first,
 // hold writes to contacts until it commits, so no contact is missed or counted twice (about 2 s at a
 // million contacts). SQLite keeps its chunks in the search index file (search/address-chunks.ts).
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 import { CHUNKS_TABLE, LOOSE_CHARS, PG_CHUNK_CHARS } from '../search/address-chunks-postgres.js';
 import { END } from '../search/address-chunks.js';

@@ -9,7 +9,8 @@
 // every organisation in one statement, it would hold the table locked, every search count waiting, for as
 // long as the whole store takes. n keeps its default, so that the
 // previous release's fold (a rolling deploy, a rollback) can still write rows.
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 import { CHUNKS_TABLE, LOOSE_CHARS } from '../search/address-chunks-postgres.js';
 import { chunkTriggers } from './migrations-0012.js';

@@ -6,7 +6,8 @@
 // about a quarter more for the second row and its id index. The rows of the contacts already there are
 // written here, in the migration's transaction, behind a lock that holds writes to contacts until it commits
 // (seconds at a million contacts).
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 import { statementTrigger } from './migrations-0005.js';
 

@@ -6,7 +6,8 @@
 // Found through contact_tags' primary key (contact id, tag), read once in contact id order; only contacts
 // holding such a tag are written. Their tag rows go through the usual delete triggers, so the tag counts
 // follow; their stored JSON is cleared, to be rendered from the columns on read (as before 0008).
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 
 /** Contacts rewritten by one round of statements. */

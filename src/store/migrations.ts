@@ -2,7 +2,8 @@
 // kysely's schema builder so the same migration runs on SQLite and PostgreSQL; the dialect-specific pieces
 // (count triggers, the search index's tables) are chosen by the `dialect` argument. PostgreSQL's trigram
 // index is not a migration: it needs an extension a restricted role may not create (postgres-store.ts, migrate).
-import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import type { Kysely, Migration, MigrationProvider } from 'kysely';
+import { Migrator, sql } from './kysely.js';
 import { type DialectName, isLockTimeout } from './dialect.js';
 import { contactCounts } from './migrations-0002.js';
 import { contactSearch } from './migrations-0003.js';

@@ -1,6 +1,6 @@
 // The PostgreSQL store's migration run: on a connection without statement timeouts, tried again a few times
 // when a statement waited too long for a lock.
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect } from './kysely.js';
 import { loadPg } from '../optional-packages.js';
 import {
   MIGRATION_LOCK_TIMEOUT_MS,

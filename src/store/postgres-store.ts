@@ -1,6 +1,6 @@
 // Store on PostgreSQL (store.ts): one pool, a transaction per write (run again on a deadlock), and what
 // migrating starts: the migrations on a connection of their own, then the trigram index.
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from './kysely.js';
 import { loadPg } from '../optional-packages.js';
 import { InterruptiblePool } from './interruptible-pool.js';
 import type { Database } from './schema.js';

@@ -5,7 +5,8 @@
 // (sqlite-reads.ts); on PostgreSQL it runs as a named statement where its plan cannot depend on its values
 // (named-statements.ts).
 import { randomBytes } from 'node:crypto';
-import { type Compilable, type CompiledQuery, type RawBuilder, type SelectQueryBuilder, sql } from 'kysely';
+import type { Compilable, CompiledQuery, RawBuilder, SelectQueryBuilder } from 'kysely';
+import { sql } from './kysely.js';
 import { directRead } from './sqlite-reads.js';
 import { dialectOf } from './dialect.js';
 import { nameStatement } from './named-statements.js';

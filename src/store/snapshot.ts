@@ -1,7 +1,7 @@
 // PostgreSQL: several statements at once, each on a connection of its own, all reading one snapshot. The
 // first connection exports its snapshot and the others take it up (SET TRANSACTION SNAPSHOT), so their
 // results add up as one statement's would, whatever commits meanwhile.
-import { sql } from 'kysely';
+import { sql } from './kysely.js';
 import type { Executor } from './store.js';
 
 /** Connections the calls of one pool may hold at once (registered by the store: its size, less one). */

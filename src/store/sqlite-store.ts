@@ -4,7 +4,7 @@ import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-driver.js';
-import { Kysely, SqliteDialect, sql } from 'kysely';
+import { Kysely, SqliteDialect, sql } from './kysely.js';
 import type { Database } from './schema.js';
 import { Appender } from './appender.js';
 import { GroupCommit, sqliteImmediateTransaction } from './group-commit.js';

@@ -1,5 +1,6 @@
 // Migrations that are lists of SQL statements.
-import { type Kysely, type Migration, sql } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { sql } from './kysely.js';
 import type { DialectName } from './dialect.js';
 
 /** The statements on both stores. */

@@ -2,7 +2,7 @@
 // host's clock, a worker whose clock ran ahead by most of a lease would take over emails another was still
 // sending, and send them twice. So each process reads the database's clock: its host's plus an offset
 // measured now and then. On SQLite every process is on the one host, and uses its clock.
-import { sql } from 'kysely';
+import { sql } from './kysely.js';
 import type { Logger } from 'pino';
 import { type Clock, systemClock } from '../clock.js';
 import type { Store } from './store.js';

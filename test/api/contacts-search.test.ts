@@ -2,7 +2,8 @@
 // SQLite terms of three or more characters go through the trigram index when few contacts match and walk
 // the organisation otherwise; every answer here is checked against the same filter done in JavaScript.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import type { TestApp } from '../helpers/app.js';
 import { createContact, useApp } from '../helpers/api.js';
 import { storeKinds } from '../helpers/stores.js';

@@ -1,7 +1,7 @@
 // pagination.total of GET /api/v1/emails, from counts that triggers keep (migrations 0004 and 0005): it must
 // equal the rows themselves through acceptance and every status change delivery makes (sending, sent,
 // deferred, failed), per organisation. Upgrades and organisation deletes: test/store/counts.test.ts.
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { describe, expect, it } from 'vitest';
 import { countEmails } from '../../src/emails/emails.repository.js';
 import { eventually } from '../helpers/smtp.js';

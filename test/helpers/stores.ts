@@ -6,7 +6,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
-import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import { Kysely, PostgresDialect, SqliteDialect } from '../../src/store/kysely.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { migrateTo, migrationNames } from '../../src/store/migrations.js';

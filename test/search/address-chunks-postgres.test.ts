@@ -4,7 +4,7 @@
 // in every snapshot while writers and folds run at once; and for contacts a store held before it was
 // upgraded.
 import { tmpdir } from 'node:os';
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';

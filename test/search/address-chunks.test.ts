@@ -4,7 +4,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
 import { countByEmailIndex, pageByEmailIndex } from '../../src/search/contact-search.repository.js';

@@ -2,7 +2,7 @@
 // matches: it holds each contact's organisation, created_at, address and subscription, and nothing else,
 // through multi-row inserts, deletes, readdresses, unsubscribes, an organisation's deletion, and for the
 // contacts a store held before it was upgraded; and the trigram index is on it, not on contacts.
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import type { Executor } from '../../src/store/store.js';

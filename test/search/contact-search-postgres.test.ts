@@ -3,7 +3,7 @@
 // small here so both run on a few hundred contacts; every page is checked against the same filter done in
 // JavaScript, with matches that are all old, spread, rare or none, ties in created_at, and the
 // unsubscribed filter beside the term.
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';

@@ -17,7 +17,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { Kysely, SqliteDialect, sql } from 'kysely';
+import { Kysely, SqliteDialect, sql } from '../../src/store/kysely.js';
 import type { Worker } from 'node:worker_threads';
 import type * as Threads from '../../src/threads.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';

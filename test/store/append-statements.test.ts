@@ -2,7 +2,7 @@
 // (store/append-statements.ts). Each append must still store exactly its rows, values as given, with
 // PostgreSQL's own refusals (a value too long for its column), and keep working after a migration changes
 // a column's type under the cached statement.
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Appender } from '../../src/store/appender.js';

@@ -1,7 +1,7 @@
 // Contact tags of whitespace alone, which releases before 2026-11-26 stored and the API now refuses: the
 // upgrade removes them (migration 0017), so a client that reads a contact and writes it back whole gets a
 // 200, not a 400 for a tag it never sent; the tag's rows and counts go with it.
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { describe, expect, it } from 'vitest';
 import { insertContacts } from '../../src/contacts/contacts.repository.js';
 import { renderContact } from '../../src/contacts/contact-fields.js';

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findMaintainedCount } from '../../src/contacts/contact-counts.repository.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';

@@ -3,14 +3,14 @@
 // and under multi-row writes from two processes at once (on PostgreSQL, 0002's per-row counters could
 // deadlock there). Also the version of an organisation's addresses (0009 on SQLite, 0011 on PostgreSQL),
 // under which an email search's total is kept.
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { insertContact, insertContacts } from '../../src/contacts/contacts.repository.js';
 import { foldCountShards } from '../../src/store/counts.js';
 import { addressesVersion } from '../../src/search/contact-search.repository.js';
 import type { NewContact, NewEmail } from '../../src/store/schema.js';
-import { type Executor, type Store } from '../../src/store/store.js';
+import type { Executor, Store } from '../../src/store/store.js';
 import { eventually } from '../helpers/smtp.js';
 import {
   type TestStore,

@@ -1,6 +1,6 @@
 // The organisation keys go to when none is named (contract.md: "the default organisation, created on first
 // use"): one marked as such (migration 0013), never simply the oldest, which may be a customer's.
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { describe, expect, it } from 'vitest';
 import { uuidIds, systemClock } from '../../src/clock.js';
 import { OrgsService } from '../../src/orgs/orgs.service.js';

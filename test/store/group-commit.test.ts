@@ -4,7 +4,7 @@ import path from 'node:path';
 import fs, { writeFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
-import { Kysely, SqliteDialect, sql } from 'kysely';
+import { Kysely, SqliteDialect, sql } from '../../src/store/kysely.js';
 import { Appender } from '../../src/store/appender.js';
 import { type Store, type StoreOptions, createStore } from '../../src/store/store.js';
 import { GroupCommit, sqliteImmediateTransaction } from '../../src/store/group-commit.js';

@@ -2,7 +2,7 @@
 // them), the contacts and other lists stay, and on PostgreSQL contactCount is kept once per statement
 // (migration 0014), since the row trigger made one statement's cost grow with the square of its rows.
 import { afterEach, describe, expect, it } from 'vitest';
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { systemClock, uuidIds } from '../../src/clock.js';
 import { AppError } from '../../src/errors.js';

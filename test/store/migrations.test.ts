@@ -3,7 +3,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Kysely, SqliteDialect, sql } from 'kysely';
+import { Kysely, SqliteDialect, sql } from '../../src/store/kysely.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { migrateToLatest, migrationNames } from '../../src/store/migrations.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';

@@ -1,6 +1,6 @@
 // The hot reads run as named statements on PostgreSQL (store/named-statements.ts): PostgreSQL then keeps one
 // generic plan for each, and that plan must be the one it would have made for the values asked for.
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isNameable, nameStatement, nameStatementsOn } from '../../src/store/named-statements.js';

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { afterAll, expect, it } from 'vitest';
 import { createStore } from '../../src/store/store.js';
 import { SEARCH_FILE, openSearchFile } from '../../src/search/search-file.js';

@@ -6,7 +6,7 @@
 // goes on beside contact writes. Every connection Mailroom opens replaces the role's statement timeout,
 // however short.
 import { randomBytes } from 'node:crypto';
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { isStoreUnavailable } from '../../src/store/dialect.js';

@@ -1,7 +1,7 @@
 // store.snapshot on PostgreSQL: reads inside it agree with one another even when a write commits between
 // them (each read on its own pooled connection saw a state of its own). SQLite's reads asked for together
 // share one read transaction by construction (sqlite-reads.ts); there is nothing in between to commit.
-import { sql } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { describe, expect, it } from 'vitest';
 import { type TestStore, useStore, noPostgres } from '../helpers/stores.js';
 

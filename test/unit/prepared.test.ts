@@ -1,6 +1,7 @@
 // prepared(): a query shape compiled once per store and run with new values must answer exactly what the
 // same kysely query answers, on both stores, whatever text the values hold.
-import { type RawBuilder, sql } from 'kysely';
+import type { RawBuilder } from 'kysely';
+import { sql } from '../../src/store/kysely.js';
 import { describe, expect, it } from 'vitest';
 import { prepared, rowCount } from '../../src/store/prepared.js';
 import type { Executor } from '../../src/store/store.js';
