@@ -15,7 +15,7 @@ const ISOLATED = [
 
 export default defineConfig({
   test: {
-    globalSetup: ['test/global-build.ts'],
+    globalSetup: ['test/global-build.ts', 'test/global-postgres.ts'],
     // Kills what a file's tests left running (a timed-out test never reaches its own cleanup).
     setupFiles: ['test/helpers/leftovers.ts'],
     // Threads started from the sources run that build's copy of them, not the source through tsx.

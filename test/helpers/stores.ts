@@ -1,11 +1,12 @@
 // Every API and delivery suite runs once per store: SQLite always, PostgreSQL when TEST_DATABASE_URL is set.
-// Each test store is new: a temp directory, or a fresh database that is dropped afterwards.
+// Each test store is new: a temp directory, or a fresh database (a copy of the run's migrated template) that
+// is dropped afterwards.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { Kysely, PostgresDialect, SqliteDialect } from '../../src/store/kysely.js';
 import { type Store, createStore } from '../../src/store/store.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
@@ -70,11 +71,14 @@ export async function anyWaitingForLock(watcher: pg.Client): Promise<boolean> {
   return rows[0]!.n > 0;
 }
 
-export async function createTestDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+/** A new database, empty, or a copy of `template`, dropped by `drop`. */
+export async function createTestDatabase(
+  template?: string,
+): Promise<{ url: string; drop: () => Promise<void> }> {
   const name = `mailroom_test_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
   await admin.end();
   return {
     url: withDatabase(TEST_DATABASE_URL!, name),
@@ -103,7 +107,9 @@ export async function createTestStore(kind: StoreKind): Promise<TestStore> {
   let databaseUrl: string | undefined;
   let drop = async () => {};
   if (kind === 'postgres') {
-    const db = await createTestDatabase();
+    // A copy of the run's migrated template (test/global-postgres.ts): migrate() below then finds nothing
+    // left to do, as a restarted server does.
+    const db = await createTestDatabase(inject('postgresTemplate'));
     databaseUrl = db.url;
     drop = db.drop;
   }
