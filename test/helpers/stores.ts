@@ -4,7 +4,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { Kysely, PostgresDialect, SqliteDialect } from '../../src/store/kysely.js';
@@ -12,10 +11,11 @@ import { type Store, createStore } from '../../src/store/store.js';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { migrateTo, migrationNames } from '../../src/store/migrations.js';
 import type { Database } from '../../src/store/schema.js';
+import { TEST_DATABASE_URL, createTestDatabase } from './databases.js';
 
 export type StoreKind = 'sqlite' | 'postgres';
 
-export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL;
+export { TEST_DATABASE_URL, createTestDatabase };
 export const TEST_REDIS_URL = process.env.TEST_REDIS_URL;
 
 let warned = false;
@@ -54,12 +54,6 @@ export interface TestStore {
   destroy(): Promise<void>;
 }
 
-function withDatabase(url: string, database: string): string {
-  const u = new URL(url);
-  u.pathname = `/${database}`;
-  return u.toString();
-}
-
 /**
  * Whether any connection to the database waits for a lock now, as `watcher` sees it: a connection outside
  * the transactions watched (inside one, pg_stat_activity shows the same snapshot every time).
@@ -69,37 +63,6 @@ export async function anyWaitingForLock(watcher: pg.Client): Promise<boolean> {
     "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
   );
   return rows[0]!.n > 0;
-}
-
-/** A new database, empty, or a copy of `template`, dropped by `drop`. */
-export async function createTestDatabase(
-  template?: string,
-): Promise<{ url: string; drop: () => Promise<void> }> {
-  const name = `mailroom_test_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
-  await admin.end();
-  return {
-    url: withDatabase(TEST_DATABASE_URL!, name),
-    drop: async () => {
-      const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
-      await c.connect();
-      // A pool ended just before (pg-pool's end() resolves once its clients are told to end, not once
-      // they have) may still be closing: FORCE would cut it, and a pool without an error listener throws
-      // that out of the test run. Give closing connections a moment; force only what stays open.
-      for (let i = 0; i < 40; i++) {
-        const { rows } = await c.query<{ n: number }>(
-          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1',
-          [name],
-        );
-        if (rows[0]!.n === 0) break;
-        await new Promise((r) => setTimeout(r, 25));
-      }
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-    },
-  };
 }
 
 export async function createTestStore(kind: StoreKind): Promise<TestStore> {
