@@ -2,7 +2,7 @@
 // the 50-key / 16 KiB budget, and what an update must name. Tolerant of wrong types, so they run beside the
 // schema (withRules) and one 400 lists every offending field; the service runs them again for its callers.
 import { DetailCollector, type ErrorDetail } from '../errors.js';
-import { MAX_ADDRESS, isValidEmail } from '../validation/addresses.js';
+import { addressProblem } from '../validation/addresses.js';
 import { isObject, longerThan } from '../validation/guards.js';
 import { tooManyEntries } from '../validation/ajv.js';
 
@@ -26,9 +26,8 @@ const CHANGES = ['firstName', 'lastName', 'tags', 'customFields', 'unsubscribed'
 /** The address once trimmed: its length first, so a long one is told the limit rather than "not valid". */
 function checkEmail(errors: DetailCollector, value: unknown): void {
   if (typeof value !== 'string') return;
-  const email = value.trim();
-  if (longerThan(email, MAX_ADDRESS)) errors.add('email', `must be at most ${MAX_ADDRESS} characters`);
-  else if (!isValidEmail(email)) errors.add('email', 'must be a valid email address');
+  const problem = addressProblem(value.trim());
+  if (problem) errors.add('email', problem);
 }
 
 /** An email that names the contact: blank is a 400, as a delete's is, not "Contact    not found". */

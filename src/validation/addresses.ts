@@ -29,6 +29,12 @@ export function isValidEmail(address: string): boolean {
   return labels.every((label) => label.length <= MAX_LABEL) && !/^\d+$/.test(labels.at(-1)!);
 }
 
+/** What is wrong with an address, if anything: its length first, so a long one is told the limit. */
+export function addressProblem(address: string): string | undefined {
+  if (longerThan(address, MAX_ADDRESS)) return `must be at most ${MAX_ADDRESS} characters`;
+  return isValidEmail(address) ? undefined : 'must be a valid email address';
+}
+
 /**
  * An address (or a term looked for in addresses) as it is matched, ignoring case: ASCII letters lowered,
  * nothing else. Addresses are ASCII; String#toLowerCase would also turn U+212A (KELVIN SIGN) into `k`, so a
@@ -66,11 +72,11 @@ export function parseMailbox(input: string): ParsedAddress | string {
   const value = input.trim();
   if (value === '') return 'must not be empty';
   const angle = splitAngle(value);
-  if (!angle) {
-    return isValidEmail(value) ? { name: undefined, address: value } : 'must be a valid email address';
-  }
+  if (!angle) return addressProblem(value) ?? { name: undefined, address: value };
   const rawName = angle.name.trim();
   const address = angle.address.trim();
+  // The address alone is bounded: the whole string may be within 254 with its name.
+  if (longerThan(address, MAX_ADDRESS)) return `address must be at most ${MAX_ADDRESS} characters`;
   if (!isValidEmail(address)) return 'must be a valid email address';
   let name = rawName;
   if (name.startsWith('"') && name.endsWith('"') && name.length >= 2) {
