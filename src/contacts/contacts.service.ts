@@ -204,11 +204,15 @@ export class ContactsService {
     if (by.id === undefined && by.email === undefined) {
       throw validationError([{ field: 'id', message: 'id or email is required' }]);
     }
+    const hint = plusHint(by.email);
     await this.store.write(async (trx) => {
-      const row = await this.getForWrite(trx, orgId, by);
+      const row = await this.getForWrite(trx, orgId, by, hint);
       // Both given: they must name the same contact. Deleting by the id alone could delete the wrong one.
       if (by.id !== undefined && by.email !== undefined && row.email_lower !== matchCase(by.email.trim())) {
-        throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id} with email ${by.email.trim()} not found`);
+        throw new AppError(
+          'CONTACT_NOT_FOUND',
+          `Contact ${by.id} with email ${by.email.trim()} not found${hint}`,
+        );
       }
       await repo.deleteContact(trx, row.id);
     });
@@ -218,12 +222,21 @@ export class ContactsService {
     trx: Executor,
     orgId: string,
     by: { id?: string | undefined; email?: string | undefined },
+    hint = '',
   ): Promise<ContactRow> {
     const row =
       by.id !== undefined
         ? await repo.findContactById(trx, orgId, by.id, { lock: true })
         : await repo.findContactByEmail(trx, orgId, by.email!.trim(), { lock: true });
-    if (!row) throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id ?? by.email} not found`);
+    if (!row) throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id ?? by.email} not found${hint}`);
     return row;
   }
+}
+
+/**
+ * A `+` in a query string arrives as a space, which no address holds: a delete of `?email=ann+news@…`
+ * is told why nothing matched.
+ */
+function plusHint(email: string | undefined): string {
+  return email?.trim().includes(' ') ? ' (a + in a query string is a space: write it as %2B)' : '';
 }

@@ -199,6 +199,21 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     expectError(long, 404, 'contacts');
   });
 
+  it('DELETE by an email whose + a query string made a space says so in its 404', async () => {
+    const plus = await createContact(t, auth, { email: 'ann+news@acme.test' });
+    const del = (url: string) => t.call({ method: 'DELETE', url, auth });
+    const spaced = await del('/api/v1/contacts?email=ann+news@acme.test');
+    expectError(spaced, 404, 'contacts');
+    expect(spaced.json().error).toBe(
+      'Contact ann news@acme.test not found (a + in a query string is a space: write it as %2B)',
+    );
+    const both = await del(`/api/v1/contacts?id=${plus.id}&email=ann+news@acme.test`);
+    expect(both.json().error).toMatch(/not found \(a \+ in a query string is a space: write it as %2B\)$/);
+    const missing = await del('/api/v1/contacts?email=nobody@acme.test');
+    expect(missing.json().error).toBe('Contact nobody@acme.test not found');
+    expect((await del('/api/v1/contacts?email=ann%2Bnews@acme.test')).statusCode).toBe(200);
+  });
+
   it('DELETE with both id and email deletes only a contact that has both', async () => {
     const a = await createContact(t, auth);
     const b = await createContact(t, auth);
