@@ -90,13 +90,14 @@ export interface DkimOptions {
 }
 
 /**
- * A subject nodemailer can fold into lines of at most 998 octets. It folds only at whitespace, so a subject
- * with a word of 900+ characters (the API allows 998), or a run of 60 spaces (folding would leave lines of
- * spaces alone, which readers shrink), goes as RFC 2047 encoded-words: they fold between words and decode to
- * the same text.
+ * A subject nodemailer can fold into lines of at most 998 octets, and that reads back as stored. It folds
+ * only at whitespace, so a subject with a word of 900+ characters (the API allows 998), or a run of 60
+ * spaces (folding would leave lines of spaces alone, which readers shrink), goes as RFC 2047 encoded-words:
+ * they fold between words and decode to the same text. So does one with a space or tab at either end, which
+ * parsers drop from a value written out.
  */
 export function foldableSubject(subject: string): string {
-  return /\S{900}|[ \t]{60}/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
+  return /\S{900}|[ \t]{60}|^[ \t]|[ \t]$/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
 }
 
 /**

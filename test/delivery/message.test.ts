@@ -115,6 +115,16 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     expect(valueOf('References')).toBe('<a@x.test> <b@y.test>');
   });
 
+  it('a subject with a space or tab at either end arrives with it', async () => {
+    const { t, sink, auth } = d;
+    // Parsers (and mail clients) drop a header value's edge whitespace unless it is encoded.
+    for (const subject of ['  padded  ', '\tTabbed', 'Trailing ', ' Grüße ']) {
+      const id = await sendEmail(t, auth, { to: 'ann@example.org', subject, text: 'x' });
+      expect((await settled(t, auth, id)).status).toBe('sent');
+      expect((await simpleParser(sink.messages.at(-1)!.raw)).subject).toBe(subject);
+    }
+  });
+
   it('round-trips unicode and never writes a line over 998 octets', async () => {
     const { t, sink, auth } = d;
     const subject = 'Grüße aus Zürich — 東京 🚀 ' + 'ü'.repeat(200);
