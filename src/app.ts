@@ -172,9 +172,14 @@ export async function buildApp(
   (app.server as typeof app.server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
 
   // A key revoked anywhere on the store (the CLI, another instance) is refused here at once.
-  const stopHearing = store.keyChanges.subscribe(() => {
+  const stopHearing = store.keyChanges.subscribe((event) => {
     services.keys.forget();
-    app.log.info('API keys changed on the store: kept key lookups dropped');
+    if (event === 'announced') app.log.info('API keys changed on the store: kept key lookups dropped');
+    else if (event === 'lost') {
+      app.log.warn(
+        'lost the store connection that hears of revoked keys: kept key lookups are dropped every second until it is back',
+      );
+    } else if (event === 'back') app.log.info('hearing of revoked keys again');
   });
   app.addHook('onClose', async () => stopHearing());
 

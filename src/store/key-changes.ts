@@ -4,29 +4,40 @@
 // - SQLite: a file beside the database, rewritten by the announcer and watched (inotify) by each server;
 // - PostgreSQL: NOTIFY on a channel each server LISTENs on, over a connection of its own.
 // Best effort on both: a server that misses the word (the watch or the connection lost) still drops its
-// lookups within KEY_CACHE_TTL_MS; one whose connection comes back drops them then.
+// lookups within KEY_CACHE_TTL_MS. On PostgreSQL, while the connection is lost, they are dropped at each
+// try to connect again, and once more when it listens again.
 import { type FSWatcher, closeSync, openSync, watch, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
 import { loadPg } from '../optional-packages.js';
 
+/**
+ * What a subscriber hears: on each, kept lookups may be stale and are dropped. `announced`: a process
+ * announced a change. Only on PostgreSQL: `lost`, once an outage, when the listening connection ended or
+ * could not be made; `unheard`, at each try to connect again (what was announced meanwhile is unknown);
+ * `back`, listening again.
+ */
+export type KeyChangeEvent = 'announced' | 'lost' | 'unheard' | 'back';
+
 export interface KeyChanges {
   /** Tells every process on the store, this one included, that keys changed; after the change committed. */
   announce(): Promise<void>;
-  /** Calls `fn` whenever any process announces; returns what stops it. */
-  subscribe(fn: () => void): () => void;
+  /** Calls `fn` whenever any process announces, or the word may have been missed; returns what stops it. */
+  subscribe(fn: (event: KeyChangeEvent) => void): () => void;
   close(): Promise<void>;
 }
 
+type Notify = (event: KeyChangeEvent) => void;
+
 /** Subscribers, and a listener started with the first of them and stopped after the last. */
-function subscribers(start: (notify: () => void) => () => void): {
-  subscribe(fn: () => void): () => void;
+function subscribers(start: (notify: Notify) => () => void): {
+  subscribe(fn: Notify): () => void;
   close(): void;
 } {
-  const fns = new Set<() => void>();
+  const fns = new Set<Notify>();
   let stop: (() => void) | undefined;
-  const notify = () => {
-    for (const fn of fns) fn();
+  const notify: Notify = (event) => {
+    for (const fn of fns) fn(event);
   };
   return {
     subscribe(fn) {
@@ -65,7 +76,7 @@ export function fileKeyChanges(dataDir: string): KeyChanges {
         make();
         // Not persistent: a watch alone does not keep a process alive.
         watcher = watch(file, { persistent: false }, (event) => {
-          notify();
+          notify('announced');
           // Replaced or deleted: the watch followed the old file; watch the path again.
           if (event === 'rename') restart();
         });
@@ -109,11 +120,13 @@ export function postgresKeyChanges(
     let client: pg.Client | undefined;
     let retry: NodeJS.Timeout | undefined;
     let stopped = false;
+    /** From a lost connection until LISTEN is in place again: told once each way. */
+    let outage = false;
     const connect = async () => {
       const c = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
       client = c;
       c.on('error', () => undefined);
-      c.on('notification', () => tell());
+      c.on('notification', () => tell('announced'));
       c.on('end', () => {
         if (client === c) reconnect();
       });
@@ -122,6 +135,11 @@ export function postgresKeyChanges(
       try {
         await c.connect();
         await c.query(`LISTEN ${CHANNEL}`);
+        if (outage && client === c) {
+          outage = false;
+          // Lookups kept since the last try may predate a change announced before LISTEN took.
+          tell('back');
+        }
       } catch {
         if (client === c) reconnect();
       }
@@ -131,10 +149,14 @@ export function postgresKeyChanges(
       client = undefined;
       void old?.end().catch(() => undefined);
       if (stopped) return;
+      if (!outage) {
+        outage = true;
+        tell('lost');
+      }
       clearTimeout(retry);
       retry = setTimeout(() => {
         // Whatever was announced while no connection listened is unknown: drop every lookup.
-        tell();
+        tell('unheard');
         void connect();
       }, RETRY_MS);
       retry.unref();

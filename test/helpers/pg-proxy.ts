@@ -41,6 +41,8 @@ export interface PgProxy {
   readonly connections: number;
   /** While true, new connections are taken and never answered, as by a host that went away. */
   unanswered: boolean;
+  /** While true, the database is gone: every connection is cut, those open when it is set included. */
+  down: boolean;
   close(): Promise<void>;
 }
 
@@ -58,9 +60,13 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   let connections = 0;
   /** Cut clients whose connection waits for cutNow(). */
   const waiting = new Set<net.Socket>();
-  const state = { unanswered: false };
+  const state = { unanswered: false, down: false };
   const server = net.createServer((client) => {
     connections++;
+    if (state.down) {
+      client.destroy();
+      return;
+    }
     if (state.unanswered) {
       sockets.add(client);
       client.on('error', () => undefined);
@@ -171,6 +177,13 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     set unanswered(value: boolean) {
       state.unanswered = value;
+    },
+    get down() {
+      return state.down;
+    },
+    set down(value: boolean) {
+      state.down = value;
+      if (value) for (const s of sockets) s.destroy();
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { fileKeyChanges, postgresKeyChanges } from '../../src/store/key-changes.js';
 import { eventually } from '../helpers/smtp.js';
 import { createTestDatabase, noPostgres } from '../helpers/stores.js';
+import { startPgProxy } from '../helpers/pg-proxy.js';
 import pg from 'pg';
 
 /** Counts what a subscriber hears. */
@@ -101,6 +102,47 @@ describe.skipIf(noPostgres())('key changes on PostgreSQL (NOTIFY)', () => {
       await server.close();
       await cli.close();
       await pool.end();
+      await db.drop();
+    }
+  });
+
+  it('tell of a lost listening connection once, drop lookups while it is lost, and tell when it is back', async () => {
+    const db = await createTestDatabase();
+    const proxy = await startPgProxy(db.url);
+    const server = postgresKeyChanges(proxy.url, async () => undefined);
+    const events: string[] = [];
+    const stop = server.subscribe((event) => events.push(event));
+    try {
+      await eventually(() => proxy.connections > 0, 10_000, 'the LISTEN connection');
+      await new Promise((r) => setTimeout(r, 300));
+      expect(events).toEqual([]);
+      // The database gone for several tries to connect again: one 'lost', an 'unheard' for each try.
+      proxy.down = true;
+      await eventually(() => events.filter((e) => e === 'unheard').length >= 3, 15_000, 'three tries');
+      proxy.down = false;
+      await eventually(() => events.includes('back'), 15_000, 'listening again');
+      expect(events[0]).toBe('lost');
+      expect(events.at(-1)).toBe('back');
+      expect(events.slice(1, -1).every((e) => e === 'unheard')).toBe(true);
+      // Listening again: a notification is heard as an announcement.
+      const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+      try {
+        await eventually(
+          async () => {
+            await pool.query(`select pg_notify('mailroom_keys', '')`);
+            return events.at(-1) === 'announced';
+          },
+          10_000,
+          'an announcement after the outage',
+        );
+      } finally {
+        await pool.end();
+      }
+      expect(events.filter((e) => e === 'lost' || e === 'back')).toEqual(['lost', 'back']);
+    } finally {
+      stop();
+      await server.close();
+      await proxy.close();
       await db.drop();
     }
   });
