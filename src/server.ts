@@ -31,6 +31,11 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
 
   const clock = await processClock(store, logger);
   const mailer = options.worker ? createMailer(config) : undefined;
+  if (mailer)
+    await prepare(mailer, async () => {
+      clock.stop?.();
+      await store.close();
+    });
   const worker = mailer ? createWorker(config, store, mailer, logger, clock) : undefined;
   if (mailer) logDelivery(config, mailer, logger);
   if (!options.worker && !config.mailFromGiven) {
@@ -95,10 +100,24 @@ function logMigrated(logger: Logger, { applied, warnings }: Migrated): void {
   for (const warning of warnings) logger.warn(warning);
 }
 
-/** Where delivered mail goes, said once at start-up by serve and worker alike (contract.md). */
+/** The mailer's start-up check (Mailer.prepare); when it fails, the mailer and what `close` closes are closed. */
+async function prepare(mailer: Mailer, close: () => Promise<void>): Promise<void> {
+  try {
+    await mailer.prepare?.();
+  } catch (err) {
+    await mailer.close();
+    await close();
+    throw err;
+  }
+}
+
+/**
+ * Where delivered mail goes, said once at start-up by serve and worker alike (contract.md). The outbox at
+ * `warn`: a deployment that forgot SMTP_URL and logs at `warn` would otherwise mark every email sent unseen.
+ */
 function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
   if (!config.smtpUrl)
-    logger.info(`no SMTP_URL: accepted mail is written to ${mailer.description} and marked sent`);
+    logger.warn(`no SMTP_URL: accepted mail is written to ${mailer.description} and marked sent`);
   else logger.info(`delivering through ${mailer.description}`);
 }
 
@@ -109,6 +128,10 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
   logMigrated(logger, migrated);
   const clock = await processClock(store, logger);
   const mailer = createMailer(config);
+  await prepare(mailer, async () => {
+    clock.stop?.();
+    await store.close();
+  });
   const worker = createWorker(config, store, mailer, logger, clock);
   logDelivery(config, mailer, logger);
   worker.start();

@@ -1,8 +1,8 @@
 // The Mailer used when no SMTP relay is configured: every message is written as a file, nothing is sent.
-import { mkdir, open, rename } from 'node:fs/promises';
+import { mkdir, open, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import nodemailer from 'nodemailer';
-import { checkDkim } from '../config.js';
+import { ConfigError, checkDkim } from '../config.js';
 import {
   type DeliveryResult,
   type DkimOptions,
@@ -26,6 +26,21 @@ export class FileOutboxMailer implements Mailer {
   ) {
     checkDkim(dkim);
     this.description = `file outbox ${dir}`;
+  }
+
+  /** The outbox made if missing, and a file written and removed in it. */
+  async prepare(): Promise<void> {
+    const probe = path.join(this.dir, `.write-check-${process.pid}`);
+    try {
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
+      await (await open(probe, 'w', 0o600)).close();
+      await unlink(probe);
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? (err as Error).message;
+      throw new ConfigError(
+        `DATA_DIR: cannot write the file outbox ${this.dir} (${code}); make it a writable directory, or set SMTP_URL`,
+      );
+    }
   }
 
   async send(message: OutgoingMessage): Promise<DeliveryResult> {

@@ -80,6 +80,11 @@ export interface Mailer {
    * DeliveryError a send would get. Absent where there is no relay to fail.
    */
   check?(): Promise<void>;
+  /**
+   * Checks at start-up what every send needs and a setting could deny (the file outbox's directory), so that
+   * start-up stops naming it instead of every email failing; rejects with a ConfigError.
+   */
+  prepare?(): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -405,6 +405,17 @@ describe('mailroom CLI with a DATABASE_URL whose server hangs up', () => {
   }, 30_000);
 });
 
+/** Runs the CLI to its end (20 s at most) and expects exit 1 with one stderr line matching `line`. */
+async function expectOneLineExit(args: string[], env: NodeJS.ProcessEnv, line: RegExp): Promise<void> {
+  const done = await run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env, timeout: 20_000 }).then(
+    () => ({ code: 0, signal: null, stderr: '' }),
+    (e: { code: number; signal: string | null; stderr: string }) => e,
+  );
+  expect(done.signal).toBeNull();
+  expect(done.code).toBe(1);
+  expect(done.stderr.trim().split('\n')).toEqual([expect.stringMatching(line)]);
+}
+
 describe('mailroom CLI with a DATA_DIR it cannot make', () => {
   // mkdir under /proc says ENOENT although /proc exists; Node's recursive mkdir retried that for ever,
   // a core busy, and the command never ended.
@@ -416,18 +427,25 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
     };
     delete env.DATABASE_URL;
     // A command that makes the store where there is none (orgs list would say there is none).
-    const done = await run(process.execPath, [...MAIN, 'orgs', 'create', '--name', 'x'], {
-      cwd: ROOT,
-      env,
-      timeout: 20_000,
-    }).then(
-      () => ({ code: 0, signal: null, stderr: '' }),
-      (e: { code: number; signal: string | null; stderr: string }) => e,
-    );
-    expect(done.signal).toBeNull();
-    expect(done.code).toBe(1);
-    expect(done.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^mailroom: DATA_DIR .*ENOENT/)]);
+    await expectOneLineExit(['orgs', 'create', '--name', 'x'], env, /^mailroom: DATA_DIR .*ENOENT/);
   }, 30_000);
+});
+
+describe('serve and worker with no SMTP_URL and a file outbox they cannot write', () => {
+  // Start-up said mail would be written there, then every email failed with EEXIST (helper-127).
+  it.each([['serve'], ['worker']])(
+    '%s exits 1 with one line naming DATA_DIR',
+    async (command) => {
+      const dataDir = scratchDir('outbox');
+      writeFileSync(path.join(dataDir, 'outbox'), 'a file where the outbox goes');
+      await expectOneLineExit(
+        [command],
+        baseEnv({ DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: '', SMTP_URL: '' }),
+        /^mailroom: DATA_DIR: cannot write the file outbox .*outbox \(EEXIST\)/,
+      );
+    },
+    30_000,
+  );
 });
 
 describe('mailroom: a stop signal to a one-off command', () => {
