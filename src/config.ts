@@ -134,7 +134,9 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
   try {
     parsed = new URL(raw);
   } catch {
-    throw new ConfigError(`${name} is not a valid URL`);
+    // `smtp://u:se#cret@h`: the fragment begins at the `#`, and `se` is no port.
+    const hint = cutCredentials(raw) ? ' (a "#", "?" or "/" in the user or password must be %-escaped)' : '';
+    throw new ConfigError(`${name} is not a valid URL${hint}`);
   }
   if (!protocols.includes(parsed.protocol)) {
     throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
@@ -155,15 +157,19 @@ function url(env: Env, name: string, protocols: string[], needsHost = false): st
   return raw;
 }
 
+/** Whether a `/`, `?` or `#` comes before an `@`: unescaped in a password, it cut the URL short there. */
+function cutCredentials(url: string): boolean {
+  return /[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''));
+}
+
 /**
  * What a URL held past where it should have ended, quoted for the error, unless `url` has an `@` after a
  * `/`, `?` or `#`: a password with one of those unescaped was cut short there, and none of it is repeated
  * (errors are logged).
  */
 function got(rest: string, url: string): string {
-  if (/[/?#][^@]*@/.test(url.replace(/^[a-z]+:\/\//i, ''))) {
+  if (cutCredentials(url))
     return ', got part of the user or password (a "#", "?" or "/" in it must be %-escaped)';
-  }
   // Not echoed: what follows the first "@" may be the rest of a password.
   if (rest.includes('@'))
     return ', got more than one "@" (an "@" in the user or password must be written %40)';
@@ -220,7 +226,12 @@ function readPemFile(name: string, file: string): string {
 function readPem(name: string, value: string): string {
   const text = value.includes('-----BEGIN') ? value : existsSync(value) ? readPemFile(name, value) : '';
   if (!text.includes('PRIVATE KEY-----')) {
-    throw new ConfigError(`${name} must be a PEM private key or the path to a PEM file`);
+    // The value is not repeated: it may be a key pasted without its PEM lines.
+    const why =
+      value.includes('-----BEGIN') || existsSync(value)
+        ? 'it holds no private key'
+        : 'it is no PEM key, and no file is at that path';
+    throw new ConfigError(`${name} must be a PEM private key or the path to a PEM file: ${why}`);
   }
   return text;
 }
@@ -306,7 +317,8 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
 
   const config: Config = {
     port: int(env, 'PORT', 3000, 0, 65535),
-    host: env.HOST?.trim() || '0.0.0.0',
+    // An IPv6 address as URLs write it (`[::1]`) is the address.
+    host: env.HOST?.trim().replace(/^\[(.*)\]$/, '$1') || '0.0.0.0',
     dataDir: path.resolve(env.DATA_DIR?.trim() || './data'),
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10, 1, 1000),

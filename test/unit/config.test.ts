@@ -133,6 +133,11 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ EMAIL_RETENTION_DAYS: '45' }).emailRetentionDays).toBe(45);
   });
 
+  it('takes an IPv6 HOST with or without the brackets URLs put around it', () => {
+    expect(loadConfig({ HOST: '[::1]' }).host).toBe('::1');
+    expect(loadConfig({ HOST: '::1' }).host).toBe('::1');
+  });
+
   it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
     const config = loadConfig({ PORT: ' ', RATE_LIMIT_PER_MINUTE: '', HOST: ' ', LOG_LEVEL: 'WARN' });
     expect(config).toMatchObject({ port: 3000, rateLimitPerMinute: 600, host: '0.0.0.0', logLevel: 'warn' });
@@ -184,6 +189,11 @@ describe('configuration from the environment', () => {
     // Pasted with a space in front, it is read as it would be used: trimmed (a space let it pass unchecked).
     [{ SMTP_URL: ' smtp://relay:25/?pool=true', MAIL_FROM: 'a@b.test' }, 'got "/?pool=true" after them'],
     [{ SMTP_URL: 'smtp://relay#x', MAIL_FROM: 'a@b.test' }, 'got "#x" after them'],
+    // A "#" in the password ends the URL's authority there: `se` is no port, and the URL no URL.
+    [
+      { SMTP_URL: 'smtp://u:se#cret@relay:25', MAIL_FROM: 'a@b.test' },
+      'SMTP_URL is not a valid URL (a "#", "?" or "/" in the user or password must be %-escaped)',
+    ],
     [{ SMTP_URL: 'smtp://relay:25?', MAIL_FROM: 'a@b.test' }, 'got "?" after them'],
     [{ SMTP_URL: 'smtp://u:p@[::1]:25/?x', MAIL_FROM: 'a@b.test' }, 'got "/?x" after them'],
     // Not a word of the password after its "@" (it went to stderr and the logs).
@@ -203,7 +213,12 @@ describe('configuration from the environment', () => {
     [{ PORT: '99999999999999999999' }, 'got 99999999999999999999'],
     [
       { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: '/no/such/key.pem' },
-      'DKIM_PRIVATE_KEY must be a PEM private key or the path to a PEM file',
+      'DKIM_PRIVATE_KEY must be a PEM private key or the path to a PEM file: it is no PEM key, and no file is at that path',
+    ],
+    [
+      // A file that holds no key, or a key pasted without its PEM lines (never repeated in the error).
+      { DKIM_DOMAIN: 'acme.test', DKIM_SELECTOR: 's1', DKIM_PRIVATE_KEY: '-----BEGIN CERTIFICATE-----' },
+      'DKIM_PRIVATE_KEY must be a PEM private key or the path to a PEM file: it holds no private key',
     ],
     [
       // A directory exists but cannot be read as a file.
