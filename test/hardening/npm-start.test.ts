@@ -16,38 +16,48 @@ const ROOT = path.resolve(import.meta.dirname, '../..');
 const serverEnv = (dataDir: string, extra: Record<string, string> = {}) =>
   baseEnv({ DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', ...extra });
 
-it('npm start: SIGTERM to npm stops the server, which exits 0', async () => {
-  const env = serverEnv(scratchDir('npm-start'));
-  const npm = tracked(
-    spawn('npm', ['start', '--silent', '--', '--json'], { cwd: ROOT, env, stdio: 'pipe', detached: true }),
-    { group: true },
-  );
-  let out = '';
-  let err = '';
-  npm.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-  npm.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-  const exited = new Promise<number | null>((resolve) => npm.once('exit', (code) => resolve(code)));
-  try {
-    await eventually(
-      () => {
-        if (npm.exitCode !== null)
-          throw new Error(`npm start exited ${npm.exitCode} before listening:\n${out}${err}`);
-        return out.includes('"listening"');
-      },
-      60_000,
-      () => `the server listening; it said:\n${out}${err}`,
+// `npm run dev` too (npm → sh -c → tsx → node): without exec, tsx and the server were left running.
+it.each([[['start']], [['run', 'dev']]])(
+  'npm %j: SIGTERM to npm stops the server, which exits 0',
+  async (script) => {
+    const env = serverEnv(scratchDir('npm-start'));
+    const npm = tracked(
+      spawn('npm', [...script, '--silent', '--', '--json'], {
+        cwd: ROOT,
+        env,
+        stdio: 'pipe',
+        detached: true,
+      }),
+      { group: true },
     );
-    const { port } = JSON.parse(out.trim().split('\n').at(-1)!) as { port: number };
-    const health = `http://127.0.0.1:${port}/health`;
-    expect((await fetch(health)).status).toBe(200);
-    npm.kill('SIGTERM');
-    expect(await exited).toBe(0);
-    // Nothing answers on the port any more: no server left behind.
-    await expect(fetch(health)).rejects.toThrow();
-  } finally {
-    npm.kill('SIGKILL');
-  }
-}, 90_000);
+    let out = '';
+    let err = '';
+    npm.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    npm.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => npm.once('exit', (code) => resolve(code)));
+    try {
+      await eventually(
+        () => {
+          if (npm.exitCode !== null)
+            throw new Error(`npm ${script.join(' ')} exited ${npm.exitCode} before listening:\n${out}${err}`);
+          return out.includes('"listening"');
+        },
+        60_000,
+        () => `the server listening; it said:\n${out}${err}`,
+      );
+      const { port } = JSON.parse(out.trim().split('\n').at(-1)!) as { port: number };
+      const health = `http://127.0.0.1:${port}/health`;
+      expect((await fetch(health)).status).toBe(200);
+      npm.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      // Nothing answers on the port any more: no server left behind.
+      await expect(fetch(health)).rejects.toThrow();
+    } finally {
+      npm.kill('SIGKILL');
+    }
+  },
+  90_000,
+);
 
 it('serve: a SIGTERM while it starts stops it once started, with exit 0', async () => {
   const env = serverEnv(scratchDir('early-term'));
