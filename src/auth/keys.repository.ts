@@ -18,12 +18,18 @@ export function listKeys(db: Executor, organizationId: string | undefined): Prom
   return q.orderBy('created_at').orderBy('id').execute();
 }
 
-export async function revokeKey(db: Executor, id: string, at: string): Promise<ApiKeyRow | undefined> {
-  await db
+/** Revokes the key unless it was already; `revoked` says whether this call did. */
+export async function revokeKey(
+  db: Executor,
+  id: string,
+  at: string,
+): Promise<{ row: ApiKeyRow; revoked: boolean } | undefined> {
+  const updated = await db
     .updateTable('api_keys')
     .set({ revoked_at: at })
     .where('id', '=', id)
     .where('revoked_at', 'is', null)
-    .execute();
-  return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst();
+    .executeTakeFirst();
+  const row = await db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst();
+  return row && { row, revoked: updated.numUpdatedRows > 0n };
 }

@@ -86,15 +86,18 @@ export class KeysService {
     return (await repo.listKeys(this.store.db, organizationId)).map(toInfo);
   }
 
-  async revoke(id: string): Promise<ApiKeyInfo> {
+  /** Revokes a key; `already` when it had been revoked before (its revokedAt is then that time). */
+  async revoke(id: string): Promise<{ key: ApiKeyInfo; already: boolean }> {
     const now = this.clock.now().toISOString();
-    const row = await this.store.write((trx) => repo.revokeKey(trx, id, now));
-    if (!row) throw new AppError('NOT_FOUND', `API key ${id} not found`);
-    this.forget();
-    // Committed: every server of the store, this one included if it listens, now drops its lookups.
-    // Unheard, they still expire within KEY_CACHE_TTL_MS.
-    await this.store.keyChanges.announce().catch(() => undefined);
-    return toInfo(row);
+    const found = await this.store.write((trx) => repo.revokeKey(trx, id, now));
+    if (!found) throw new AppError('NOT_FOUND', `API key ${id} not found`);
+    if (found.revoked) {
+      this.forget();
+      // Committed: every server of the store, this one included if it listens, now drops its lookups.
+      // Unheard, they still expire within KEY_CACHE_TTL_MS.
+      await this.store.keyChanges.announce().catch(() => undefined);
+    }
+    return { key: toInfo(found.row), already: !found.revoked };
   }
 
   /** Drops every kept lookup: keys changed, here or in another process (buildApp subscribes it). */

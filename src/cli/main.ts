@@ -365,8 +365,14 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
         throw new UsageError('keys revoke needs the id of the key: mailroom keys revoke KEY_ID');
       }
       const id = arg.trim();
-      const key = await withServices((s) => s.keys.revoke(id), { existing: true });
-      print(json, key, `revoked ${key.id} (${key.name})`);
+      const { key, already } = await withServices((s) => s.keys.revoke(id), { existing: true });
+      print(
+        json,
+        key,
+        already
+          ? `${key.id} (${key.name}) was already revoked at ${key.revokedAt}`
+          : `revoked ${key.id} (${key.name})`,
+      );
       return;
     }
     default:

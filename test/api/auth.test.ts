@@ -147,7 +147,7 @@ describe.each(storeKinds())('auth on %s', (kind) => {
     const { auth: key, keyId } = await t.newKey();
     const get = () => t.call({ method: 'GET', url: '/api/v1/lists', auth: key });
     expect((await get()).statusCode).toBe(200);
-    await t.services.keys.revoke(keyId);
+    expect((await t.services.keys.revoke(keyId)).already).toBe(false);
     // The key cache reads the injected clock (systemClock: new Date()), so Date moves on; timers stay real.
     vi.setSystemTime(Date.now() + 5_000);
     expectError(await get(), 401, 'contacts');

@@ -111,6 +111,11 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
       expect(revoked.code).toBe(0);
       expect(revoked.json).toMatchObject({ id: created.json.id });
       expect(revoked.json.revokedAt).toMatch(ISO_MS);
+      // Again: the same record, said to have been revoked before.
+      const again = await cliText('keys', 'revoke', String(created.json.id));
+      expect(again.stdout.trim()).toBe(
+        `${String(created.json.id)} (${String(created.json.name)}) was already revoked at ${String(revoked.json.revokedAt)}`,
+      );
       const fresh = await createTestApp(kind, {}, ts);
       expect((await fresh.call({ method: 'GET', url: '/api/v1/lists', auth })).statusCode).toBe(401);
       await fresh.app.close();
