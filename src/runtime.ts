@@ -147,7 +147,8 @@ export async function createRedis(config: Config, logger: Logger): Promise<Redis
     down = 'unreachable';
   });
   redis.on('ready', () => {
-    if (down && !refused) logger.info('Redis reachable again: rate limits are shared');
+    if (down && !refused)
+      logger.info('Redis reachable again: rate limits are shared from the next request it answers');
     down = undefined;
   });
   // Until it answers, or fails to. SELECT goes before the ready check, so its refusal comes first.
