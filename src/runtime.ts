@@ -9,7 +9,7 @@ import { loadIoredis } from './optional-packages.js';
 import type { Logger } from 'pino';
 import { type Clock, uuidIds } from './clock.js';
 import { type Config, ConfigError } from './config.js';
-import { FileOutboxMailer } from './delivery/file-outbox.js';
+import { FileOutboxMailer, checkOutbox } from './delivery/file-outbox.js';
 import type { Mailer } from './delivery/mailer.js';
 import { SmtpMailer } from './delivery/smtp-mailer.js';
 import { DeliveryWorker } from './delivery/worker.js';
@@ -64,7 +64,14 @@ export function createMailer(config: Config): Mailer {
     const { smtpUrl: url, smtpRequireTls: requireTls, dkim } = config;
     return new SmtpMailer({ url, requireTls, dkim, maxConnections });
   }
-  return new FileOutboxMailer(path.join(config.dataDir, 'outbox'), config.dkim);
+  return new FileOutboxMailer(outboxDir(config), config.dkim);
+}
+
+const outboxDir = (config: Config): string => path.join(config.dataDir, 'outbox');
+
+/** With no SMTP_URL, that the file outbox can be written (checkOutbox): what a worker needs of the disk. */
+export async function checkDelivery(config: Config): Promise<void> {
+  if (!config.smtpUrl) await checkOutbox(outboxDir(config));
 }
 
 export function createWorker(

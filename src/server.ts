@@ -6,7 +6,14 @@ import type { Mailer } from './delivery/mailer.js';
 import { takeStartSignal } from './cli/start-signals.js';
 import { processClock } from './store/store-clock.js';
 import { createLogger } from './logger.js';
-import { createMailer, createRedis, createWorker, listenAddress, listenError } from './runtime.js';
+import {
+  checkDelivery,
+  createMailer,
+  createRedis,
+  createWorker,
+  listenAddress,
+  listenError,
+} from './runtime.js';
 import { openMigratedStore } from './store/from-config.js';
 import type { Migrated } from './store/store.js';
 
@@ -20,8 +27,10 @@ export interface ServeOptions {
 export async function serve(config: Config, options: ServeOptions): Promise<{ host: string; port: number }> {
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
-  // A HOST that is not this machine's, or a PORT in use, stops start-up before the store is touched.
+  // A HOST that is not this machine's, a PORT in use, or an outbox it cannot write stops start-up before the
+  // store is touched.
   const host = await listenAddress(config);
+  if (options.worker) await checkDelivery(config);
   const { store, ...migrated } = await openMigratedStore(config, { logger });
   logMigrated(logger, migrated);
   logger.info(
@@ -31,11 +40,6 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
 
   const clock = await processClock(store, logger);
   const mailer = options.worker ? createMailer(config) : undefined;
-  if (mailer)
-    await prepare(mailer, async () => {
-      clock.stop?.();
-      await store.close();
-    });
   const worker = mailer ? createWorker(config, store, mailer, logger, clock) : undefined;
   if (mailer) logDelivery(config, mailer, logger);
   if (!options.worker && !config.mailFromGiven) {
@@ -100,17 +104,6 @@ function logMigrated(logger: Logger, { applied, warnings }: Migrated): void {
   for (const warning of warnings) logger.warn(warning);
 }
 
-/** The mailer's start-up check (Mailer.prepare); when it fails, the mailer and what `close` closes are closed. */
-async function prepare(mailer: Mailer, close: () => Promise<void>): Promise<void> {
-  try {
-    await mailer.prepare?.();
-  } catch (err) {
-    await mailer.close();
-    await close();
-    throw err;
-  }
-}
-
 /**
  * Where delivered mail goes, said once at start-up by serve and worker alike (contract.md). The outbox at
  * `warn`: a deployment that forgot SMTP_URL and logs at `warn` would otherwise mark every email sent unseen.
@@ -124,14 +117,11 @@ function logDelivery(config: Config, mailer: Mailer, logger: Logger): void {
 export async function runWorker(config: Config, options: { json?: boolean } = {}): Promise<void> {
   const logger = createLogger(config, options.json);
   const signals = holdSignals(logger);
+  await checkDelivery(config);
   const { store, ...migrated } = await openMigratedStore(config, { logger, use: 'worker' });
   logMigrated(logger, migrated);
   const clock = await processClock(store, logger);
   const mailer = createMailer(config);
-  await prepare(mailer, async () => {
-    clock.stop?.();
-    await store.close();
-  });
   const worker = createWorker(config, store, mailer, logger, clock);
   logDelivery(config, mailer, logger);
   worker.start();

@@ -1,8 +1,10 @@
 // The Mailer used when no SMTP relay is configured: every message is written as a file, nothing is sent.
+import { randomUUID } from 'node:crypto';
 import { mkdir, open, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import nodemailer from 'nodemailer';
 import { ConfigError, checkDkim } from '../config.js';
+import { makeDirectory } from '../make-directory.js';
 import {
   type DeliveryResult,
   type DkimOptions,
@@ -10,6 +12,25 @@ import {
   type OutgoingMessage,
   mailOptions,
 } from './mailer.js';
+
+/**
+ * Checked at start-up, before the store, so that a server or worker stops naming DATA_DIR rather than fail
+ * every email: the outbox made if missing, and a file of a name no other process uses made and removed in it
+ * (`wx`: never through a link planted there).
+ */
+export async function checkOutbox(dir: string): Promise<void> {
+  const probe = path.join(dir, `.write-check-${randomUUID()}`);
+  try {
+    makeDirectory(dir);
+    await (await open(probe, 'wx', 0o600)).close();
+    await unlink(probe);
+  } catch (err) {
+    const code = (err as { code?: string }).code ?? (err as Error).message;
+    throw new ConfigError(
+      `DATA_DIR: cannot write the file outbox ${dir} (${code}); make it a writable directory, or set SMTP_URL`,
+    );
+  }
+}
 
 /** Writes each message as DATA_DIR/outbox/<id>.eml (synced, then renamed into place) and calls it sent. */
 export class FileOutboxMailer implements Mailer {
@@ -28,22 +49,8 @@ export class FileOutboxMailer implements Mailer {
     this.description = `file outbox ${dir}`;
   }
 
-  /** The outbox made if missing, and a file written and removed in it. */
-  async prepare(): Promise<void> {
-    const probe = path.join(this.dir, `.write-check-${process.pid}`);
-    try {
-      await mkdir(this.dir, { recursive: true, mode: 0o700 });
-      await (await open(probe, 'w', 0o600)).close();
-      await unlink(probe);
-    } catch (err) {
-      const code = (err as { code?: string }).code ?? (err as Error).message;
-      throw new ConfigError(
-        `DATA_DIR: cannot write the file outbox ${this.dir} (${code}); make it a writable directory, or set SMTP_URL`,
-      );
-    }
-  }
-
   async send(message: OutgoingMessage): Promise<DeliveryResult> {
+    // Made again if removed since start-up (checkOutbox).
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const info = await this.transport.sendMail(mailOptions(message, this.dkim));
     const file = path.join(this.dir, `${message.id}.eml`);

@@ -80,11 +80,6 @@ export interface Mailer {
    * DeliveryError a send would get. Absent where there is no relay to fail.
    */
   check?(): Promise<void>;
-  /**
-   * Checks at start-up what every send needs and a setting could deny (the file outbox's directory), so that
-   * start-up stops naming it instead of every email failing; rejects with a ConfigError.
-   */
-  prepare?(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -102,8 +97,16 @@ export interface DkimOptions {
  * parsers drop from a value written out.
  */
 export function foldableSubject(subject: string): string {
-  return /\S{900}|[ \t]{60}|^[ \t]|[ \t]$/.test(subject) ? encodeWord(subject, 'Q', 52) : literal(subject);
+  return /\S{900}/.test(subject) || READERS_CHANGE.test(subject)
+    ? encodeWord(subject, 'Q', 52)
+    : literal(subject);
 }
+
+/**
+ * Whitespace that readers change in a header value written out: dropped at either end, a run of 60 folded
+ * into lines of spaces alone.
+ */
+const READERS_CHANGE = /^[ \t]|[ \t]$|[ \t]{60}/;
 
 /**
  * A subject holding what reads as a MIME encoded-word (`=?UTF-8?B?SGFja2Vk?=`) is itself encoded, or mail
@@ -140,7 +143,7 @@ const MESSAGE_ID_HEADERS = new Set(['in-reply-to', 'references']);
 
 /** Whether a text reads back as written in a header: printable ASCII with nothing parsers change. */
 function writable(text: string): boolean {
-  return isPrintableAscii(text) && !text.includes('=?') && !/^[ \t]|[ \t]$|[ \t]{60}/.test(text);
+  return isPrintableAscii(text) && !text.includes('=?') && !READERS_CHANGE.test(text);
 }
 
 /**

@@ -1,6 +1,6 @@
 // Store on SQLite (store.ts): the database file under DATA_DIR, a writer whose commits are shared (group
 // commit), a separate reader, and the threads that checkpoint the WAL and keep the search index.
-import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
+import { closeSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { Sqlite, useWal, withSmallCache, withStatementCache } from './sqlite-driver.js';
@@ -17,6 +17,7 @@ import { SEARCH_FILE, attachSearchFile, openSearchFile } from '../search/search-
 import { type IndexingThread, lendReaderBeside, startSearchIndexer } from '../search/search-indexer.js';
 import { fileKeyChanges } from './key-changes.js';
 import type { Store, StoreOptions } from './store.js';
+import { makeDirectory } from '../make-directory.js';
 
 function openSqlite(file: string, synchronous: string, readonly: boolean): BetterSqlite3.Database {
   const conn = new Sqlite(file);
@@ -29,23 +30,6 @@ function openSqlite(file: string, synchronous: string, readonly: boolean): Bette
     withSmallCache(conn);
   }
   return withStatementCache(conn);
-}
-
-/**
- * mkdir -p, one level at a time. Node's `recursive` option loops for ever, a core busy, where mkdir says
- * ENOENT although the parent exists (`/proc/x`): it takes that as "make the parent first", again and again.
- */
-function makeDirectory(dir: string): void {
-  const missing: string[] = [];
-  for (let d = dir; !existsSync(d) && path.dirname(d) !== d; d = path.dirname(d)) missing.push(d);
-  for (const d of missing.reverse()) {
-    try {
-      mkdirSync(d, { mode: 0o700 });
-    } catch (err) {
-      // Made meanwhile by another process starting on the same DATA_DIR.
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-  }
 }
 
 /** The SQLite database file of a DATA_DIR. */

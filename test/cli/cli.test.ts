@@ -437,7 +437,8 @@ describe('mailroom CLI with a DATA_DIR it cannot make', () => {
 });
 
 describe('serve and worker with no SMTP_URL and a file outbox they cannot write', () => {
-  // Start-up said mail would be written there, then every email failed with EEXIST (helper-127).
+  // Start-up said mail would be written there, then every email failed with EEXIST (helper-127). Now
+  // start-up stops before the store is opened.
   it.each([['serve'], ['worker']])(
     '%s exits 1 with one line naming DATA_DIR',
     async (command) => {
@@ -446,8 +447,9 @@ describe('serve and worker with no SMTP_URL and a file outbox they cannot write'
       await expectOneLineExit(
         [command],
         baseEnv({ DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: '', SMTP_URL: '' }),
-        /^mailroom: DATA_DIR: cannot write the file outbox .*outbox \(EEXIST\)/,
+        /^mailroom: DATA_DIR: cannot write the file outbox .*outbox \(ENOTDIR\)/,
       );
+      expect(existsSync(path.join(dataDir, 'mailroom.sqlite'))).toBe(false);
     },
     30_000,
   );
