@@ -11,6 +11,7 @@ import Fastify, {
 } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Permission } from './auth/keys.js';
+import { KEY_CACHE_TTL_MS } from './auth/keys.service.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
 import { AppError } from './errors.js';
@@ -177,7 +178,7 @@ export async function buildApp(
     if (event === 'announced') app.log.info('API keys changed on the store: kept key lookups dropped');
     else if (event === 'lost') {
       app.log.warn(
-        'lost the store connection that hears of revoked keys: kept key lookups are dropped every second until it is back',
+        `not listening on the store for revoked keys (its connection lost or refused): kept key lookups are dropped at each try to reconnect, and expire within ${KEY_CACHE_TTL_MS / 1000} s`,
       );
     } else if (event === 'back') app.log.info('hearing of revoked keys again');
   });

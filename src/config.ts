@@ -4,7 +4,7 @@
 import { type KeyObject, createPrivateKey } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { isIP } from 'node:net';
+import { isIP, isIPv6 } from 'node:net';
 import { domainToASCII } from 'node:url';
 import { parseConfiguredMailbox } from './validation/addresses.js';
 
@@ -212,6 +212,13 @@ function redisKeyPrefix(env: Env): string {
   return raw;
 }
 
+/** HOST, trimmed; an IPv6 address as URLs write it (`[::1]`) is the address, and only such an address. */
+function listenHost(value: string | undefined): string {
+  const host = value?.trim() || '0.0.0.0';
+  const inner = /^\[(.*)\]$/.exec(host)?.[1];
+  return inner !== undefined && isIPv6(inner) ? inner : host;
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 function readPemFile(name: string, file: string): string {
@@ -224,13 +231,12 @@ function readPemFile(name: string, file: string): string {
 }
 
 function readPem(name: string, value: string): string {
-  const text = value.includes('-----BEGIN') ? value : existsSync(value) ? readPemFile(name, value) : '';
+  const pem = value.includes('-----BEGIN');
+  const file = !pem && existsSync(value);
+  const text = pem ? value : file ? readPemFile(name, value) : '';
   if (!text.includes('PRIVATE KEY-----')) {
     // The value is not repeated: it may be a key pasted without its PEM lines.
-    const why =
-      value.includes('-----BEGIN') || existsSync(value)
-        ? 'it holds no private key'
-        : 'it is no PEM key, and no file is at that path';
+    const why = pem || file ? 'it holds no private key' : 'it is no PEM key, and no file is at that path';
     throw new ConfigError(`${name} must be a PEM private key or the path to a PEM file: ${why}`);
   }
   return text;
@@ -317,8 +323,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
 
   const config: Config = {
     port: int(env, 'PORT', 3000, 0, 65535),
-    // An IPv6 address as URLs write it (`[::1]`) is the address.
-    host: env.HOST?.trim().replace(/^\[(.*)\]$/, '$1') || '0.0.0.0',
+    host: listenHost(env.HOST),
     dataDir: path.resolve(env.DATA_DIR?.trim() || './data'),
     databaseUrl: url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10, 1, 1000),

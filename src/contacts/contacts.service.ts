@@ -228,7 +228,11 @@ export class ContactsService {
       by.id !== undefined
         ? await repo.findContactById(trx, orgId, by.id, { lock: true })
         : await repo.findContactByEmail(trx, orgId, by.email!.trim(), { lock: true });
-    if (!row) throw new AppError('CONTACT_NOT_FOUND', `Contact ${by.id ?? by.email} not found${hint}`);
+    if (!row) {
+      const name = by.id ?? by.email;
+      // The hint is the email's: looked up by id, its spaces played no part.
+      throw new AppError('CONTACT_NOT_FOUND', `Contact ${name} not found${by.id === undefined ? hint : ''}`);
+    }
     return row;
   }
 }

@@ -72,7 +72,11 @@ export function parseMailbox(input: string): ParsedAddress | string {
   const value = input.trim();
   if (value === '') return 'must not be empty';
   const angle = splitAngle(value);
-  if (!angle) return addressProblem(value) ?? { name: undefined, address: value };
+  if (!angle) {
+    // Told the limit only if it reads as one address: `Name <a@b.example` (no `>`) is no address too long.
+    if (/[\s<>"]/.test(value)) return 'must be a valid email address';
+    return addressProblem(value) ?? { name: undefined, address: value };
+  }
   const rawName = angle.name.trim();
   const address = angle.address.trim();
   // The address alone is bounded: the whole string may be within 254 with its name.

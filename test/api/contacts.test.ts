@@ -209,6 +209,8 @@ describe.each(storeKinds())('contacts on %s', (kind) => {
     );
     const both = await del(`/api/v1/contacts?id=${plus.id}&email=ann+news@acme.test`);
     expect(both.json().error).toMatch(/not found \(a \+ in a query string is a space: write it as %2B\)$/);
+    const unknownId = await del('/api/v1/contacts?id=nobody&email=ann+news@acme.test');
+    expect(unknownId.json().error).toBe('Contact nobody not found');
     const missing = await del('/api/v1/contacts?email=nobody@acme.test');
     expect(missing.json().error).toBe('Contact nobody@acme.test not found');
     expect((await del('/api/v1/contacts?email=ann%2Bnews@acme.test')).statusCode).toBe(200);

@@ -136,6 +136,9 @@ describe('configuration from the environment', () => {
   it('takes an IPv6 HOST with or without the brackets URLs put around it', () => {
     expect(loadConfig({ HOST: '[::1]' }).host).toBe('::1');
     expect(loadConfig({ HOST: '::1' }).host).toBe('::1');
+    // Brackets around anything else are left for the listen check to refuse, not taken as every address.
+    expect(loadConfig({ HOST: '[]' }).host).toBe('[]');
+    expect(loadConfig({ HOST: '[127.0.0.1]' }).host).toBe('[127.0.0.1]');
   });
 
   it('takes a blank value as unset, for numbers as for the rest, and log levels in any case', () => {
