@@ -53,7 +53,12 @@ it.each([[['start']], [['run', 'dev']]])(
       // Nothing answers on the port any more: no server left behind.
       await expect(fetch(health)).rejects.toThrow();
     } finally {
-      npm.kill('SIGKILL');
+      // The whole group: a server npm left running (the fault this tests for) outlives npm's own exit.
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
     }
   },
   90_000,
