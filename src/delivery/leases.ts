@@ -94,10 +94,9 @@ export class Leases {
         holding: [...this.held],
       });
       if (emails.length === 0) return [];
-      const recipients = await queue.recipientsOf(
-        trx,
-        emails.map((e) => e.id),
-      );
+      const ids = emails.map((e) => e.id);
+      const recipients = await queue.recipientsOf(trx, ids);
+      const bodies = new Map((await queue.bodiesOf(trx, ids)).map((b) => [b.id, b]));
       await insertEvents(
         trx,
         emails.map((e) => ({
@@ -109,7 +108,11 @@ export class Leases {
         })),
       );
       return emails.map((email) => ({
-        email,
+        email: {
+          ...email,
+          html: bodies.get(email.id)?.html ?? null,
+          text: bodies.get(email.id)?.text ?? null,
+        },
         recipients: recipients.filter((r) => r.email_id === email.id),
         leaseUntil: until,
       }));

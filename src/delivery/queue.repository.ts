@@ -3,8 +3,9 @@
 // leaves its rows due again once the lease runs out.
 import { type DialectName, dialectOf } from '../store/dialect.js';
 import type { EmailRow } from '../store/schema.js';
+import { sql } from '../store/kysely.js';
 import type { Executor } from '../store/store.js';
-import type { RecipientRow } from '../emails/emails.repository.js';
+import { type RecipientRow, SUMMARY_FIELDS } from '../emails/emails.repository.js';
 import { rowCount } from '../store/prepared.js';
 
 /**
@@ -16,7 +17,7 @@ export async function claimDue(
   db: Executor,
   dialect: DialectName,
   opts: { now: string; leaseUntil: string; owner: string; limit: number; holding?: readonly string[] },
-): Promise<EmailRow[]> {
+): Promise<ClaimedRow[]> {
   let due = db
     .selectFrom('emails')
     .select('id')
@@ -41,7 +42,40 @@ export async function claimDue(
       updated_at: opts.now,
     }))
     .where('id', 'in', due)
-    .returningAll()
+    .returning(CLAIMED_COLUMNS)
+    .execute();
+}
+
+/** An email's row as claimed: its bodies are read apart (bodiesOf), not copied by each claim. */
+const CLAIMED_COLUMNS = [
+  ...SUMMARY_FIELDS,
+  'organization_id',
+  'headers',
+  'message_id',
+  'next_attempt_at',
+  'lease_until',
+  'lease_owner',
+] as const;
+export type ClaimedRow = Omit<EmailRow, 'html' | 'text'>;
+
+/**
+ * The bodies of these emails: in email_bodies from 0018 on, in the emails row for those accepted before
+ * (migrations-0018.ts).
+ */
+export function bodiesOf(
+  db: Executor,
+  emailIds: string[],
+): Promise<{ id: string; html: string | null; text: string | null }[]> {
+  if (emailIds.length === 0) return Promise.resolve([]);
+  return db
+    .selectFrom('emails as e')
+    .leftJoin('email_bodies as b', 'b.email_id', 'e.id')
+    .select([
+      'e.id',
+      sql<string | null>`coalesce(b.html, e.html)`.as('html'),
+      sql<string | null>`coalesce(b.text, e.text)`.as('text'),
+    ])
+    .where('e.id', 'in', emailIds)
     .execute();
 }
 

@@ -25,7 +25,7 @@ export type EventRow = Selectable<EmailEventsTable>;
  * The columns an email's API summary shows (a page of emails, or one email with its recipients and
  * events). Bodies and headers are left out: they may be large, and reading them per row costs for nothing.
  */
-const SUMMARY_FIELDS = [
+export const SUMMARY_FIELDS = [
   'id',
   'status',
   'from_address',
@@ -42,10 +42,12 @@ const SUMMARY_FIELDS = [
 ] as const;
 export type EmailSummaryRow = Pick<EmailRow, (typeof SUMMARY_FIELDS)[number]>;
 
-/** An accepted email's rows, parents first. */
+/** An accepted email's rows, parents first; its bodies in email_bodies, out of the row its status rewrites. */
 function emailRows(row: NewEmail, recipients: RecipientRow[], events: EventRow[]): AppendRows<Database>[] {
+  const { html = null, text = null } = row;
   return [
-    { table: 'emails', rows: [row] },
+    { table: 'emails', rows: [{ ...row, html: null, text: null }] },
+    { table: 'email_bodies', rows: [{ email_id: row.id, html, text }] },
     { table: 'email_recipients', rows: recipients },
     { table: 'email_events', rows: events },
   ];

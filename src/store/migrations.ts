@@ -21,6 +21,7 @@ import { listCountsPerStatement } from './migrations-0014.js';
 import { addressChunksByDomain } from './migrations-0015.js';
 import { contactAddressesOnPostgres } from './migrations-0016.js';
 import { noBlankContactTags } from './migrations-0017.js';
+import { emailBodies } from './migrations-0018.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -302,6 +303,7 @@ class StaticProvider implements MigrationProvider {
       '0015_address_chunks_by_domain': addressChunksByDomain(this.dialect),
       '0016_contact_addresses': contactAddressesOnPostgres(this.dialect),
       '0017_no_blank_contact_tags': noBlankContactTags(this.dialect),
+      '0018_email_bodies': emailBodies(),
     };
   }
 }

@@ -83,6 +83,7 @@ export interface EmailsTable {
   bcc_addresses: string;
   reply_to: string;
   subject: string;
+  /** Null from 0018 on: the bodies are in email_bodies. Emails accepted before keep theirs here. */
   html: string | null;
   text: string | null;
   headers: string;
@@ -95,6 +96,13 @@ export interface EmailsTable {
   last_error: string | null;
   created_at: string;
   updated_at: string;
+}
+
+/** An email's bodies, apart from its row, which every status change rewrites (0018). */
+export interface EmailBodiesTable {
+  email_id: string;
+  html: string | null;
+  text: string | null;
 }
 
 export interface EmailRecipientsTable {
@@ -140,6 +148,7 @@ export interface Database {
   contact_addresses: ContactAddressesTable;
   list_members: ListMembersTable;
   emails: EmailsTable;
+  email_bodies: EmailBodiesTable;
   email_recipients: EmailRecipientsTable;
   email_events: EmailEventsTable;
   idempotency_keys: IdempotencyKeysTable;

@@ -11,6 +11,7 @@ import { foldCountShards } from '../../src/store/counts.js';
 import { addressesVersion } from '../../src/search/contact-search.repository.js';
 import type { NewContact, NewEmail } from '../../src/store/schema.js';
 import type { Executor, Store } from '../../src/store/store.js';
+import { emailRow } from '../helpers/rows.js';
 import { eventually } from '../helpers/smtp.js';
 import {
   type TestStore,
@@ -45,29 +46,7 @@ function contact(org: string, i: number): { row: NewContact; tags: string[] } {
 }
 
 function email(org: string, i: number): NewEmail {
-  return {
-    id: `${org}-e${i}`,
-    organization_id: org,
-    status: 'queued',
-    from_address: 'a@example.org',
-    to_addresses: '[]',
-    cc_addresses: '[]',
-    bcc_addresses: '[]',
-    reply_to: '[]',
-    subject: 's',
-    html: null,
-    text: 't',
-    headers: '{}',
-    tags: '[]',
-    message_id: `<${i}@example.org>`,
-    attempts: 0,
-    next_attempt_at: AT,
-    lease_until: null,
-    lease_owner: null,
-    last_error: null,
-    created_at: AT,
-    updated_at: AT,
-  };
+  return emailRow(org, `${org}-e${i}`, AT, { message_id: `<${i}@example.org>` });
 }
 
 type Counts = Record<string, number>;

@@ -29,6 +29,7 @@ describe('migration names', () => {
       '0015_address_chunks_by_domain',
       '0016_contact_addresses',
       '0017_no_blank_contact_tags',
+      '0018_email_bodies',
     ]);
   });
 });
