@@ -10,7 +10,7 @@ import type {
   NewEmail,
 } from '../store/schema.js';
 import { type Page, offsetOf } from '../paging.js';
-import { dialectOf } from '../store/dialect.js';
+import { type DialectName, dialectOf } from '../store/dialect.js';
 import { countColumn, maintainedCounts, pageTotal } from '../store/counts.js';
 import { type Window, inWindow, pagedShape, prepared } from '../store/prepared.js';
 
@@ -42,15 +42,28 @@ export const SUMMARY_FIELDS = [
 ] as const;
 export type EmailSummaryRow = Pick<EmailRow, (typeof SUMMARY_FIELDS)[number]>;
 
-/** An accepted email's rows, parents first; its bodies in email_bodies, out of the row its status rewrites. */
-function emailRows(row: NewEmail, recipients: RecipientRow[], events: EventRow[]): AppendRows<Database>[] {
+/**
+ * An accepted email's rows, parents first. On SQLite its bodies go to email_bodies: SQLite rewrites a row
+ * whole at each update, overflow pages included, and each claim, renewal and result updates the email's row
+ * (migrations-0018.ts). PostgreSQL keeps large values apart (TOAST) and leaves them be on an update that does
+ * not change them, so there they stay in the row, where the release before reads them: on PostgreSQL it may
+ * run beside this one during a rolling deploy.
+ */
+function emailRows(
+  dialect: DialectName,
+  row: NewEmail,
+  recipients: RecipientRow[],
+  events: EventRow[],
+): AppendRows<Database>[] {
   const { html = null, text = null } = row;
-  return [
-    { table: 'emails', rows: [{ ...row, html: null, text: null }] },
-    { table: 'email_bodies', rows: [{ email_id: row.id, html, text }] },
-    { table: 'email_recipients', rows: recipients },
-    { table: 'email_events', rows: events },
-  ];
+  const email: AppendRows<Database>[] =
+    dialect === 'sqlite'
+      ? [
+          { table: 'emails', rows: [{ ...row, html: null, text: null }] },
+          { table: 'email_bodies', rows: [{ email_id: row.id, html, text }] },
+        ]
+      : [{ table: 'emails', rows: [row] }];
+  return [...email, { table: 'email_recipients', rows: recipients }, { table: 'email_events', rows: events }];
 }
 
 /** Inside the caller's transaction (a send with an Idempotency-Key, which must read first). */
@@ -60,7 +73,7 @@ export function insertEmail(
   recipients: RecipientRow[],
   events: EventRow[],
 ): Promise<void> {
-  return insertRows(db, emailRows(row, recipients, events));
+  return insertRows(db, emailRows(dialectOf(db), row, recipients, events));
 }
 
 /** The same rows through the store's batched appends (no transaction of its own). */
@@ -70,7 +83,7 @@ export function appendEmail(
   recipients: RecipientRow[],
   events: EventRow[],
 ): Promise<void> {
-  return store.append(emailRows(row, recipients, events));
+  return store.append(emailRows(store.dialect, row, recipients, events));
 }
 
 export async function insertEvents(db: Executor, events: EventRow[]): Promise<void> {
