@@ -102,3 +102,47 @@ export async function setUpPoolClient(client: ClientBase, queryTimeoutMs: number
   endOnReadTimeout(client as PgClient); // pg-pool's clients are pg's Client
   nameStatementsOn(client);
 }
+
+/** How long /health waits for PostgreSQL to connect, and then to answer its ping. */
+const HEALTH_TIMEOUT_MS = 5_000;
+
+/**
+ * /health's ping on a connection of its own, kept open: through the pool it queued behind requests, so a few
+ * slow ones (deep pages at a million contacts) made /health take seconds and a load balancer pull a server
+ * whose store answers. A connection that failed is ended and made again at the next ping.
+ */
+export function healthPinger(databaseUrl: string): { ping(): Promise<void>; close(): Promise<void> } {
+  let client: Promise<PgClient> | undefined;
+  const connect = async () => {
+    const c = new (loadPg().Client)({
+      connectionString: databaseUrl,
+      connectionTimeoutMillis: HEALTH_TIMEOUT_MS,
+      query_timeout: HEALTH_TIMEOUT_MS,
+    });
+    c.on('error', () => undefined);
+    await c.connect();
+    return c;
+  };
+  const drop = (c: Promise<PgClient>) => {
+    if (client === c) client = undefined;
+    void c.then((open) => open.end()).catch(() => undefined);
+  };
+  return {
+    async ping() {
+      // A kept connection may have died since (PostgreSQL restarted): one that fails is tried once anew.
+      for (let kept = client !== undefined; ; kept = false) {
+        const c = (client ??= connect());
+        try {
+          await (await c).query('select 1');
+          return;
+        } catch (err) {
+          drop(c);
+          if (!kept) throw err;
+        }
+      }
+    },
+    async close() {
+      if (client) drop(client);
+    },
+  };
+}

@@ -15,7 +15,7 @@ import { postgresKeyChanges } from './key-changes.js';
 import { migratePostgres } from './postgres-migrate.js';
 import { createTrigramIndex, dropOldTrigramIndex, trigramIndexNote } from '../search/trigram-index.js';
 import { aloneOnPostgres } from './postgres-alone.js';
-import { setUpPoolClient } from './pg-client.js';
+import { healthPinger, setUpPoolClient } from './pg-client.js';
 import type { Store, StoreOptions } from './store.js';
 
 /**
@@ -82,6 +82,7 @@ export function createPostgresStore(
     FOLD_CHUNKS_EVERY_MS,
   );
   foldingChunks.unref();
+  const health = healthPinger(databaseUrl);
   const keyChanges = postgresKeyChanges(databaseUrl, async (channel) => {
     await sql`select pg_notify(${channel}, '')`.execute(db);
   });
@@ -121,9 +122,7 @@ export function createPostgresStore(
       }
       return { applied, warnings };
     },
-    async ping() {
-      await sql`select 1`.execute(db);
-    },
+    ping: () => health.ping(),
     interrupt: () => interruptible.interrupt(),
     async close() {
       clearInterval(folding);
@@ -131,6 +130,7 @@ export function createPostgresStore(
       dropping?.stop();
       await dropping?.done;
       await keyChanges.close();
+      await health.close();
       await appender.idle();
       await group.idle();
       await db.destroy();
