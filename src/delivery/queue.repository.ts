@@ -59,8 +59,8 @@ const CLAIMED_COLUMNS = [
 export type ClaimedRow = Omit<EmailRow, 'html' | 'text'>;
 
 /**
- * The bodies of these emails: in email_bodies from 0018 on, in the emails row for those accepted before
- * (migrations-0018.ts).
+ * The bodies of these emails: in email_bodies for those accepted on SQLite from 0018 on, else in the emails
+ * row (PostgreSQL, and emails accepted before the upgrade; emails.repository's emailRows says why).
  */
 export function bodiesOf(
   db: Executor,
