@@ -9,7 +9,7 @@ import { countByEmail, pageByEmail } from '../search/by-email.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
-import { bucketOf } from './contact-counts.repository.js';
+import { bucketOf, findMaintainedCount } from './contact-counts.repository.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface ContactFilter {
@@ -207,7 +207,12 @@ export async function pageContacts(
     return carried(await unsubscribedPage.all(db, page.limit, offset, organizationId, bucket));
   }
   // Subscribed contacts, or an email substring the index did not take: the page walks the organisation's
-  // contacts (no index says which are subscribed), with the count when the filter has one.
+  // contacts (no index says which are subscribed), with the count when the filter has one. A page past that
+  // count is empty without a walk, which would read every contact to find so.
+  if (bucket !== undefined && offset > 0) {
+    const total = (await findMaintainedCount(db, organizationId, filter)) ?? 0;
+    if (offset >= total) return { contacts: [], total };
+  }
   const window = { limit: rowCount(page.limit), offset: rowCount(offset) };
   const rows = organizationPage(db, organizationId, filter, window).select(asJson(db));
   if (bucket === undefined) return { contacts: jsonOf(await rows.execute()), total: indexed?.total };

@@ -176,6 +176,20 @@ describe.each(storeKinds())('paging and filters on %s', (kind) => {
       ]);
       const total = await pageOf('/api/v1/contacts', { unsubscribed: 'false', limit: '4' }, key);
       expect(total.pagination).toEqual({ page: 1, limit: 4, total: 10, pages: 3 });
+      // The last page, and pages past the end (answered from the count, without walking the contacts).
+      for (const [page, rows] of [
+        [3, 2],
+        [4, 0],
+        [1_000_000, 0],
+      ] as const) {
+        const res = await pageOf(
+          '/api/v1/contacts',
+          { unsubscribed: 'false', limit: '4', page: String(page) },
+          key,
+        );
+        expect(res.rows).toHaveLength(rows);
+        expect(res.pagination).toEqual({ page, limit: 4, total: 10, pages: 3 });
+      }
     });
   });
 
