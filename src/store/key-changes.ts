@@ -9,7 +9,7 @@
 import { type FSWatcher, closeSync, openSync, watch, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
-import { loadPg } from '../optional-packages.js';
+import { ownClient } from './pg-client.js';
 
 /**
  * What a subscriber hears: on each, kept lookups may be stale and are dropped. `announced`: a process
@@ -123,9 +123,8 @@ export function postgresKeyChanges(
     /** From a lost connection until LISTEN is in place again: told once each way. */
     let outage = false;
     const connect = async () => {
-      const c = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+      const c = ownClient(databaseUrl);
       client = c;
-      c.on('error', () => undefined);
       c.on('notification', () => tell('announced'));
       c.on('end', () => {
         if (client === c) reconnect();

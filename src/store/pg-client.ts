@@ -34,9 +34,25 @@ export function setUpLongStatements(client: ClientBase): Promise<void> {
   return settle(client, "set statement_timeout = 0; set client_connection_check_interval = '1s'");
 }
 
-export async function connectLong(databaseUrl: string): Promise<PgClient> {
-  const client = new (loadPg().Client)({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+/** How long a connection of Mailroom's own, outside the pool, waits to be made. */
+const OWN_CONNECT_MS = 5_000;
+
+/**
+ * A client of Mailroom's own, outside the pool, not yet connected. Its 'error' event (the server ending the
+ * connection) is heard and dropped, or it would crash the process; the next query on it fails instead.
+ */
+export function ownClient(databaseUrl: string, queryTimeoutMs?: number): PgClient {
+  const client = new (loadPg().Client)({
+    connectionString: databaseUrl,
+    connectionTimeoutMillis: OWN_CONNECT_MS,
+    ...(queryTimeoutMs === undefined ? {} : { query_timeout: queryTimeoutMs }),
+  });
   client.on('error', () => undefined);
+  return client;
+}
+
+export async function connectLong(databaseUrl: string): Promise<PgClient> {
+  const client = ownClient(databaseUrl);
   await client.connect();
   try {
     await setUpLongStatements(client);
@@ -103,7 +119,7 @@ export async function setUpPoolClient(client: ClientBase, queryTimeoutMs: number
   nameStatementsOn(client);
 }
 
-/** How long /health waits for PostgreSQL to connect, and then to answer its ping. */
+/** How long /health waits for PostgreSQL to answer its ping, once connected (OWN_CONNECT_MS). */
 const HEALTH_TIMEOUT_MS = 5_000;
 
 /**
@@ -114,12 +130,7 @@ const HEALTH_TIMEOUT_MS = 5_000;
 export function healthPinger(databaseUrl: string): { ping(): Promise<void>; close(): Promise<void> } {
   let client: Promise<PgClient> | undefined;
   const connect = async () => {
-    const c = new (loadPg().Client)({
-      connectionString: databaseUrl,
-      connectionTimeoutMillis: HEALTH_TIMEOUT_MS,
-      query_timeout: HEALTH_TIMEOUT_MS,
-    });
-    c.on('error', () => undefined);
+    const c = ownClient(databaseUrl, HEALTH_TIMEOUT_MS);
     await c.connect();
     return c;
   };
