@@ -7,7 +7,7 @@ import { type DialectName, containsText, dialectOf, forUpdate } from '../store/d
 import { type Page, offsetOf } from '../paging.js';
 import { countByEmail, pageByEmail } from '../search/by-email.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
-import { countColumn, pageTotal } from '../store/counts.js';
+import { bucketSum, countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
 import { bucketOf, findMaintainedCount } from './contact-counts.repository.js';
 import { matchCase } from '../validation/addresses.js';
@@ -92,8 +92,9 @@ function rowConditions(
 ): RawBuilder<SqlBool>[] {
   const conditions: RawBuilder<SqlBool>[] = [];
   if (filter.unsubscribed !== undefined) {
-    // A literal: SQLite matches it to migration 0007's index of unsubscribed contacts without re-planning
-    // the statement on every run (it would for a bound value), and PostgreSQL's generic plans can use it.
+    // A literal: SQLite matches it to the index of unsubscribed contacts (migrations 0007, 0019) without
+    // re-planning the statement on every run (it would for a bound value), and PostgreSQL's generic plans
+    // can use it.
     conditions.push(
       sql<SqlBool>`${sql.ref(`${table}.unsubscribed`)} = ${sql.lit(filter.unsubscribed ? 1 : 0)}`,
     );
@@ -207,8 +208,9 @@ export async function pageContacts(
     return carried(await unsubscribedPage.all(db, page.limit, offset, organizationId, bucket));
   }
   // Subscribed contacts, or an email substring the index did not take: the page walks the organisation's
-  // contacts (no index says which are subscribed), with the count when the filter has one. A page past that
-  // count is empty without a walk, which would read every contact to find so.
+  // created_at index, with the count when the filter has one. On SQLite that index holds each contact's
+  // address and subscription (migration 0019), so only the page's contacts are read; PostgreSQL reads each
+  // contact it passes. A page past the count is empty without a walk.
   if (bucket !== undefined && offset > 0) {
     const total = (await findMaintainedCount(db, organizationId, filter)) ?? 0;
     if (offset >= total) return { contacts: [], total };
@@ -232,10 +234,11 @@ function organizationPage(db: Executor, organizationId: string, filter: ContactF
 // The page is found in the organisation's created_at index by itself (it holds the order keys), and only
 // its rows are read: a deep page skips index entries, not contacts (PostgreSQL would otherwise sort whole
 // rows for a deep page of a small organisation, spilling to disk). Unsubscribed contacts alone likewise, in
-// migration 0007's index of them. Subscribed ones are not: no index says which they are, so each row is read
-// either way, and the extra join only slows page 1. SQLite finds each row of the page by its rowid (one
-// search, where the id takes two: its index, then the table). PostgreSQL by id: a row's ctid moves when it
-// is updated, and its planner takes a join on id as well.
+// the index of them (migrations 0007, 0019). Subscribed ones are walked in the created_at index directly:
+// SQLite tests the subscription there (0019) and reads a row only for the page, and PostgreSQL's index
+// does not hold it, so each row is read either way; the extra join would only slow page 1. SQLite finds
+// each row of the page by its rowid (one search, where the id takes two: its index, then the table).
+// PostgreSQL by id: a row's ctid moves when it is updated, and its planner takes a join on id as well.
 function indexPage(unsubscribed: boolean) {
   return pagedShape((db, window, organizationId: string, bucket: string) => {
     const byRowid = dialectOf(db) === 'sqlite';
@@ -297,11 +300,54 @@ export async function countContacts(
 ): Promise<number> {
   const indexed = searchIndex ? await countByEmail(db, organizationId, filter) : undefined;
   if (indexed !== undefined) return indexed;
+  if (filter.tag !== undefined && filter.email === undefined && filter.unsubscribed !== undefined) {
+    return countTagBySubscription(db, organizationId, filter.tag, filter.unsubscribed);
+  }
   const n = sql<number | string>`count(*)`.as('n');
   const row =
     filter.tag !== undefined
       ? await byTag(db, organizationId, filter.tag, filter, false).select(n).executeTakeFirstOrThrow()
       : await byOrganization(db, organizationId, filter).select(n).executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/**
+ * A tag's contacts that are, or are not, unsubscribed: those that are counted from the smaller side (the
+ * tag's contacts, each looked up; or the unsubscribed ones, in their own index, each tag looked up), and
+ * those that are not as the tag's maintained count less them, in the same statement. So the count costs
+ * what the smaller of the two groups does, where counting the subscribed ones directly looks up every
+ * contact with the tag (a tag on 100,000 contacts: 0.19 s; 5 % of them unsubscribed: 15 ms).
+ */
+async function countTagBySubscription(
+  db: Executor,
+  organizationId: string,
+  tag: string,
+  unsubscribed: boolean,
+): Promise<number> {
+  const [tagged, allUnsubscribed] = await Promise.all([
+    findMaintainedCount(db, organizationId, { tag }),
+    findMaintainedCount(db, organizationId, { unsubscribed: true }),
+  ]);
+  const n = sql<number | string>`count(*)`.as('n');
+  const counted =
+    (allUnsubscribed ?? 0) < (tagged ?? 0)
+      ? byOrganization(db, organizationId, { unsubscribed: true })
+          .where((eb) =>
+            eb.exists(
+              eb
+                .selectFrom('contact_tags')
+                .select(sql.lit(1).as('one'))
+                .whereRef('contact_tags.contact_id', '=', 'contacts.id')
+                .where('contact_tags.tag', '=', tag),
+            ),
+          )
+          .select(n)
+      : byTag(db, organizationId, tag, { unsubscribed: true }, false).select(n);
+  const tagSum = bucketSum(db, 'contact_counts', organizationId, `tag:${tag}`);
+  const row = unsubscribed
+    ? await counted.executeTakeFirstOrThrow()
+    : (await sql<{ n: number | string }>`select coalesce(${tagSum}, 0) - ${counted} as n`.execute(db))
+        .rows[0]!;
   return Number(row.n);
 }
 

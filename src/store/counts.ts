@@ -6,8 +6,8 @@ import type { Executor } from './store.js';
 
 type CountsTable = 'contact_counts' | 'email_counts';
 
-/** A bucket's count: the sum of its shard rows (null when it has none). */
-function bucketSum(db: Executor, table: CountsTable, organizationId: string, bucket: string) {
+/** A bucket's count: the sum of its shard rows (null when it has none), as a statement of its own. */
+export function bucketSum(db: Executor, table: CountsTable, organizationId: string, bucket: string) {
   return db
     .selectFrom(table)
     .select((eb) => eb.fn.sum<number | string | null>('n').as('n'))

@@ -22,6 +22,7 @@ import { addressChunksByDomain } from './migrations-0015.js';
 import { contactAddressesOnPostgres } from './migrations-0016.js';
 import { noBlankContactTags } from './migrations-0017.js';
 import { emailBodies } from './migrations-0018.js';
+import { subscriptionInWalkedIndexes } from './migrations-0019.js';
 
 function initial(dialect: DialectName): Migration {
   return {
@@ -304,6 +305,7 @@ class StaticProvider implements MigrationProvider {
       '0016_contact_addresses': contactAddressesOnPostgres(this.dialect),
       '0017_no_blank_contact_tags': noBlankContactTags(this.dialect),
       '0018_email_bodies': emailBodies(),
+      '0019_subscription_in_walked_indexes': subscriptionInWalkedIndexes(this.dialect),
     };
   }
 }

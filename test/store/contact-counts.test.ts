@@ -1,6 +1,7 @@
 import { sql } from '../../src/store/kysely.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findMaintainedCount } from '../../src/contacts/contact-counts.repository.js';
+import { countContacts } from '../../src/contacts/contacts.repository.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { storeKinds } from '../helpers/stores.js';
 
@@ -60,5 +61,47 @@ describe.each(storeKinds())('maintained contact counts on %s', (kind) => {
     expect(await findMaintainedCount(db, other, { tag: 'a' })).toBe(1);
     expect(await findMaintainedCount(db, org, { email: 'c1' })).toBeUndefined();
     expect(await findMaintainedCount(db, org, { tag: 'a', unsubscribed: true })).toBeUndefined();
+  });
+
+  it('count a tag among subscribed or unsubscribed contacts as the rows say, from either side', async () => {
+    // Tag `few` is on fewer contacts than are unsubscribed, `many` on more: each is counted from its
+    // smaller side (the tag's contacts, or the unsubscribed ones), and subscribed ones as the rest.
+    const org = (await t.services.orgs.create('tag and subscription')).id;
+    const other = (await t.services.orgs.create('beside')).id;
+    const { contacts } = t.services;
+    await contacts.createJson(other, { email: 'y@other.test', tags: ['few', 'many'], unsubscribed: true });
+    const made = await Promise.all(
+      Array.from({ length: 60 }, async (_, i) => {
+        const tags = [...(i % 10 === 0 ? ['few'] : []), ...(i % 5 !== 0 ? ['many'] : [])];
+        const json = await contacts.createJson(org, {
+          email: `t${i}@tags.test`,
+          tags,
+          unsubscribed: i % 4 === 0,
+        });
+        return JSON.parse(json) as { id: string };
+      }),
+    );
+    const db = t.ts.store.db;
+    const check = async () => {
+      for (const tag of ['few', 'many', 'none']) {
+        for (const unsubscribed of [true, false]) {
+          const where = `c.unsubscribed = ${unsubscribed ? 1 : 0} and exists (select 1 from contact_tags t
+            where t.contact_id = c.id and t.tag = '${tag}')`;
+          expect(await countContacts(db, org, { tag, unsubscribed }), `${tag} ${unsubscribed}`).toBe(
+            await actual(org, where),
+          );
+        }
+      }
+    };
+    expect(await findMaintainedCount(db, org, { tag: 'few' })).toBeLessThan(15);
+    expect(await findMaintainedCount(db, org, { tag: 'many' })).toBeGreaterThan(15);
+    await check();
+    expect(await countContacts(db, org, { tag: 'few', unsubscribed: true })).toBe(3);
+    expect(await countContacts(db, org, { tag: 'many', unsubscribed: false })).toBe(36);
+    // Unsubscribed, retagged and deleted: still as the rows say.
+    await Promise.all(made.slice(0, 20).map((c) => contacts.update(org, { id: c.id, unsubscribed: true })));
+    await contacts.update(org, { id: made[21]!.id, tags: ['few', 'many'] });
+    await Promise.all(made.slice(40, 50).map((c) => contacts.delete(org, { id: c.id })));
+    await check();
   });
 });

@@ -30,6 +30,7 @@ describe('migration names', () => {
       '0016_contact_addresses',
       '0017_no_blank_contact_tags',
       '0018_email_bodies',
+      '0019_subscription_in_walked_indexes',
     ]);
   });
 });
