@@ -21,9 +21,13 @@ export interface RelayPauseOptions {
   checkTimeoutMs?: number;
 }
 
-/** The first check waits a second, then the wait doubles up to five minutes while the relay keeps failing. */
+/**
+ * The first check waits a second, then the wait doubles up to a minute while the relay keeps failing: mail
+ * flows again within a minute of the relay's return (it was five minutes, which after an outage of a few
+ * minutes left delivery waiting minutes more), for one connection and login a minute while it is down.
+ */
 export const FIRST_CHECK_MS = 1_000;
-export const MAX_CHECK_MS = 5 * 60_000;
+export const MAX_CHECK_MS = 60_000;
 export const CHECK_TIMEOUT_MS = 10 * 60_000;
 const STILL_DOWN_LOG_EVERY_MS = 5 * 60_000;
 

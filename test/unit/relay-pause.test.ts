@@ -73,6 +73,31 @@ describe('RelayPause', () => {
     expect(check).toHaveBeenCalledTimes(checks + 1);
   });
 
+  it('checks a relay that stays down once a minute at most, so mail flows within a minute of its return', async () => {
+    const at: number[] = [];
+    const start = Date.now();
+    let failing = true;
+    const check = vi.fn(() => {
+      at.push(Date.now() - start);
+      return failing ? Promise.reject(fault) : Promise.resolve();
+    });
+    let resumed = 0;
+    const pause = new RelayPause({
+      check,
+      relay: 'SMTP relay smtp://relay.test:587',
+      logger: pino({ level: 'silent' }),
+      onResume: () => resumed++,
+    });
+    pause.failed(fault);
+    await vi.advanceTimersByTimeAsync(30 * 60_000);
+    const waits = at.slice(1).map((t, i) => t - at[i]!);
+    expect(waits.slice(0, 6)).toEqual([1_000, 2_000, 4_000, 8_000, 16_000, 32_000]);
+    expect(waits.slice(6).every((w) => w === 60_000)).toBe(true);
+    failing = false;
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect([pause.holding, resumed]).toEqual([false, 1]);
+  });
+
   it('resumes when a send gets through before a check does', async () => {
     const check = vi.fn(() => Promise.reject(fault));
     const { pause, said, resumed } = pauseWith(check);
