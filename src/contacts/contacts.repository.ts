@@ -316,7 +316,8 @@ export async function countContacts(
  * tag's contacts, each looked up; or the unsubscribed ones, in their own index, each tag looked up), and
  * those that are not as the tag's maintained count less them, in the same statement. So the count costs
  * what the smaller of the two groups does, where counting the subscribed ones directly looks up every
- * contact with the tag (a tag on 100,000 contacts: 0.19 s; 5 % of them unsubscribed: 15 ms).
+ * contact with the tag (a million contacts, 100,000 with the tag, 50,000 unsubscribed: 0.19 s looking up
+ * the tag's contacts, 15 ms from the unsubscribed side).
  */
 async function countTagBySubscription(
   db: Executor,
