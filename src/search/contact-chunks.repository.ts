@@ -58,14 +58,44 @@ function countInChunks(
       from search.address_chunks ch where ch.organization_id = ${organizationId} and ch.id % ${parts} = ${part})`;
 }
 
+/** What a count of the chunks takes: every contact holding the term, or the subscribed ones only. */
+export interface ChunkCountOptions {
+  /**
+   * Subscribed contacts only: the chunks know addresses, not subscriptions, so the count takes out the
+   * unsubscribed contacts that hold the term, counted in their own index (migration 0019: it holds each
+   * address), in the statement that counts the tail, so from the same snapshot.
+   */
+  subscribed?: boolean;
+}
+
+/**
+ * The tail's count, and for subscribed contacts only (ChunkCountOptions) less the unsubscribed ones: the
+ * part of a count that reads contacts.
+ */
+function tailCount(
+  organizationId: string,
+  term: string,
+  { subscribed }: ChunkCountOptions,
+): RawBuilder<number> {
+  const tailed = sql<number>`(select count(*) from (${tail(organizationId, term)}))`;
+  if (!subscribed) return tailed;
+  // The literal 1 matches the index's WHERE; a bound value would not.
+  return sql<number>`(${tailed} - (select count(*) from contacts u
+    where u.organization_id = ${organizationId} and u.unsubscribed = 1 and instr(u.email_lower, ${term}) > 0))`;
+}
+
 /**
  * The organisation's contacts whose address holds `term`, counted in the chunks: NULL while they are too
  * far behind the contacts (unready).
  */
-function chunkCount(organizationId: string, term: string): RawBuilder<number | null> {
+function chunkCount(
+  organizationId: string,
+  term: string,
+  options: ChunkCountOptions,
+): RawBuilder<number | null> {
   return sql<number | null>`(select case when ${unready} then null else
       ${countInChunks(organizationId, term, stale(organizationId), 0, 1)}
-      + (select count(*) from (${tail(organizationId, term)}))
+      + ${tailCount(organizationId, term, options)}
     end)`;
 }
 
@@ -83,11 +113,12 @@ export async function countByChunksInTwo(
   beside: ReaderBeside,
   organizationId: string,
   term: string,
+  options: ChunkCountOptions = {},
 ): Promise<number | undefined | typeof ALONE> {
   const half = (i: number) => sql<CountRow>`with ${chunksNow(organizationId)}
     select s.unready, s.held, s.state, case when s.unready then 0 else
         ${countInChunks(organizationId, term, sql`s.held`, i, 2)}
-        + ${i === 0 ? sql`(select count(*) from (${tail(organizationId, term)}))` : sql`0`} end as n
+        + ${i === 0 ? tailCount(organizationId, term, options) : sql`0`} end as n
     from s`;
   return inTwoHalves(db, beside, half, (mine, other) => Number(mine.n) + Number(other.n));
 }
@@ -102,15 +133,16 @@ export async function countByChunks(
   organizationId: string,
   term: string,
   size: number,
+  options: ChunkCountOptions = {},
 ): Promise<number | undefined> {
   const beside = size >= TWO_PARTS_FROM ? readerBeside(db) : undefined;
   if (beside) {
-    const halves = await countByChunksInTwo(db, beside, organizationId, term);
+    const halves = await countByChunksInTwo(db, beside, organizationId, term, options);
     if (halves !== ALONE) return halves;
   }
-  const { rows } = await sql<{ n: number | null }>`select ${chunkCount(organizationId, term)} as n`.execute(
-    db,
-  );
+  const { rows } = await sql<{
+    n: number | null;
+  }>`select ${chunkCount(organizationId, term, options)} as n`.execute(db);
   const n = rows[0]?.n;
   return n === null || n === undefined ? undefined : Number(n);
 }

@@ -19,6 +19,7 @@ import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from '../../src/store/kysely.js';
 import type { Worker } from 'node:worker_threads';
+import type { QueryId } from 'kysely';
 import type * as Threads from '../../src/threads.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eventually } from '../helpers/smtp.js';
@@ -251,6 +252,43 @@ describe('contact email index on sqlite', () => {
       expect(await countByEmailIndex(db, org, { email, unsubscribed: false })).toBe(subscribed);
     }
     expect(await search(db, org, 'WE"IRD%_X@')).toEqual([`${org}-5`]);
+  });
+
+  it('counts a term among subscribed contacts from one snapshot, while contacts are written meanwhile', async () => {
+    // The chunks' count less the unsubscribed contacts holding the term, read in two statements, gave a
+    // total no state ever had when unsubscribed contacts came or went between them (helper-131: -5 where
+    // it was 0 before and after). Here contacts are written as soon as the count's statement has answered.
+    const org = (await t.services.orgs.create('snapshot')).id;
+    const { contacts } = t.services;
+    const made: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const json = await contacts.createJson(org, { email: `zq${i}@snap.test`, unsubscribed: i < 8 });
+      made.push((JSON.parse(json) as { id: string }).id);
+    }
+    const filter = { email: 'zq', unsubscribed: false };
+    const truth = () => countContacts(t.ts.store.db, org, filter, { searchIndex: false });
+    expect(await truth()).toBe(2);
+    const asked: QueryId[] = [];
+    let wrote = false;
+    const db = t.ts.store.db.withPlugin({
+      transformQuery({ node, queryId }) {
+        if (JSON.stringify(node).includes('mailroom_chunk_count')) asked.push(queryId);
+        return node;
+      },
+      async transformResult({ queryId, result }) {
+        if (!wrote && asked.includes(queryId)) {
+          wrote = true;
+          for (let i = 0; i < 5; i++) {
+            await contacts.createJson(org, { email: `zq-new${i}@snap.test`, unsubscribed: true });
+          }
+          for (const id of made.slice(0, 4)) await contacts.delete(org, { id });
+        }
+        return result;
+      },
+    });
+    expect(await countByEmailIndex(db, org, filter)).toBe(2);
+    expect(wrote).toBe(true);
+    expect(await truth()).toBe(2);
   });
 
   it("never reads other organisations' matches for a page past the organisation's contacts", async () => {
@@ -728,6 +766,9 @@ describe('the store keeping its search index', () => {
         total: 3,
       });
       expect(await inTwo(() => countByChunksInTwo(store.db, beside, 'o', 'beside'))).toBe(3);
+      // Subscribed ones only (every third contact seeded is unsubscribed: `one`), in the same two halves.
+      const subscribedOnly = { subscribed: true };
+      expect(await inTwo(() => countByChunksInTwo(store.db, beside, 'o', 'beside', subscribedOnly))).toBe(2);
       // Reads that overlap, each taken up while the one before it still holds the index: a contact written
       // meanwhile is still indexed (a read is declined once the last step is 250 ms old, and a round steps).
       await seed(store, 'o', ['four@beside.example'], 3);
