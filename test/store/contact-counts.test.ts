@@ -64,8 +64,8 @@ describe.each(storeKinds())('maintained contact counts on %s', (kind) => {
   });
 
   it('count a tag among subscribed or unsubscribed contacts as the rows say, from either side', async () => {
-    // Tag `few` is on fewer contacts than are unsubscribed, `many` on more: each is counted from its
-    // smaller side (the tag's contacts, or the unsubscribed ones), and subscribed ones as the rest.
+    // Tag `few` is on fewer contacts than are unsubscribed, `many` on more: on SQLite each is counted from
+    // its smaller side (the tag's contacts, or the unsubscribed ones); subscribed ones as the rest.
     const org = (await t.services.orgs.create('tag and subscription')).id;
     const other = (await t.services.orgs.create('beside')).id;
     const { contacts } = t.services;
