@@ -60,11 +60,15 @@ async function unlessDamaged<T>(read: () => Promise<T>): Promise<T | undefined> 
   }
 }
 
-/** The contact conditions besides the substring: its organisation, and subscription state if asked. */
+/** The contact conditions besides the substring: its organisation, and subscription state and tag if asked. */
 function contactConditions(organizationId: string, filter: ContactFilter): RawBuilder<unknown> {
   const unsubscribed =
     filter.unsubscribed === undefined ? sql`` : sql`and c.unsubscribed = ${filter.unsubscribed ? 1 : 0}`;
-  return sql`c.organization_id = ${organizationId} ${unsubscribed}`;
+  const tag =
+    filter.tag === undefined
+      ? sql``
+      : sql`and exists (select 1 from contact_tags t where t.contact_id = c.id and t.tag = ${filter.tag})`;
+  return sql`c.organization_id = ${organizationId} ${unsubscribed} ${tag}`;
 }
 
 /**
@@ -129,7 +133,7 @@ export async function pageByEmailIndex(
   page: Page,
   knownTotal?: number,
 ): Promise<{ contacts: string[]; total?: number } | undefined> {
-  if (dialectOf(db) !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  if (dialectOf(db) !== 'sqlite' || filter.email === undefined) return undefined;
   const term = matchCase(filter.email);
   const size = await organizationSize(db, organizationId);
   const reach = page.page * page.limit;
@@ -149,8 +153,10 @@ export async function pageByEmailIndex(
       }
     }
     // Many matches, or a term too short for the index. The chunks know addresses only: with a
-    // subscription filter beside the term, the caller walks.
-    if (filter.unsubscribed !== undefined || !isChunkSearchable(term)) return undefined;
+    // subscription or a tag beside the term, the caller walks (a tag's contacts, each looked up).
+    if (filter.unsubscribed !== undefined || filter.tag !== undefined || !isChunkSearchable(term)) {
+      return undefined;
+    }
     if (knownTotal !== undefined) {
       const offset = reach - page.limit;
       if (offset >= knownTotal) return { contacts: [], total: knownTotal };
@@ -184,12 +190,13 @@ export async function countByEmailIndex(
   organizationId: string,
   filter: ContactFilter,
 ): Promise<number | undefined> {
-  if (dialectOf(db) !== 'sqlite' || filter.tag !== undefined || filter.email === undefined) return undefined;
+  if (dialectOf(db) !== 'sqlite' || filter.email === undefined) return undefined;
   const term = matchCase(filter.email);
   const size = await organizationSize(db, organizationId);
   // The chunks know addresses only: with a subscription filter beside the term, the FTS5 count, or the
-  // chunks' count of the term less its unsubscribed contacts (for subscribed ones), or a scan.
-  const chunks = filter.unsubscribed !== true && isChunkSearchable(term);
+  // chunks' count of the term less its unsubscribed contacts (for subscribed ones), or a scan; with a tag,
+  // the FTS5 count or a walk of the tag's contacts.
+  const chunks = filter.unsubscribed !== true && filter.tag === undefined && isChunkSearchable(term);
   // Read around as a page is (pageByEmailIndex): once a read finds the file damaged, the caller scans.
   return unlessDamaged(async () => {
     if (isTrigramSearchable(term)) {

@@ -75,7 +75,16 @@ async function seed(
   emails: string[],
   first = 0,
 ): Promise<void> {
-  const rows = emails.map((email, i) => contact(org, first + i, email));
+  await seedRows(
+    store,
+    emails.map((email, i) => contact(org, first + i, email)),
+  );
+}
+
+async function seedRows(
+  store: Store | Kysely<Database>,
+  rows: { row: NewContact; tags: string[] }[],
+): Promise<void> {
   for (let i = 0; i < rows.length; i += 100) {
     const chunk = rows.slice(i, i + 100);
     if ('write' in store) await store.write((trx) => insertContacts(trx, chunk));
@@ -252,6 +261,52 @@ describe('contact email index on sqlite', () => {
       expect(await countByEmailIndex(db, org, { email, unsubscribed: false })).toBe(subscribed);
     }
     expect(await search(db, org, 'WE"IRD%_X@')).toEqual([`${org}-5`]);
+  });
+
+  it('takes a tag beside a term few contacts hold through the index, answering as the plain walk does', async () => {
+    // The plain walk looks up each contact with the tag: at a million contacts, 100,000 of them with the
+    // tag, a term 280 contacts hold took 0.25 s for its page and as long again for its count, where the
+    // term alone took 4 ms.
+    const org = (await t.services.orgs.create('tagged')).id;
+    const rows = Array.from({ length: 600 }, (_, i) => {
+      const tags = [...(i % 4 === 0 ? ['vip'] : []), ...(i % 5 === 0 ? ['beta'] : [])];
+      const { row } = contact(org, i, `Member${i}@Club${i % 13}.Example`);
+      return { row: { ...row, tags: JSON.stringify(tags) }, tags };
+    });
+    await seedRows(t.ts.store, rows);
+    // Half of them in the index, half above its watermark.
+    withIndexer(t.ts.dataDir, (ix) => ix.step());
+    const db = t.ts.store.db;
+    let indexedPages = 0;
+    let indexedCounts = 0;
+    for (const email of ['member12', 'MEMBER599@', 'member40', 'zzz', 'club3.', 'me']) {
+      for (const tag of ['vip', 'beta', 'none']) {
+        for (const unsubscribed of [undefined, true, false]) {
+          const filter = { email, tag, unsubscribed };
+          const what = JSON.stringify(filter);
+          const total = await countContacts(db, org, filter, { searchIndex: false });
+          for (const page of [
+            { page: 1, limit: 20 },
+            { page: 2, limit: 3 },
+          ]) {
+            const { contacts: walked } = await pageContacts(db, org, filter, page, { searchIndex: false });
+            const indexed = await pageByEmailIndex(db, org, filter, page);
+            if (indexed) indexedPages++;
+            expect(indexed?.contacts ?? walked, what).toEqual(walked);
+            if (indexed?.total !== undefined) expect(indexed.total, what).toBe(total);
+          }
+          const count = await countByEmailIndex(db, org, filter);
+          if (count !== undefined) indexedCounts++;
+          expect(count ?? total, what).toBe(total);
+        }
+      }
+    }
+    // The pages of the rare terms (the first four) through the index, with their totals; `club3.` and `me`,
+    // which many hold, walked. A count alone, through the index for terms under 1 % of the organisation:
+    // `member599@` and `zzz` (`member12` and `member40` are 11 of 600 here).
+    expect(indexedPages).toBe(4 * 3 * 3 * 2);
+    expect(indexedCounts).toBe(2 * 3 * 3);
+    expect(await countByEmailIndex(db, org, { email: 'me', tag: 'vip' })).toBe(undefined);
   });
 
   it('counts a term among subscribed contacts from one snapshot, while contacts are written meanwhile', async () => {
