@@ -15,7 +15,11 @@ import { containsText, dialectOf, ftsPhrase, isTrigramSearchable } from '../stor
 import { isChunkSearchable } from './address-chunks.js';
 import { countByChunks, pageByChunks } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
-import { addressChanges, organizationSize } from '../contacts/contact-counts.repository.js';
+import {
+  addressChanges,
+  findMaintainedCount,
+  organizationSize,
+} from '../contacts/contact-counts.repository.js';
 import { contactJson } from '../contacts/contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from './search-file.js';
@@ -31,6 +35,17 @@ import { matchCase } from '../validation/addresses.js';
 const MATCH_COST = 15;
 /** A pass over the organisation's address chunks costs about this many contacts walked, per contact. */
 const CHUNK_COST = 0.4;
+
+/**
+ * With a tag, the plain path walks the tag's contacts, at most all of them, each looked up at about the
+ * cost of a match read through the index (a million contacts: 2–5 µs a contact with the tag, 1–4 µs a
+ * match): past as many matches as the tag has contacts, the index costs more. So a tag no contact has
+ * takes the index only for a term none holds. Without a tag, no bound.
+ */
+async function taggedCap(db: Executor, organizationId: string, filter: ContactFilter): Promise<number> {
+  if (filter.tag === undefined) return Infinity;
+  return (await findMaintainedCount(db, organizationId, { tag: filter.tag })) ?? 0;
+}
 
 /**
  * Keys of every contact (all organisations) whose address holds the term, at most `limit` of them: from
@@ -144,8 +159,11 @@ export async function pageByEmailIndex(
   return unlessDamaged(async () => {
     if (isTrigramSearchable(term)) {
       // A walk reads about reach × size / m contacts to fill the page; the index m matches, at MATCH_COST
-      // each. The two cost the same at this cap.
-      const cap = Math.floor(Math.sqrt((reach * size) / MATCH_COST));
+      // each. The two cost the same at this cap. With a tag, fewer: the tag's walk (taggedCap).
+      const cap = Math.min(
+        Math.floor(Math.sqrt((reach * size) / MATCH_COST)),
+        await taggedCap(db, organizationId, filter),
+      );
       // The organisation's matches already known (a kept total) and too many: no probe for them.
       if (knownTotal === undefined || knownTotal <= cap) {
         const found = await pageByTrigrams(db, organizationId, filter, term, page, cap);
@@ -201,9 +219,9 @@ export async function countByEmailIndex(
   return unlessDamaged(async () => {
     if (isTrigramSearchable(term)) {
       // Few matches are counted through the FTS5 index and a join: up to 1 % of the organisation, where
-      // that is clearly cheaper than reading every chunk. One statement, so the index is searched once;
-      // NULL for more.
-      const cap = Math.floor(size / 100);
+      // that is clearly cheaper than reading every chunk, and with a tag, than its walk (taggedCap). One
+      // statement, so the index is searched once; NULL for more.
+      const cap = Math.min(Math.floor(size / 100), await taggedCap(db, organizationId, filter));
       const { rows } = await sql<{ n: number | null }>`with m as materialized (${matchingKeys(term, cap + 1)})
         select case when (select count(*) from m) > ${cap} then null else (
           select count(*) from m cross join contacts c on c.search_key = m.k
