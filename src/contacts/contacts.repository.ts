@@ -4,7 +4,7 @@ import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
-import { type Page, offsetOf } from '../paging.js';
+import { type Page, isDeep, offsetOf } from '../paging.js';
 import { countByEmail, pageByEmail } from '../search/by-email.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { bucketSum, countColumn, pageTotal } from '../store/counts.js';
@@ -166,6 +166,18 @@ export interface SearchOptions {
    * walk: true unless given. False walks the contacts, as the tests that compare the two ask.
    */
   searchIndex?: boolean;
+}
+
+/**
+ * Whether a page of the filter, or its count, may take long: so it is read on the store's long reads,
+ * beside the event loop (Store.longReads). A filter of several conditions may walk every contact with its
+ * tag (100,000 at a million contacts: 0.25 s for a term many hold) or pass over the address chunks; a deep
+ * page walks past every contact before it (page 9,500 of subscribed ones, 100 a page: 0.13 s). A single
+ * condition's page short of that (isDeep), and its maintained count, take microseconds. (An email term
+ * alone is the email search's: search/email-search.ts.)
+ */
+export function mayTakeLong(filter: ContactFilter, page: Page): boolean {
+  return bucketOf(filter) === undefined || isDeep(page);
 }
 
 export async function pageContacts(

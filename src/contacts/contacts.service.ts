@@ -131,7 +131,7 @@ export class ContactsService {
       return { contacts: found.contacts, pagination: pagination({ page, limit }, found.total) };
     }
     // A maintained count comes with any page that has rows; one of several filters is counted.
-    const db = this.store.db;
+    const db = repo.mayTakeLong(filter, { page, limit }) ? this.store.longReads : this.store.db;
     const { rows: contacts, total } = await pageAndTotal(
       { page, limit },
       async () => {

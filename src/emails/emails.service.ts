@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, pageAndTotal, pagination } from '../paging.js';
+import { type Page, isDeep, pageAndTotal, pagination } from '../paging.js';
 import type { NewEmail } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
@@ -198,10 +198,12 @@ export class EmailsService {
   async page(orgId: string, query: Page & { status?: EmailStatus | '' | undefined }) {
     const page = { page: query.page, limit: query.limit };
     const status = query.status || undefined;
+    // A deep page walks the emails before it: beside the event loop (Store.longReads).
+    const db = isDeep(page) ? this.store.longReads : this.store.db;
     const { rows, total } = await pageAndTotal(
       page,
-      () => repo.pageEmails(this.store.db, orgId, status, page),
-      () => repo.countEmails(this.store.db, orgId, status),
+      () => repo.pageEmails(db, orgId, status, page),
+      () => repo.countEmails(db, orgId, status),
     );
     return { emails: rows.map(toSummary), pagination: pagination(page, total) };
   }

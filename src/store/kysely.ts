@@ -8,8 +8,18 @@ import type * as K from 'kysely';
 
 const kysely = createRequire(import.meta.url)('kysely') as typeof K;
 
-export const { CompiledQuery, Kysely, Migrator, PostgresAdapter, PostgresDialect, SqliteDialect, sql } =
-  kysely;
+export const {
+  CompiledQuery,
+  Kysely,
+  Migrator,
+  PostgresAdapter,
+  PostgresDialect,
+  SqliteAdapter,
+  SqliteDialect,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+  sql,
+} = kysely;
 
 // The names of the classes as types too, as importing them from 'kysely' gives.
 export type CompiledQuery<O = unknown> = K.CompiledQuery<O>;

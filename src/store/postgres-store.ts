@@ -89,6 +89,7 @@ export function createPostgresStore(
   return {
     dialect: 'postgres',
     db,
+    longReads: db,
     keyChanges,
     batch: (fn) => group.run(fn),
     append: (rows) => appender.append(rows),

@@ -16,6 +16,7 @@ import { SearchIndexer } from '../search/search-index.js';
 import { SEARCH_FILE, attachSearchFile, openSearchFile } from '../search/search-file.js';
 import { type IndexingThread, lendReaderBeside, startSearchIndexer } from '../search/search-indexer.js';
 import { fileKeyChanges } from './key-changes.js';
+import { startLongReads } from './long-reads.js';
 import type { Store, StoreOptions } from './store.js';
 import { makeDirectory } from '../make-directory.js';
 
@@ -82,6 +83,12 @@ export function createSqliteStore(options: StoreOptions): Store {
       alive: () => writerConn.open,
     });
   const keyChanges = fileKeyChanges(options.dataDir);
+  const longReads = startLongReads({
+    data: { databaseFile: file, indexFile: searchFile },
+    fallback: () => store.db,
+    onError: (err) => options.onBackgroundError?.(err, 'running long reads beside the event loop'),
+    alive: () => writerConn.open,
+  });
   const store: Store = {
     dialect: 'sqlite',
     keyChanges,
@@ -96,6 +103,7 @@ export function createSqliteStore(options: StoreOptions): Store {
       }
       return reader;
     },
+    longReads: longReads.db,
     snapshot(fn) {
       return fn(this.db);
     },
@@ -137,6 +145,7 @@ export function createSqliteStore(options: StoreOptions): Store {
       await appender.idle();
       await group.idle();
       await checkpointer?.close();
+      await longReads.close();
       await reader?.destroy();
       await writer.destroy();
       walSync?.close();

@@ -28,6 +28,12 @@ export interface Store {
    * transaction (sqlite-reads.ts); on PostgreSQL fn runs in one REPEATABLE READ, READ ONLY transaction.
    */
   snapshot<T>(fn: (db: Executor) => Promise<T>): Promise<T>;
+  /**
+   * For a read that may take long (a walk of a tag's contacts, a deep page): on SQLite, run on a thread of
+   * its own, one such read after another, while the event loop serves the rest (long-reads.ts); on
+   * PostgreSQL, `db` (a pooled connection waits, not the event loop).
+   */
+  readonly longReads: Executor;
   /** Runs fn in a transaction; resolves only when the transaction is durably committed. */
   write<T>(fn: (trx: Executor) => Promise<T>): Promise<T>;
   /**
