@@ -30,15 +30,34 @@ const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
  * The plugin shows the seconds left in the window, rounded up, and http/answer-headers.ts turns them into the
  * unix time the window ends. Reported as if the window ended on the next whole second, every request of one
  * window shows the same time; from the exact end, the two roundings would move it by a second within a
- * window.
+ * window. Redis's time left arrives a reply late, though, which carries the end that much later and, when
+ * the window ends just short of a whole second, past it (X-RateLimit-Reset one second later than the
+ * window's first answers: seen under load). So the first end shown for a key is kept, and shown for as long
+ * as the window runs.
  */
-function endingOnWholeSecond(cb: Callback): Callback {
-  return (err, result) => {
-    if (err || !result) return cb(err, result);
-    const now = Date.now();
-    cb(null, { current: result.current, ttl: Math.ceil((now + result.ttl) / 1000) * 1000 - now });
-  };
+export function wholeSecondEnds() {
+  /** The end (ms, a whole second) shown for each key's window. */
+  const shown = new Map<string, number>();
+  return (key: string, cb: Callback): Callback =>
+    (err, result) => {
+      if (err || !result) return cb(err, result);
+      const now = Date.now();
+      const exact = now + result.ttl;
+      let end = shown.get(key);
+      // Another window (a new one starts a whole window after the last began), or the last one over.
+      if (end === undefined || end <= now || Math.abs(end - exact) > SAME_END_MS) {
+        end = Math.ceil(exact / 1000) * 1000;
+        if (shown.size >= MAX_SHOWN) shown.clear();
+        shown.set(key, end);
+      }
+      cb(null, { current: result.current, ttl: end - now });
+    };
 }
+
+/** An end this close to the one shown (its rounding and a reply's delay) is of the same window. */
+const SAME_END_MS = 2_000;
+/** Keys whose ends are kept at most; past it they start over (as the plugin's own local store's cache). */
+const MAX_SHOWN = 50_000;
 
 /** A failure this long after its command was sent came from a late timer (runtime.ts: 500 ms timeout). */
 const LATE_TIMER_MS = 650;
@@ -58,6 +77,7 @@ export function sharedLimitStore(
   onChange: (shared: boolean, err?: Error) => void = () => undefined,
 ) {
   const local = new LocalStore(false, false, 50_000);
+  const endingOnWholeSecond = wholeSecondEnds();
   const remote = redis ? new RedisStore(false, false, redis, nameSpace) : undefined;
   let failing = false;
   let retryAt = 0;
@@ -92,7 +112,7 @@ export function sharedLimitStore(
   };
   return class SharedLimitStore {
     incr(key: string, done: Callback, timeWindow: number, max: number): void {
-      const cb = endingOnWholeSecond(done);
+      const cb = endingOnWholeSecond(key, done);
       if (!askRedis()) return local.incr(key, cb, timeWindow, max);
       const sentAt = Date.now();
       remote!.incr(
@@ -121,7 +141,7 @@ export function sharedLimitStore(
      */
     read(key: string, done: Callback, timeWindow: number, max: number): void {
       const cb = (err: Error | null, result?: Result) =>
-        result?.ttl === 0 ? done(err, result) : endingOnWholeSecond(done)(err, result);
+        result?.ttl === 0 ? done(err, result) : endingOnWholeSecond(key, done)(err, result);
       if (!remote || failing || redis!.status !== 'ready') return local.read(key, cb, timeWindow, max);
       const sentAt = Date.now();
       remote.read(
