@@ -10,11 +10,6 @@ export function offsetOf(page: Page): number {
   return (page.page - 1) * page.limit;
 }
 
-/** A page this deep walks past so many rows before it (10,000 and more) that it may take long. */
-export function isDeep(page: Page): boolean {
-  return offsetOf(page) >= 10_000;
-}
-
 export function pagination(page: Page, total: number) {
   return { page: page.page, limit: page.limit, total, pages: Math.ceil(total / page.limit) };
 }

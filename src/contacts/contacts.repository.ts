@@ -4,12 +4,13 @@ import type { Executor, Store } from '../store/store.js';
 import type { ContactRow, Database, NewContact } from '../store/schema.js';
 import { type AppendRows, insertRows } from '../store/appender.js';
 import { type DialectName, containsText, dialectOf, forUpdate } from '../store/dialect.js';
-import { type Page, isDeep, offsetOf } from '../paging.js';
+import { type Page, offsetOf } from '../paging.js';
+import { LONG_READ_US, READ_COST_US, deepOffset } from '../store/long-reads.js';
 import { countByEmail, pageByEmail } from '../search/by-email.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { bucketSum, countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
-import { bucketOf, findMaintainedCount } from './contact-counts.repository.js';
+import { bucketOf, findMaintainedCount, organizationSize } from './contact-counts.repository.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface ContactFilter {
@@ -169,15 +170,39 @@ export interface SearchOptions {
 }
 
 /**
- * Whether a page of the filter, or its count, may take long: so it is read on the store's long reads,
- * beside the event loop (Store.longReads). A filter of several conditions may walk every contact with its
- * tag (100,000 at a million contacts: 0.25 s for a term many hold) or pass over the address chunks; a deep
- * page walks past every contact before it (page 9,500 of subscribed ones, 100 a page: 0.13 s). A single
- * condition's page short of that (isDeep), and its maintained count, take microseconds. (An email term
- * alone is the email search's: search/email-search.ts.)
+ * Whether a page of the filter, and its count if it has none maintained, may hold the event loop long
+ * (LONG_READ_US): then they are read on the store's long reads (Store.longReads), beside it. Estimated
+ * from the maintained counts, as the paths below go (SQLite; PostgreSQL's reads wait on a pooled
+ * connection, not the event loop). With a tag beside other conditions, the page and the count walk the
+ * tag's contacts, each looked up, at most (a term many hold with a tag on 100,000 of a million: 0.25 s).
+ * Otherwise an index is walked: past the page's offset (page 9,500 of subscribed contacts, 100 a page:
+ * 0.13 s), and for subscribed ones, past the unsubscribed ones among them (a page of the few subscribed
+ * among 300,000: 60 ms); for a term with a subscription, every contact at worst. (An email term alone is
+ * the email search's: search/email-search.ts.)
  */
-export function mayTakeLong(filter: ContactFilter, page: Page): boolean {
-  return bucketOf(filter) === undefined || isDeep(page);
+export async function mayTakeLong(
+  db: Executor,
+  organizationId: string,
+  filter: ContactFilter,
+  page: Page,
+): Promise<boolean> {
+  if (dialectOf(db) !== 'sqlite') return false;
+  const offset = offsetOf(page);
+  if (deepOffset(offset)) return true;
+  const several = bucketOf(filter) === undefined;
+  if (filter.tag !== undefined) {
+    if (!several) return false;
+    const tagged = (await findMaintainedCount(db, organizationId, { tag: filter.tag })) ?? 0;
+    return tagged * READ_COST_US.lookup >= LONG_READ_US;
+  }
+  if (!several && filter.unsubscribed !== false) return false;
+  const size = await organizationSize(db, organizationId);
+  let walked = size;
+  if (!several) {
+    const subscribed = (await findMaintainedCount(db, organizationId, filter)) ?? 0;
+    walked = Math.min(size, (offset + page.limit) * (size / Math.max(subscribed, 1)));
+  }
+  return walked * READ_COST_US.entry >= LONG_READ_US;
 }
 
 export async function pageContacts(

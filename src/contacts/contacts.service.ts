@@ -131,7 +131,9 @@ export class ContactsService {
       return { contacts: found.contacts, pagination: pagination({ page, limit }, found.total) };
     }
     // A maintained count comes with any page that has rows; one of several filters is counted.
-    const db = repo.mayTakeLong(filter, { page, limit }) ? this.store.longReads : this.store.db;
+    const reader = this.store.db;
+    const long = await repo.mayTakeLong(reader, orgId, filter, { page, limit });
+    const db = long ? this.store.longReads : reader;
     const { rows: contacts, total } = await pageAndTotal(
       { page, limit },
       async () => {

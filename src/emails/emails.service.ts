@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Clock, Ids } from '../clock.js';
 import { AppError } from '../errors.js';
-import { type Page, isDeep, pageAndTotal, pagination } from '../paging.js';
+import { type Page, offsetOf, pageAndTotal, pagination } from '../paging.js';
+import { deepOffset } from '../store/long-reads.js';
 import type { NewEmail } from '../store/schema.js';
 import type { Store } from '../store/store.js';
 import { type ParsedAddress, domainOf, parseConfiguredMailbox } from '../validation/addresses.js';
@@ -198,8 +199,8 @@ export class EmailsService {
   async page(orgId: string, query: Page & { status?: EmailStatus | '' | undefined }) {
     const page = { page: query.page, limit: query.limit };
     const status = query.status || undefined;
-    // A deep page walks the emails before it: beside the event loop (Store.longReads).
-    const db = isDeep(page) ? this.store.longReads : this.store.db;
+    // A deep page skips the emails before it in an index: beside the event loop (Store.longReads).
+    const db = deepOffset(offsetOf(page)) ? this.store.longReads : this.store.db;
     const { rows, total } = await pageAndTotal(
       page,
       () => repo.pageEmails(db, orgId, status, page),

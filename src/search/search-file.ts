@@ -98,10 +98,10 @@ export function removeSearchFile(file: string): void {
  *
  * A statement reading both files takes the database's snapshot first, then the index file's. An index
  * newer than the database is safe but for one case: a key retired after the first and taken out of the
- * index before the second. In one process that cannot happen (the statement runs synchronously, and
- * the store's writer commits on the same thread); with another process writing contacts on the same
- * DATA_DIR, its commit and the thread's read, delete and commit would all have to fall in the
- * microseconds between the two.
+ * index before the second. On the event loop that cannot happen (the statement runs synchronously, and
+ * the store's writer commits on the same thread); on the long-read thread (store/long-reads.ts), or with
+ * another process writing contacts on the same DATA_DIR, a commit and the search thread's read, delete
+ * and commit would all have to fall in the microseconds between the two.
  */
 export function attachSearchFile(conn: BetterSqlite3.Database, file: string): void {
   conn.prepare('attach database ? as search').run(file);

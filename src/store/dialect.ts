@@ -27,7 +27,7 @@ export function isForeignKeyViolation(err: unknown): boolean {
 /** Faults of the store itself (down, disk full, locked too long), as opposed to bugs in a query. */
 export function isStoreUnavailable(err: unknown): boolean {
   const code = codeOf(err);
-  if (/^SQLITE_(FULL|IOERR|BUSY|LOCKED|CANTOPEN|READONLY|NOMEM|PROTOCOL)/.test(code)) return true;
+  if (/^SQLITE_(FULL|IOERR|BUSY|LOCKED|CANTOPEN|READONLY|NOMEM|PROTOCOL|INTERRUPT)/.test(code)) return true;
   // PostgreSQL: connection exceptions (08), insufficient resources (53), operator intervention (57),
   // system errors (58); and the socket-level faults of the pg client.
   if (/^(08|53|57|58)/.test(code)) return true;

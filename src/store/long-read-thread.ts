@@ -10,16 +10,20 @@ import { attachSearchFile } from '../search/search-file.js';
 export interface LongReadThreadData {
   databaseFile: string;
   indexFile: string;
+  /** An Int32Array's: reads sent in an earlier generation than the one it holds now are skipped. */
+  generation: SharedArrayBuffer;
 }
 
 /** What the store asks: a read (its rows are answered under its id), or to stop. */
-export type LongReadRequest = { id: number; sql: string; parameters: unknown[] } | { close: true };
+export type LongReadRequest =
+  { id: number; generation: number; sql: string; parameters: unknown[] } | { close: true };
 
 /** A read's rows, or its error as SQLite gave it (the code decides a 503, a damaged index file, …). */
 export type LongReadReport =
   { id: number; rows: unknown[] } | { id: number; error: { message: string; code?: string } };
 
-const { databaseFile, indexFile } = workerData as LongReadThreadData;
+const { databaseFile, indexFile, generation } = workerData as LongReadThreadData;
+const now = new Int32Array(generation);
 const port = parentPort!;
 
 /** Opened at the first read: a thread restarted after a failure opens it anew. */
@@ -44,6 +48,8 @@ port.on('message', (request: LongReadRequest) => {
     port.close();
     return;
   }
+  // Interrupted since it was sent: its asker has been answered already (long-reads.ts interrupt).
+  if (request.generation !== Atomics.load(now, 0)) return;
   try {
     const rows = open()
       .prepare(request.sql)

@@ -12,11 +12,34 @@ import type { Database } from './schema.js';
 import type { Executor } from './store.js';
 import type { LongReadReport, LongReadRequest, LongReadThreadData } from './long-read-thread.js';
 
+/**
+ * A read expected to hold the event loop this long (µs) or more is a long one, for the long-read thread.
+ * The hop there and back costs about 0.1–0.2 ms a statement (a page with its count takes a few), so
+ * shorter reads cost less where they are.
+ */
+export const LONG_READ_US = 2_000;
+/** What a read costs a row, by how it reaches it (µs; 2 cores at a million contacts, 2026-12-03). */
+export const READ_COST_US = {
+  /** An index entry passed (a deep page's offset, a walk of the created_at index): 0.08–0.14. */
+  entry: 0.12,
+  /** A row looked up by its id, as from a tag's index: 2–5. */
+  lookup: 3,
+};
+
+/** Whether a page that skips `offset` index entries before its rows is a long read. */
+export function deepOffset(offset: number): boolean {
+  return offset * READ_COST_US.entry >= LONG_READ_US;
+}
+
 export interface LongReads {
   /** Runs each statement on the long-read thread. Reads only: no transactions. */
   readonly db: Executor;
-  /** How many reads the thread has answered (rows or an error): tests ask. */
-  readonly answered: number;
+  /**
+   * Fails every read not answered yet as the store being unavailable (a shutdown whose grace ran out: their
+   * requests answer 503 at once); the thread skips those it has not begun, and the one it is running goes
+   * on to its end, unheard. How many there were.
+   */
+  interrupt(): number;
   close(): Promise<void>;
 }
 
@@ -26,8 +49,15 @@ interface Pending {
   reject: (err: unknown) => void;
 }
 
+/** A long read cut short: the store is unavailable to it (a 503), as a PostgreSQL statement cancelled. */
+function interrupted(): Error {
+  return Object.assign(new Error('the read was cut short: the server is shutting down'), {
+    code: 'SQLITE_INTERRUPT',
+  });
+}
+
 export function startLongReads(options: {
-  data: LongReadThreadData;
+  data: Omit<LongReadThreadData, 'generation'>;
   /** The store's own reader: where reads run while the thread does not. */
   fallback: () => Executor;
   onError?: (err: unknown) => void;
@@ -36,8 +66,9 @@ export function startLongReads(options: {
 }): LongReads {
   const pending = new Map<number, Pending>();
   let next = 0;
-  let answered = 0;
   let closed = false;
+  /** Bumped by each interrupt: the thread skips reads sent before (long-read-thread.ts). */
+  const generation = new Int32Array(new SharedArrayBuffer(4));
   /** Started at the first long read: most processes never make one. */
   let thread: BackgroundThread | undefined;
   const runHere = (query: CompiledQuery) => options.fallback().executeQuery(query);
@@ -46,7 +77,6 @@ export function startLongReads(options: {
     const read = pending.get(report.id);
     if (!read) return;
     pending.delete(report.id);
-    answered++;
     if ('rows' in report) read.resolve({ rows: report.rows });
     else read.reject(Object.assign(new Error(report.error.message), { code: report.error.code }));
   };
@@ -66,13 +96,18 @@ export function startLongReads(options: {
     thread ??= startBackgroundThread<LongReadReport>({
       base: import.meta.url,
       module: 'long-read-thread',
-      data: options.data,
+      data: { ...options.data, generation: generation.buffer } satisfies LongReadThreadData,
       onReport,
       onStop,
       ...(options.alive ? { alive: options.alive } : {}),
     });
     const id = ++next;
-    const request: LongReadRequest = { id, sql: query.sql, parameters: [...query.parameters] };
+    const request: LongReadRequest = {
+      id,
+      generation: Atomics.load(generation, 0),
+      sql: query.sql,
+      parameters: [...query.parameters],
+    };
     return new Promise((resolve, reject) => {
       pending.set(id, { query, resolve, reject });
       if (!thread!.post(request)) {
@@ -111,8 +146,12 @@ export function startLongReads(options: {
 
   return {
     db,
-    get answered() {
-      return answered;
+    interrupt() {
+      Atomics.add(generation, 0, 1);
+      const cut = [...pending.values()];
+      pending.clear();
+      for (const read of cut) read.reject(interrupted());
+      return cut.length;
     },
     async close() {
       closed = true;

@@ -136,8 +136,9 @@ export function createSqliteStore(options: StoreOptions): Store {
       walSync?.check();
       await sql`select 1`.execute(this.db);
     },
-    // Statements run on the event loop, to the end: none is left waiting when the grace runs out.
-    interrupt: () => Promise.resolve(0),
+    // Statements run on the event loop, to the end: none is left waiting when the grace runs out, but for
+    // long reads on their thread (long-reads.ts).
+    interrupt: () => Promise.resolve(longReads.interrupt()),
     async close() {
       clearInterval(optimizer);
       await keyChanges.close();

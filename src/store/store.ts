@@ -63,8 +63,9 @@ export interface Store {
    * Ends the statements stuck in progress, for a shutdown whose grace ran out. PostgreSQL: what connections
    * checked out for a tenth of a second or more are running is cancelled, so that it rolls back rather than
    * commits after its request was cut unanswered; each caller gets a store-unavailable error
-   * (interruptible-pool.ts). Resolves to how many connections were checked out. SQLite: 0, as its statements
-   * run to their end on the event loop.
+   * (interruptible-pool.ts). Resolves to how many connections were checked out. SQLite: its statements run
+   * to their end on the event loop, but for the long reads not answered yet, which fail as a store
+   * unavailable (long-reads.ts); resolves to how many.
    */
   interrupt(): Promise<number>;
   close(): Promise<void>;
