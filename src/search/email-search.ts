@@ -1,7 +1,8 @@
 // An email search: the contacts whose address holds a term, with no other filter. What it learns is kept
 // under the version of the organisation's addresses (kept-searches.ts): a page asked again reads only its
 // contacts again, and a page up to PAGES_BACK after a kept one walks on from that page's last contact.
-import { type Page, pageAndTotal } from '../paging.js';
+import { type Page, offsetOf, pageAndTotal } from '../paging.js';
+import { deepOffset } from '../store/long-reads.js';
 import type { Store } from '../store/store.js';
 import { countContacts, pageContacts } from '../contacts/contacts.repository.js';
 import { addressesVersion } from './contact-search.repository.js';
@@ -83,6 +84,8 @@ export class EmailSearch {
     const db = this.store.db;
     const filter = { email: term };
     const known = keep && this.kept.total(orgId, term, keep.version);
+    // A deep page found anew may walk every contact before it: beside the event loop (Store.longReads).
+    const pageDb = keep?.after === undefined && deepOffset(offsetOf(page)) ? this.store.longReads : db;
     const { rows: contacts, total } = await pageAndTotal(
       page,
       async () => {
@@ -93,7 +96,7 @@ export class EmailSearch {
         // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
         const { contacts, total: learned } = next
           ? { contacts: next, total: undefined }
-          : await pageContacts(db, orgId, filter, page, { knownTotal: known });
+          : await pageContacts(pageDb, orgId, filter, page, { knownTotal: known });
         return { rows: contacts, total: known ?? learned };
       },
       () => countContacts(db, orgId, filter),

@@ -201,6 +201,10 @@ describe('long reads on sqlite', () => {
       [{ page: 835 }, true],
       [{ page: 834 }, false],
       [{ page: 835, tag: 'big' }, true],
+      // A term alone: its deep page found anew walks every contact before it at worst.
+      [{ page: 835, email: 'd1' }, true],
+      [{ page: 834, email: 'd1' }, false],
+      [{ page: 1, email: 'd1' }, false],
     ] as const) {
       expect(await pageOf(big, { page: 1, limit: 20, ...query }), JSON.stringify(query)).toBe(there);
     }
