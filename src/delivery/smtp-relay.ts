@@ -169,8 +169,11 @@ export class SmtpRelay {
       const options = { ...mailOptions(message, this.options.dkim), signal } as Mail.Options;
       const info = await this.transport.sendMail(options);
       const accepted = (info.accepted ?? []).map(String);
+      // RCPT TO goes in the envelope's order: a 552 reads as "too many" only after one the relay accepted.
+      const place = new Map(message.recipients.map((address, i) => [address, i]));
+      const firstAccepted = Math.min(...accepted.map((a) => place.get(a) ?? Infinity));
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
-        toFailure(e, this.host, accepted.length > 0),
+        toFailure(e, this.host, firstAccepted < (place.get(e.recipient ?? '') ?? Infinity)),
       );
       return {
         accepted,
@@ -362,23 +365,23 @@ function clipped(text: string): string {
   return text.length > MAX_REPLY_CHARS ? `${text.slice(0, MAX_REPLY_CHARS)}…` : text;
 }
 
-function toFailure(e: SmtpError, host: string, othersAccepted: boolean): RecipientFailure {
+function toFailure(e: SmtpError, host: string, acceptedBefore: boolean): RecipientFailure {
   return {
     address: e.recipient ?? '',
     response: relayText(e, host),
-    permanent: refusedForGood(e, othersAccepted),
+    permanent: refusedForGood(e, acceptedBefore),
   };
 }
 
 /**
  * Whether a relay's refusal of one recipient is final: a 5xx (contract.md), but for a 552 to RCPT TO meaning
- * too many recipients, which RFC 5321 (4.5.3.1.10) has clients read as a 452: after recipients the relay
- * accepted in this transaction, or when it says so (5.5.3, RFC 3463). Deferred, it is offered again with only
- * the recipients still owed; a 552 there, as whenever the relay accepted none, refuses the mailbox (full, or
- * policy) and is final.
+ * too many recipients, which RFC 5321 (4.5.3.1.10) has clients read as a 452: after a recipient the relay
+ * accepted before it in this transaction, or when it says so (5.5.3, RFC 3463). Deferred, it is offered again
+ * with only the recipients still owed; a 552 there, as whenever the relay accepted none before it, refuses the
+ * mailbox (full, or policy) and is final.
  */
-function refusedForGood(e: SmtpError, othersAccepted: boolean): boolean {
+function refusedForGood(e: SmtpError, acceptedBefore: boolean): boolean {
   if (typeof e.responseCode !== 'number' || e.responseCode < 500) return false;
   if (e.responseCode !== 552 || e.command !== 'RCPT TO') return true;
-  return !(othersAccepted || /^\d{3}[ -]5\.5\.3\b/.test(e.response ?? ''));
+  return !(acceptedBefore || /^\d{3}[ -]5\.5\.3\b/.test(e.response ?? ''));
 }

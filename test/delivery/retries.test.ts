@@ -137,6 +137,16 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     const partly = await settled(d.t, d.auth, shared);
     expect(partly).toMatchObject({ status: 'sent', attempts: 2 });
     expect(partly.recipients.map((r) => r.status)).toEqual(['sent', 'failed']);
+    // Refused before any recipient was accepted, though one after it was: no limit on recipients reached
+    // yet, so the mailbox's refusal, final at once (helper-134: it was offered once more).
+    const first = await sendEmail(d.t, d.auth, {
+      to: ['full@example.org', 'later@example.org'],
+      subject: 'Full first',
+      text: 'the full mailbox first',
+    });
+    const refusedFirst = await settled(d.t, d.auth, first);
+    expect(refusedFirst).toMatchObject({ status: 'sent', attempts: 1 });
+    expect(refusedFirst.recipients.map((r) => r.status)).toEqual(['failed', 'sent']);
     // A 552 to the message's data (a mailbox over its quota, a message over the relay's size) stays final.
     d.script.onRcpt = undefined;
     d.script.onData = () => ({ code: 552, message: '5.3.4 Message too big' });
