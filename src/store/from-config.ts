@@ -46,7 +46,11 @@ export async function openMigratedStore(
   let store: Store | undefined;
   try {
     store = openStore(config, options);
-    return { store, ...(await store.migrate()) };
+    const migrated = await store.migrate();
+    // SQLite opens its reader at the first read: one that cannot (the index file's WAL to recover after a
+    // crash, on a full disk) would answer every request 503. Found now, it stops the start with a line.
+    if (store.dialect === 'sqlite') await store.ping();
+    return { store, ...migrated };
   } catch (err) {
     await store?.close().catch(() => undefined);
     // Said as it is: DATABASE_URL is right, another transaction is in the way.
