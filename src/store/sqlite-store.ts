@@ -89,6 +89,8 @@ export function createSqliteStore(options: StoreOptions): Store {
     onError: (err) => options.onBackgroundError?.(err, 'running long reads beside the event loop'),
     alive: () => writerConn.open,
   });
+  // A long read shares a pass over the address chunks with the search thread, as the reader does.
+  lendReaderBeside(longReads.db, () => searchIndexer);
   const store: Store = {
     dialect: 'sqlite',
     keyChanges,
