@@ -9,6 +9,8 @@ import { TEST_DIST } from './test/global-build.js';
  */
 const ISOLATED = [
   'test/search/contact-search.test.ts',
+  'test/search/email-search-away.test.ts',
+  'test/store/reader-at-start.test.ts',
   'test/store/append-statements.test.ts',
   'test/store/named-statements.test.ts',
 ];

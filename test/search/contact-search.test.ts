@@ -18,9 +18,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Sqlite } from '../../src/store/sqlite-driver.js';
 import { Kysely, SqliteDialect, sql } from '../../src/store/kysely.js';
-import type { Worker } from 'node:worker_threads';
 import type { QueryId } from 'kysely';
-import type * as Threads from '../../src/threads.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eventually } from '../helpers/smtp.js';
 import { countContacts, insertContacts, pageContacts } from '../../src/contacts/contacts.repository.js';
@@ -44,23 +42,10 @@ import { type TestApp, createTestApp } from '../helpers/app.js';
 import { createTestStore, migrationsFrom } from '../helpers/stores.js';
 import { readChunks } from '../helpers/chunks.js';
 import { contactRow } from '../helpers/rows.js';
+import { threadsStarted } from '../helpers/recorded-threads.js';
 
-/**
- * Every thread the store starts, as started: only so that a test can end the search thread, as a crash
- * would (nothing else reaches it). The threads themselves are the real ones.
- */
-const threadsStarted = vi.hoisted(() => [] as { module: string; worker: Worker }[]);
-vi.mock('../../src/threads.js', async (importOriginal) => {
-  const real = await importOriginal<typeof Threads>();
-  return {
-    ...real,
-    startThread: (base: string, module: string, data: unknown) => {
-      const worker = real.startThread(base, module, data);
-      threadsStarted.push({ module, worker });
-      return worker;
-    },
-  };
-});
+// Every thread the store starts, recorded: so that a test can end the search thread, as a crash would.
+vi.mock('../../src/threads.js', () => import('../helpers/recorded-threads.js'));
 
 const BASE = Date.parse('2031-01-01T00:00:00.000Z');
 

@@ -3,7 +3,6 @@
 // chunks shared with the search thread as the reader's is; a page kept, or walked on from a kept one,
 // stays on the event loop. And a long-read thread that stops has its reads run on the event loop.
 import path from 'node:path';
-import type { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { systemClock, uuidIds } from '../../src/clock.js';
 import { ContactsService } from '../../src/contacts/contacts.service.js';
@@ -17,8 +16,8 @@ import { sqliteFile } from '../../src/store/sqlite-store.js';
 import { sql } from '../../src/store/kysely.js';
 import type { NewContact } from '../../src/store/schema.js';
 import type { Store } from '../../src/store/store.js';
-import type * as Threads from '../../src/threads.js';
 import { contactRow } from '../helpers/rows.js';
+import { threadsStarted } from '../helpers/recorded-threads.js';
 import { createTestStore, type TestStore } from '../helpers/stores.js';
 
 vi.mock('../../src/search/contact-chunks.repository.js', async (original) => ({
@@ -26,18 +25,7 @@ vi.mock('../../src/search/contact-chunks.repository.js', async (original) => ({
   TWO_PARTS_FROM: 1_000,
 }));
 
-const threadsStarted = vi.hoisted(() => [] as { module: string; worker: Worker }[]);
-vi.mock('../../src/threads.js', async (original) => {
-  const real = await original<typeof Threads>();
-  return {
-    ...real,
-    startThread: (base: string, module: string, data: unknown) => {
-      const worker = real.startThread(base, module, data);
-      threadsStarted.push({ module, worker });
-      return worker;
-    },
-  };
-});
+vi.mock('../../src/threads.js', () => import('../helpers/recorded-threads.js'));
 
 async function seedOrganization(store: Store, org: string, size: number): Promise<void> {
   await store.write((trx) =>
