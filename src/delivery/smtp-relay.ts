@@ -170,10 +170,15 @@ export class SmtpRelay {
       const info = await this.transport.sendMail(options);
       const accepted = (info.accepted ?? []).map(String);
       // RCPT TO goes in the envelope's order: a 552 reads as "too many" only after one the relay accepted.
-      const place = new Map(message.recipients.map((address, i) => [address, i]));
-      const firstAccepted = Math.min(...accepted.map((a) => place.get(a) ?? Infinity));
+      // nodemailer reports each address with its domain in lower case: looked up without case.
+      const place = new Map<string, number>();
+      message.recipients.forEach((address, i) => {
+        if (!place.has(address.toLowerCase())) place.set(address.toLowerCase(), i);
+      });
+      const at = (address: string) => place.get(address.toLowerCase()) ?? Infinity;
+      const firstAccepted = Math.min(...accepted.map(at));
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
-        toFailure(e, this.host, firstAccepted < (place.get(e.recipient ?? '') ?? Infinity)),
+        toFailure(e, this.host, firstAccepted < at(e.recipient ?? '')),
       );
       return {
         accepted,

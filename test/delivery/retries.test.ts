@@ -104,12 +104,14 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
 
   it('offers again a recipient answered 552 at RCPT TO after others were accepted, as RFC 5321 reads it (too many recipients)', async () => {
     let full = 0;
+    // Too many, not 5.5.3: the accepted ones before it say so. Domains in capitals, which nodemailer
+    // reports in lower case (helper-136: the order was then lost).
     d.script.onRcpt = (address) =>
       address === 'third@example.org' && full++ === 0
-        ? { code: 552, message: '5.5.3 Too many recipients' }
+        ? { code: 552, message: 'Too many recipients' }
         : undefined;
     const id = await sendEmail(d.t, d.auth, {
-      to: ['first@example.org', 'second@example.org', 'third@example.org'],
+      to: ['first@Example.ORG', 'second@Example.ORG', 'third@Example.ORG'],
       subject: 'Many',
       text: 'many recipients',
     });
@@ -117,7 +119,7 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(email.status).toBe('sent');
     expect(email.attempts).toBe(2);
     expect(email.recipients.map((r) => r.status)).toEqual(['sent', 'sent', 'sent']);
-    expect(email.events.find((e) => e.type === 'deferred')?.detail).toMatch(/third@example.org: 552/);
+    expect(email.events.find((e) => e.type === 'deferred')?.detail).toMatch(/third@Example.ORG: 552/);
     expect(d.sink.messages.map((m) => m.envelope.to)).toEqual([
       ['first@example.org', 'second@example.org'],
       ['third@example.org'],
@@ -140,7 +142,7 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     // Refused before any recipient was accepted, though one after it was: no limit on recipients reached
     // yet, so the mailbox's refusal, final at once (helper-134: it was offered once more).
     const first = await sendEmail(d.t, d.auth, {
-      to: ['full@example.org', 'later@example.org'],
+      to: ['full@Example.ORG', 'later@example.org'],
       subject: 'Full first',
       text: 'the full mailbox first',
     });
