@@ -87,12 +87,13 @@ export class EmailSearch {
     const filter = { email: term };
     const known = keep && this.kept.total(orgId, term, keep.version);
     // Beside the event loop (Store.longReads): a deep page found anew, which may walk every contact before
-    // it, and from TWO_PARTS_FROM contacts any page found anew and a count (a pass over the address
-    // chunks, shared with the search thread: 17–55 ms at a million contacts). A page walked on from a
-    // kept one costs little.
-    const big = (await organizationSize(db, orgId)) >= TWO_PARTS_FROM;
+    // it; and from TWO_PARTS_FROM contacts a page found anew and a count (a pass over the address chunks,
+    // shared with the search thread: 17–55 ms at a million contacts), while the thread has no other read
+    // in hand: behind others' walks (0.3 s each) a term answered in 1 ms by the index would wait seconds
+    // (helper-136). A page walked on from a kept one costs little.
+    const big = (await organizationSize(db, orgId)) >= TWO_PARTS_FROM && this.store.longReadsIdle();
     const away = this.store.longReads;
-    const pageDb = keep?.after === undefined && (big || deepOffset(offsetOf(page))) ? away : db;
+    const anewDb = big || deepOffset(offsetOf(page)) ? away : db;
     const countDb = big ? away : db;
     const { rows: contacts, total } = await pageAndTotal(
       page,
@@ -104,7 +105,7 @@ export class EmailSearch {
         // A kept total also tells the page how many contacts match, so it need not probe the index to learn it.
         const { contacts, total: learned } = next
           ? { contacts: next, total: undefined }
-          : await pageContacts(pageDb, orgId, filter, page, { knownTotal: known });
+          : await pageContacts(anewDb, orgId, filter, page, { knownTotal: known });
         return { rows: contacts, total: known ?? learned };
       },
       () => countContacts(countDb, orgId, filter),

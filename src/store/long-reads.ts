@@ -40,6 +40,8 @@ export interface LongReads {
    * on to its end, unheard. How many there were.
    */
   interrupt(): number;
+  /** Whether no read is in hand: one asked now begins at once. */
+  readonly idle: boolean;
   close(): Promise<void>;
 }
 
@@ -146,6 +148,9 @@ export function startLongReads(options: {
 
   return {
     db,
+    get idle() {
+      return pending.size === 0;
+    },
     interrupt() {
       Atomics.add(generation, 0, 1);
       const cut = [...pending.values()];

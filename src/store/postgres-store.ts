@@ -90,6 +90,7 @@ export function createPostgresStore(
     dialect: 'postgres',
     db,
     longReads: db,
+    longReadsIdle: () => true,
     keyChanges,
     batch: (fn) => group.run(fn),
     append: (rows) => appender.append(rows),

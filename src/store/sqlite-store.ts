@@ -106,6 +106,7 @@ export function createSqliteStore(options: StoreOptions): Store {
       return reader;
     },
     longReads: longReads.db,
+    longReadsIdle: () => longReads.idle,
     snapshot(fn) {
       return fn(this.db);
     },

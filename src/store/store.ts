@@ -34,6 +34,11 @@ export interface Store {
    * PostgreSQL, `db` (a pooled connection waits, not the event loop).
    */
   readonly longReads: Executor;
+  /**
+   * Whether a long read asked now would begin at once (SQLite: the thread has none in hand; PostgreSQL:
+   * always). A read that is long only sometimes may ask this, rather than wait behind others' walks.
+   */
+  longReadsIdle(): boolean;
   /** Runs fn in a transaction; resolves only when the transaction is durably committed. */
   write<T>(fn: (trx: Executor) => Promise<T>): Promise<T>;
   /**
