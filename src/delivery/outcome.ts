@@ -1,5 +1,6 @@
 // Pure rules of one delivery attempt: which message goes out, and what the relay's answer means for each
 // recipient and for the email. No I/O here, so the rules are read (and tested) in one place.
+import { relayForm } from './relay-address.js';
 import { type RecipientRow, parseList } from '../emails/emails.repository.js';
 import type { EmailRow } from '../store/schema.js';
 import { parseConfiguredMailbox } from '../validation/addresses.js';
@@ -49,10 +50,11 @@ export function toMessage(email: EmailRow, pending: RecipientRow[]): OutgoingMes
 /** Per-recipient verdicts from the relay's answer to a message that was (at least partly) taken. */
 export function judgeResult(pending: RecipientRow[], result: DeliveryResult): Map<number, Verdict> {
   const verdicts = new Map<number, Verdict>();
-  const accepted = new Set(result.accepted.map((a) => a.toLowerCase()));
-  const rejected = new Map(result.rejected.map((r) => [r.address.toLowerCase(), r]));
+  // Matched in the form the relay's answers name them (relayForm).
+  const accepted = new Set(result.accepted.map(relayForm));
+  const rejected = new Map(result.rejected.map((r) => [relayForm(r.address), r]));
   for (const r of pending) {
-    const key = r.address.toLowerCase();
+    const key = relayForm(r.address);
     const failure = rejected.get(key);
     if (failure)
       verdicts.set(r.position, {

@@ -1,5 +1,6 @@
 // The pooled nodemailer transport that speaks to the relay (it runs on the SMTP thread), and how its
 // answers and errors become delivery results, with the relay's address kept out of what is stored.
+import { relayForm } from './relay-address.js';
 import { BlockList, isIP } from 'node:net';
 import { Transform } from 'node:stream';
 import nodemailer, { type Transporter } from 'nodemailer';
@@ -170,15 +171,15 @@ export class SmtpRelay {
       const info = await this.transport.sendMail(options);
       const accepted = (info.accepted ?? []).map(String);
       // RCPT TO goes in the envelope's order: a 552 reads as "too many" only after one the relay accepted.
-      // nodemailer reports each address with its domain in lower case: looked up without case.
+      // Addresses as nodemailer reports them (relayForm). One accepted that cannot be placed counts as
+      // before every other: a 552 then waits for its own attempt rather than fail for good.
       const place = new Map<string, number>();
       message.recipients.forEach((address, i) => {
-        if (!place.has(address.toLowerCase())) place.set(address.toLowerCase(), i);
+        if (!place.has(relayForm(address))) place.set(relayForm(address), i);
       });
-      const at = (address: string) => place.get(address.toLowerCase()) ?? Infinity;
-      const firstAccepted = Math.min(...accepted.map(at));
+      const firstAccepted = Math.min(...accepted.map((a) => place.get(relayForm(a)) ?? -1));
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
-        toFailure(e, this.host, firstAccepted < at(e.recipient ?? '')),
+        toFailure(e, this.host, firstAccepted < (place.get(relayForm(e.recipient ?? '')) ?? Infinity)),
       );
       return {
         accepted,

@@ -149,6 +149,22 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     const refusedFirst = await settled(d.t, d.auth, first);
     expect(refusedFirst).toMatchObject({ status: 'sent', attempts: 1 });
     expect(refusedFirst.recipients.map((r) => r.status)).toEqual(['failed', 'sent']);
+    // A domain nodemailer rewrites (a number: `0x7f.0x1` goes out as `127.0.0.1`) is matched to the relay's
+    // answers all the same (helper-137: accepted, it was taken for unacknowledged and sent again on every
+    // attempt, and the 552 after it failed for good).
+    let once = 0;
+    d.script.onRcpt = (address) =>
+      address === 'third@example.org' && once++ === 0
+        ? { code: 552, message: 'Too many recipients' }
+        : undefined;
+    const numeric = await settled(
+      d.t,
+      d.auth,
+      await sendEmail(d.t, d.auth, { to: ['first@0x7f.0x1', 'third@example.org'], subject: 'N', text: 'n' }),
+    );
+    expect(numeric).toMatchObject({ status: 'sent', attempts: 2 });
+    expect(numeric.recipients.map((r) => r.status)).toEqual(['sent', 'sent']);
+    expect(d.sink.deliveredTo('first@127.0.0.1')).toHaveLength(1);
     // A 552 to the message's data (a mailbox over its quota, a message over the relay's size) stays final.
     d.script.onRcpt = undefined;
     d.script.onData = () => ({ code: 552, message: '5.3.4 Message too big' });
