@@ -90,8 +90,11 @@ export class EmailSearch {
     // it; and from TWO_PARTS_FROM contacts a page found anew and a count (a pass over the address chunks,
     // shared with the search thread: 17–55 ms at a million contacts), while the thread has no other read
     // in hand: behind others' walks (0.3 s each) a term answered in 1 ms by the index would wait seconds
-    // (helper-136). A page walked on from a kept one costs little.
-    const big = (await organizationSize(db, orgId)) >= TWO_PARTS_FROM && this.store.longReadsIdle();
+    // (helper-136). A page walked on from a kept one costs little. (PostgreSQL's long reads are its pool.)
+    const big =
+      this.store.dialect === 'sqlite' &&
+      this.store.longReadsIdle() &&
+      (await organizationSize(db, orgId)) >= TWO_PARTS_FROM;
     const away = this.store.longReads;
     const anewDb = big || deepOffset(offsetOf(page)) ? away : db;
     const countDb = big ? away : db;
