@@ -19,6 +19,7 @@ import type { Store } from '../../src/store/store.js';
 import { contactRow } from '../helpers/rows.js';
 import { threadsStarted } from '../helpers/recorded-threads.js';
 import { createTestStore, type TestStore } from '../helpers/stores.js';
+import { watchLongReads } from '../helpers/watched-long-reads.js';
 
 vi.mock('../../src/search/contact-chunks.repository.js', async (original) => ({
   ...(await original<typeof Chunks>()),
@@ -51,27 +52,17 @@ async function seedOrganization(store: Store, org: string, size: number): Promis
 describe('an email term alone, on sqlite', () => {
   let ts: TestStore;
   let contacts: ContactsService;
-  /** The statements asked of the long reads, and those of them that count. */
-  let asked: number;
-  let counted: number;
+  /** The statements asked of the long reads. */
+  let asked: string[];
+  /** How many of them count. */
+  const counted = () => asked.filter((statement) => statement.includes('count(')).length;
 
   beforeEach(async () => {
     ts = await createTestStore('sqlite');
-    asked = 0;
-    counted = 0;
     const inner = ts.store;
-    const store: Store = Object.create(inner) as Store;
-    Object.defineProperty(store, 'longReads', {
-      value: inner.longReads.withPlugin({
-        transformQuery: ({ node }) => {
-          asked++;
-          if (JSON.stringify(node).includes('count(')) counted++;
-          return node;
-        },
-        transformResult: ({ result }) => Promise.resolve(result),
-      }),
-    });
-    contacts = new ContactsService(store, systemClock, uuidIds);
+    const watched = watchLongReads(inner);
+    asked = watched.asked;
+    contacts = new ContactsService(watched.store, systemClock, uuidIds);
     await seedOrganization(inner, 'big', 25_000);
     await seedOrganization(inner, 'small', 900);
   });
@@ -82,11 +73,9 @@ describe('an email term alone, on sqlite', () => {
 
   it('is found anew and counted beside the event loop from TWO_PARTS_FROM contacts, and kept on it', async () => {
     const pageOf = async (org: string, email: string, page: number) => {
-      const from = asked;
+      const from = asked.length;
       const found = await contacts.page(org, { page, limit: 10, email });
-      const there = asked > from;
-      asked = from;
-      return { there, found };
+      return { there: asked.length > from, found };
     };
     const truth = (org: string, email: string) =>
       countContacts(ts.store.db, org, { email }, { searchIndex: false });
@@ -103,9 +92,9 @@ describe('an email term alone, on sqlite', () => {
     expect(small.found.pagination.total).toBe(await truth('small', 'd3'));
     // A page of a new term that learns no total on the way (a walk, 2,500 matches deep of 2,778): its
     // count too.
-    const countedBefore = counted;
+    const countedBefore = counted();
     const walked = await pageOf('big', 'd7', 250);
-    expect([walked.there, counted > countedBefore]).toEqual([true, true]);
+    expect([walked.there, counted() > countedBefore]).toEqual([true, true]);
     expect(walked.found.pagination.total).toBe(await truth('big', 'd7'));
     expect(walked.found.contacts).toHaveLength(10);
     // A page whose walk on from a kept one is refused (11 matches among 25,000: the walk would pass about
@@ -124,12 +113,12 @@ describe('an email term alone, on sqlite', () => {
     const busy = sql`with recursive s(i) as (select 1 union all select i + 1 from s where i < 3000000)
       select count(*) as n from s`.execute(ts.store.longReads);
     await vi.waitFor(() => expect(ts.store.longReadsIdle()).toBe(false), { interval: 1 });
-    const [from, countedBefore] = [asked, counted];
+    const [from, countedBefore] = [asked.length, counted()];
     const found = await contacts.page('big', { page: 1, limit: 10, email: 'd5' });
     // One that learns no total on the way: counted on the event loop too.
     const walked = await contacts.page('big', { page: 250, limit: 10, email: 'd6' });
     const stillBusy = !ts.store.longReadsIdle();
-    expect([asked, counted]).toEqual([from, countedBefore]);
+    expect([asked.length, counted()]).toEqual([from, countedBefore]);
     expect(found.pagination.total).toBe(
       await countContacts(ts.store.db, 'big', { email: 'd5' }, { searchIndex: false }),
     );
