@@ -28,6 +28,11 @@ export async function organizationSize(db: Executor, organizationId: string): Pr
   return (await findMaintainedCount(db, organizationId, {})) ?? 0;
 }
 
+/** How many of the organisation's contacts have the tag: its maintained count. */
+export async function tagSize(db: Executor, organizationId: string, tag: string): Promise<number> {
+  return (await findMaintainedCount(db, organizationId, { tag })) ?? 0;
+}
+
 /**
  * PostgreSQL: how many times a contact of the organisation was added, deleted or readdressed, a count that
  * only grows (migration 0011's `addresses` bucket).

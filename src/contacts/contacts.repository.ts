@@ -10,7 +10,7 @@ import { countByEmail, pageByEmail } from '../search/by-email.js';
 import { type Window, inWindow, pagedShape, rowCount } from '../store/prepared.js';
 import { bucketSum, countColumn, pageTotal } from '../store/counts.js';
 import { contactJson } from './contact-fields.js';
-import { bucketOf, findMaintainedCount, organizationSize } from './contact-counts.repository.js';
+import { bucketOf, findMaintainedCount, organizationSize, tagSize } from './contact-counts.repository.js';
 import { matchCase } from '../validation/addresses.js';
 
 export interface ContactFilter {
@@ -192,8 +192,7 @@ export async function mayTakeLong(
   const several = bucketOf(filter) === undefined;
   if (filter.tag !== undefined) {
     if (!several) return false;
-    const tagged = (await findMaintainedCount(db, organizationId, { tag: filter.tag })) ?? 0;
-    return tagged * READ_COST_US.lookup >= LONG_READ_US;
+    return (await tagSize(db, organizationId, filter.tag)) * READ_COST_US.lookup >= LONG_READ_US;
   }
   if (!several && filter.unsubscribed !== false) return false;
   const size = await organizationSize(db, organizationId);
@@ -390,9 +389,9 @@ async function countTagBySubscription(
 async function fewerUnsubscribed(db: Executor, organizationId: string, tag: string): Promise<boolean> {
   const [unsubscribed, tagged] = await Promise.all([
     findMaintainedCount(db, organizationId, { unsubscribed: true }),
-    findMaintainedCount(db, organizationId, { tag }),
+    tagSize(db, organizationId, tag),
   ]);
-  return (unsubscribed ?? 0) < (tagged ?? 0);
+  return (unsubscribed ?? 0) < tagged;
 }
 
 export async function updateContact(db: Executor, id: string, changes: Partial<ContactRow>): Promise<void> {

@@ -15,11 +15,7 @@ import { containsText, dialectOf, ftsPhrase, isTrigramSearchable } from '../stor
 import { isChunkSearchable } from './address-chunks.js';
 import { countByChunks, pageByChunks } from './contact-chunks.repository.js';
 import type { Page } from '../paging.js';
-import {
-  addressChanges,
-  findMaintainedCount,
-  organizationSize,
-} from '../contacts/contact-counts.repository.js';
+import { addressChanges, organizationSize, tagSize } from '../contacts/contact-counts.repository.js';
 import { contactJson } from '../contacts/contact-fields.js';
 import { rowCount } from '../store/prepared.js';
 import { isUnreadable } from './search-file.js';
@@ -44,7 +40,7 @@ const CHUNK_COST = 0.4;
  */
 async function taggedCap(db: Executor, organizationId: string, filter: ContactFilter): Promise<number> {
   if (filter.tag === undefined) return Infinity;
-  return (await findMaintainedCount(db, organizationId, { tag: filter.tag })) ?? 0;
+  return tagSize(db, organizationId, filter.tag);
 }
 
 /**
