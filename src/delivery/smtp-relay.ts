@@ -175,7 +175,8 @@ export class SmtpRelay {
       // before every other: a 552 then waits for its own attempt rather than fail for good.
       const place = new Map<string, number>();
       message.recipients.forEach((address, i) => {
-        if (!place.has(relayForm(address))) place.set(relayForm(address), i);
+        const key = relayForm(address);
+        if (!place.has(key)) place.set(key, i);
       });
       const firstAccepted = Math.min(...accepted.map((a) => place.get(relayForm(a)) ?? -1));
       const rejectedErrors = ((info as { rejectedErrors?: SmtpError[] }).rejectedErrors ?? []).map((e) =>
