@@ -18,6 +18,7 @@ import { AppError } from './errors.js';
 import { type AnyEndpoint, refuseHeaderProblems, replayingHandler } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
+import { addressBucket } from './ratelimit/address-bucket.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 import { absoluteReset, bodyDeadline, finishHeaders } from './http/answer-headers.js';
@@ -226,7 +227,7 @@ export async function buildApp(
             'Redis is not answering: rate limits are counted per instance until it does',
           ),
     ),
-    keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${req.ip}`),
+    keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(req.ip)}`),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(
         'RATE_LIMITED',

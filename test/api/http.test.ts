@@ -601,6 +601,25 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     expect(elsewhere.statusCode).toBe(401);
   });
 
+  it('an IPv6 client is counted by its /64, an IPv4 one written as IPv6 as that IPv4 address', async () => {
+    const from = async (remoteAddress: string) =>
+      (await t.call({ method: 'GET', url: '/api/v1/lists', remoteAddress })).statusCode;
+    // Three addresses of one /64 (as one host's privacy addresses are) share its budget of 3.
+    const one = ['2001:db8:5:6::1', '2001:db8:5:6:a::2', '2001:db8:5:6:ffff:ffff:ffff:ffff'];
+    expect([...(await Promise.all(one.map(from))), await from('2001:db8:5:6::9')]).toEqual([
+      401, 401, 401, 429,
+    ]);
+    // The next /64 has a budget of its own.
+    expect(await from('2001:db8:5:7::1')).toBe(401);
+    // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: the same client, the same budget.
+    expect([
+      await from('10.9.8.7'),
+      await from('::ffff:10.9.8.7'),
+      await from('10.9.8.7'),
+      await from('::ffff:10.9.8.7'),
+    ]).toEqual([401, 401, 401, 429]);
+  });
+
   it('a URL with broken %-encoding is counted like any request and carries the headers', async () => {
     const bad = (remoteAddress: string, key?: string) =>
       t.call({ method: 'GET', url: '/api/v1/lists/%ZZ', remoteAddress, auth: key });
