@@ -609,7 +609,9 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     expect([...(await Promise.all(one.map(from))), await from('2001:db8:5:6::9')]).toEqual([
       401, 401, 401, 429,
     ]);
-    // The next /64 has a budget of its own.
+    // A health probe from the same /64 shows that standing; the next /64 has a budget of its own.
+    const probe = await t.call({ method: 'GET', url: '/health', remoteAddress: '2001:db8:5:6::77' });
+    expect(probe.headers['x-ratelimit-remaining']).toBe('0');
     expect(await from('2001:db8:5:7::1')).toBe(401);
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: the same client, the same budget.
     expect([
