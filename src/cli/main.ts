@@ -5,6 +5,7 @@
 import { takeStartSignal } from './start-signals.js';
 import './heap-flags.js';
 import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { createServices } from '../services.js';
 import { parsePermissions } from '../auth/keys.js';
@@ -167,12 +168,14 @@ async function withServices<T>(
   { existing = false } = {},
 ): Promise<T> {
   const config = loadConfig();
-  const [{ createServices }, { openMigratedStore }, { sqliteFile }, { mailroomStoreIn }] = await Promise.all([
-    import('../services.js'),
-    import('../store/from-config.js'),
-    import('../store/sqlite-store.js'),
-    import('../store/postgres-migrate.js'),
-  ]);
+  const [{ createServices }, { openMigratedStore }, { sqliteFile }, { mailroomStoreIn }, { migrationNames }] =
+    await Promise.all([
+      import('../services.js'),
+      import('../store/from-config.js'),
+      import('../store/sqlite-store.js'),
+      import('../store/postgres-migrate.js'),
+      import('../store/migrations.js'),
+    ]);
   const makers = '(serve, migrate, orgs create and keys create make a store where there is none)';
   if (existing && !config.databaseUrl && !existsSync(sqliteFile(config.dataDir))) {
     throw new ConfigError(
@@ -192,8 +195,18 @@ async function withServices<T>(
       `DATABASE_URL${name ? ` (database "${name}")` : ''} holds no Mailroom store: give the DATABASE_URL the server runs with ${makers}`,
     );
   }
-  const { store, warnings } = await openMigratedStore(config, { use: 'one-shot' });
+  const { store, applied, warnings } = await openMigratedStore(config, { use: 'one-shot' });
   for (const warning of warnings) console.error(`warning: ${warning}`);
+  // A create run where no store was (in another folder than the server's) made one: its key or organisation
+  // is known only to a server started on that store, so say which (on stderr: --json's stdout is one line).
+  if (applied[0] === migrationNames()[0]) {
+    const [setting, where] = config.databaseUrl
+      ? ['DATABASE_URL', `database "${databaseName(config.databaseUrl)}"`]
+      : ['DATA_DIR', path.resolve(config.dataDir)];
+    console.error(
+      `note: made a new store in ${setting} (${where}), which had none: a server sees what this command made only when it runs with the same ${setting}`,
+    );
+  }
   try {
     return await fn(createServices({ config, store }));
   } finally {

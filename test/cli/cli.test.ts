@@ -519,6 +519,34 @@ describe('mailroom CLI on a DATA_DIR without a store', () => {
   }, 60_000);
 });
 
+describe.each(storeKinds())('mailroom CLI making a store on %s', (kind) => {
+  // Run in another folder than the server's, keys create made a store there and said nothing: the key it
+  // printed was then refused by the server (helper-139).
+  it('keys create and orgs create say on stderr where they made a new store, once', async () => {
+    const dataDir = path.join(scratchDir('new-store'), 'elsewhere');
+    const db = kind === 'postgres' ? await createTestDatabase() : undefined;
+    const env = baseEnv(db ? { DATABASE_URL: db.url } : { DATA_DIR: dataDir });
+    const where = db
+      ? `DATABASE_URL (database "${new URL(db.url).pathname.slice(1)}")`
+      : `DATA_DIR (${dataDir})`;
+    const setting = db ? 'DATABASE_URL' : 'DATA_DIR';
+    const note = `note: made a new store in ${where}, which had none: a server sees what this command made only when it runs with the same ${setting}`;
+    try {
+      const cli = (...args: string[]) => run(process.execPath, [...MAIN, ...args], { cwd: ROOT, env });
+      const first = await cli('keys', 'create', '--name', 'a', '--permissions', 'sendEmails', '--json');
+      expect(first.stderr.trim().split('\n')).toEqual([note]);
+      // stdout is the one JSON line --json promises.
+      expect(JSON.parse(first.stdout.trim())).toMatchObject({ name: 'a', permissions: ['sendEmails'] });
+      const again = await cli('keys', 'create', '--name', 'b', '--permissions', 'sendEmails', '--json');
+      expect(again.stderr).toBe('');
+      const org = await cli('orgs', 'create', '--name', 'o', '--json');
+      expect(org.stderr).toBe('');
+    } finally {
+      await db?.drop();
+    }
+  }, 60_000);
+});
+
 describe.skipIf(noPostgres())('mailroom CLI on a PostgreSQL database without a store', () => {
   // A mistyped database name (another application's) got Mailroom's tables, and "no keys", exit 0.
   it('keys list, orgs list and keys revoke say so, exit 1, and make nothing', async () => {
