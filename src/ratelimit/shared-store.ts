@@ -121,6 +121,21 @@ export function sharedLimitStore(
           probing = false;
           if (err) {
             commandFailed(sentAt, err);
+            // A late timer (see commandFailed): Redis most likely counted this request, its reply unread,
+            // and this process's count of the key may be far behind Redis's. The request is judged by where
+            // the key stands in Redis; only if that read fails, or finds no window (the INCR never
+            // arrived), is it counted here.
+            if (Date.now() - sentAt > LATE_TIMER_MS && redis!.status === 'ready') {
+              return remote!.read(
+                key,
+                (readErr, standing) =>
+                  readErr || !standing || standing.ttl === 0
+                    ? local.incr(key, cb, timeWindow, max)
+                    : cb(null, standing),
+                timeWindow,
+                max,
+              );
+            }
             return local.incr(key, cb, timeWindow, max);
           }
           if (sentAt >= failedAt) failedAt = 0;
