@@ -67,12 +67,26 @@ if (process.argv[1] !== undefined && path.resolve(process.argv[1]) === fileURLTo
   const { values } = parseArgs({
     options: { contacts: { type: 'string', default: '10000' }, org: { type: 'string' } },
   });
+  const count = Number(values.contacts);
+  if (!/^\d+$/.test(values.contacts) || count < 1 || count > 100_000_000) {
+    console.error(`--contacts must be a whole number from 1 to 100000000, got "${values.contacts}"`);
+    process.exit(2);
+  }
   const config = loadConfig();
   const store = openStore(config);
   await store.migrate();
   const services = createServices({ config, store });
-  const org = values.org ?? (await services.orgs.getOrCreateDefault()).id;
-  await seedContacts(store, org, Number(values.contacts));
-  console.log(JSON.stringify({ organizationId: org, contacts: Number(values.contacts) }));
+  const org = values.org
+    ? await services.orgs.get(values.org).catch(async () => {
+        console.error(`--org: no organisation ${values.org} in this store (mailroom orgs list shows them)`);
+        await store.close();
+        process.exit(1);
+      })
+    : await services.orgs.getOrCreateDefault();
+  // Addresses of their own each run, so seeding a store again adds contacts instead of colliding with the
+  // last run's (a contact's address is unique in its organisation).
+  const label = `seed${Date.now().toString(36)}-`;
+  await seedContacts(store, org.id, count, label);
+  console.log(JSON.stringify({ organizationId: org.id, contacts: count }));
   await store.close();
 }
