@@ -214,6 +214,15 @@ async function withServices<T>(
   }
 }
 
+/** Rows under a header, each column as wide as its widest cell (the last one, a name, as it is). */
+function table(header: string[], rows: string[][]): string {
+  const all = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...all.map((row) => row[i]!.length)));
+  return all
+    .map((row) => row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join('  '))
+    .join('\n');
+}
+
 /** The database DATABASE_URL names, as written where its percent-encoding does not decode. */
 function databaseName(url: string): string {
   const path = new URL(url).pathname.slice(1);
@@ -333,7 +342,12 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
       print(
         json,
         { organizations },
-        organizations.map((o) => `${o.id}  ${o.createdAt}  ${o.name}`).join('\n') || 'no organisations',
+        organizations.length === 0
+          ? 'no organisations'
+          : table(
+              ['ID', 'CREATED', 'NAME'],
+              organizations.map((o) => [o.id, o.createdAt, o.name]),
+            ),
       );
       return;
     }
@@ -364,12 +378,19 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
       print(
         json,
         { keys },
-        keys
-          .map(
-            (k) =>
-              `${k.id}  ${k.prefix}…  ${k.revokedAt ? 'revoked' : 'active '}  org ${k.organizationId}  ${k.permissions.join(',')}  ${k.name}`,
-          )
-          .join('\n') || 'no keys',
+        keys.length === 0
+          ? 'no keys'
+          : table(
+              ['ID', 'KEY', 'STATUS', 'ORGANISATION', 'PERMISSIONS', 'NAME'],
+              keys.map((k) => [
+                k.id,
+                `${k.prefix}…`,
+                k.revokedAt ? 'revoked' : 'active',
+                k.organizationId,
+                k.permissions.join(','),
+                k.name,
+              ]),
+            ),
       );
       return;
     }

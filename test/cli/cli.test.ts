@@ -93,11 +93,22 @@ describe.each(storeKinds())('mailroom CLI on %s', (kind) => {
     const mine = keys.find((k) => k.id === created.json.id);
     expect(mine).toMatchObject({ name: 'k', organizationId: org.id, revokedAt: null });
     expect(JSON.stringify(listed.json)).not.toContain(String(created.json.key));
-    // Without --org, keys of every organisation are listed: each line says whose it is.
-    const line = (await cliText('keys', 'list')).stdout
-      .split('\n')
-      .find((l) => l.startsWith(String(created.json.id)));
-    expect(line).toContain(`org ${String(org.id)}`);
+    // Without --org, keys of every organisation are listed: each line says whose it is, under a header.
+    const lines = (await cliText('keys', 'list')).stdout.trimEnd().split('\n');
+    expect(lines[0]!.split(/ {2,}/)).toEqual(['ID', 'KEY', 'STATUS', 'ORGANISATION', 'PERMISSIONS', 'NAME']);
+    const line = lines.find((l) => l.startsWith(String(created.json.id)))!;
+    expect(line.split(/ {2,}/)).toEqual([
+      created.json.id,
+      expect.stringMatching(/^mr_.+…$/),
+      'active',
+      org.id,
+      'readContacts',
+      'k',
+    ]);
+    // Columns line up: each row's permissions start where the header's PERMISSIONS does (other keys of
+    // this store have longer lists).
+    const at = lines[0]!.indexOf('PERMISSIONS');
+    for (const l of lines.slice(1)) expect(l.slice(at)).toMatch(/^(readContacts|writeContacts|sendEmails)/);
 
     const ts = await openSameStore();
     const t = await createTestApp(kind, {}, ts);
