@@ -30,11 +30,24 @@ async function totalOf(
   return count();
 }
 
+/**
+ * `total` made to agree with the page read beside it: a short page ends the result, a full one shows that it
+ * reaches at least that far. A total read apart from its page (several filters counted by a second
+ * statement, an email search's kept total) may have moved with writes committed between the two reads, and
+ * a response whose `pages` ended before the page it holds, or that promised items past a short page, would
+ * send a client paging on the wrong way. Read in one snapshot, the two agree already and nothing changes.
+ */
+export function agreeingTotal(page: Page, rows: number, total: number): number {
+  if (rows === 0) return total;
+  const reached = offsetOf(page) + rows;
+  return rows < page.limit ? reached : Math.max(total, reached);
+}
+
 /** Reads of a page again after one came back empty where its total said it should not (pageAndTotal). */
 const EMPTY_PAGE_TRIES = 3;
 
 /**
- * A page and its total (totalOf), as of one moment. Rows carry a maintained total read by their own
+ * A page and its total (totalOf, agreeingTotal), as of one moment. Rows carry a maintained total read by their own
  * statement; an empty page has none to carry, and its total is counted after it. If that count says the
  * page should have had rows (items joined the result between the two reads: emails changing status
  * while they are delivered), the page is read again, so that a client paging up to `pages` is not given
@@ -47,7 +60,7 @@ export async function pageAndTotal<R>(
 ): Promise<{ rows: R[]; total: number }> {
   for (let tries = 1; ; tries++) {
     const { rows, total: carried } = await read();
-    const total = await totalOf(page, rows.length, carried, count);
+    const total = agreeingTotal(page, rows.length, await totalOf(page, rows.length, carried, count));
     if (rows.length > 0 || total <= offsetOf(page) || tries >= EMPTY_PAGE_TRIES) return { rows, total };
   }
 }

@@ -1,6 +1,6 @@
 import type { Clock, Ids } from '../clock.js';
 import { AppError, DetailCollector, type ErrorDetail, throwIfAny, validationError } from '../errors.js';
-import { type Page, pageAndTotal, pagination } from '../paging.js';
+import { type Page, agreeingTotal, pageAndTotal, pagination } from '../paging.js';
 import { isUniqueViolation } from '../store/dialect.js';
 import type { ContactRow } from '../store/schema.js';
 import type { Executor, Store } from '../store/store.js';
@@ -128,7 +128,8 @@ export class ContactsService {
     };
     if (filter.email !== undefined && filter.tag === undefined && filter.unsubscribed === undefined) {
       const found = await this.search.page(orgId, filter.email, { page, limit });
-      return { contacts: found.contacts, pagination: pagination({ page, limit }, found.total) };
+      const total = agreeingTotal({ page, limit }, found.contacts.length, found.total);
+      return { contacts: found.contacts, pagination: pagination({ page, limit }, total) };
     }
     // A maintained count comes with any page that has rows; one of several filters is counted.
     const reader = this.store.db;
