@@ -2,16 +2,31 @@
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 
+/** IPv6 ranges whose addresses are told apart one by one: a /64 of them is not one client. */
+const ONE_BY_ONE = new Set(['linkLocal', 'loopback', 'teredo', 'unspecified', 'multicast']);
+
 /**
- * `ip` as a rate-limit key. A host is usually given a whole IPv6 /64 (SLAAC, privacy addresses that change
- * every few hours), so counting each IPv6 address apart would hand one client 2^64 budgets; its /64 is
- * counted as one, as an IPv4 address is. An IPv4 address written as IPv6 (`::ffff:10.0.0.1`, how a
- * dual-stack listener sees IPv4 clients) counts as that IPv4 address. Anything unparsable stays as given.
+ * `ip` as a rate-limit key. A routed IPv6 client usually holds a whole /64 (SLAAC, privacy addresses that
+ * change every few hours), so counting each address apart would hand one client 2^64 budgets; its /64 is
+ * counted as one, as an IPv4 address is (so the hosts of one IPv6 subnet share a budget, as hosts behind
+ * one IPv4 NAT do). An IPv4 address written as IPv6 (`::ffff:10.0.0.1`, how a dual-stack listener sees
+ * IPv4 clients; `64:ff9b::a00:1`, a NAT64 translator's) counts as that IPv4 address. Link-local (each with
+ * its zone: hosts on different links), loopback, Teredo and the like count one address each. Anything
+ * unparsable stays as given.
  */
 export function addressBucket(ip: string): string {
-  if (isIP(ip) === 0) return ip;
-  const parsed = ipaddr.process(ip);
+  // Node accepts zones ipaddr.js does not (`%eth0.100`, `%br-1a2b`): parsed without, kept for link-local.
+  const zone = ip.indexOf('%');
+  const bare = zone === -1 ? ip : ip.slice(0, zone);
+  if (isIP(bare) === 0 || !ipaddr.isValid(bare)) return ip;
+  const parsed = ipaddr.process(bare);
   if (parsed.kind() === 'ipv4') return parsed.toString();
-  const prefix = (parsed as ipaddr.IPv6).parts.slice(0, 4);
-  return `${new ipaddr.IPv6([...prefix, 0, 0, 0, 0]).toString()}/64`;
+  const v6 = parsed as ipaddr.IPv6;
+  const range = v6.range();
+  if (range === 'rfc6052') {
+    const [high, low] = v6.parts.slice(6) as [number, number];
+    return ipaddr.fromByteArray([high >> 8, high & 0xff, low >> 8, low & 0xff]).toString();
+  }
+  if (ONE_BY_ONE.has(range)) return v6.toString() + ip.slice(bare.length);
+  return `${new ipaddr.IPv6([...v6.parts.slice(0, 4), 0, 0, 0, 0]).toString()}/64`;
 }

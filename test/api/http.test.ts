@@ -613,6 +613,9 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     const probe = await t.call({ method: 'GET', url: '/health', remoteAddress: '2001:db8:5:6::77' });
     expect(probe.headers['x-ratelimit-remaining']).toBe('0');
     expect(await from('2001:db8:5:7::1')).toBe(401);
+    // A link-local client's zone may hold what ipaddr.js refuses (a VLAN's or a bridge's interface name):
+    // counted all the same, never a 500 (helper-142).
+    expect(await from('fe80::1%eth0.100')).toBe(401);
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: the same client, the same budget.
     expect([
       await from('10.9.8.7'),
