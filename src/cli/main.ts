@@ -13,6 +13,7 @@ import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import { longerThan } from '../validation/guards.js';
 import { COMMANDS, USAGE, commandUsage } from './commands.js';
+import { table } from './table.js';
 // The store and the services (kysely, pg, better-sqlite3: over half of start-up) are imported by the
 // commands that use them, as serve and worker import the server: help and usage errors answer without them.
 
@@ -214,15 +215,6 @@ async function withServices<T>(
   }
 }
 
-/** Rows under a header, each column as wide as its widest cell (the last one, a name, as it is). */
-function table(header: string[], rows: string[][]): string {
-  const all = [header, ...rows];
-  const widths = header.map((_, i) => Math.max(...all.map((row) => row[i]!.length)));
-  return all
-    .map((row) => row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join('  '))
-    .join('\n');
-}
-
 /** The database DATABASE_URL names, as written where its percent-encoding does not decode. */
 function databaseName(url: string): string {
   const path = new URL(url).pathname.slice(1);
@@ -233,8 +225,9 @@ function databaseName(url: string): string {
   }
 }
 
-function print(json: boolean, value: object, human: string): void {
-  console.log(json ? JSON.stringify(value) : human);
+/** `human` may be a function, so that text only a person reads (a table of every key) is not built for --json. */
+function print(json: boolean, value: object, human: string | (() => string)): void {
+  console.log(json ? JSON.stringify(value) : typeof human === 'function' ? human() : human);
 }
 
 async function run(argv: string[]): Promise<void> {
@@ -339,9 +332,7 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
     }
     case 'orgs list': {
       const organizations = await withServices((s) => s.orgs.list(), { existing: true });
-      print(
-        json,
-        { organizations },
+      print(json, { organizations }, () =>
         organizations.length === 0
           ? 'no organisations'
           : table(
@@ -375,9 +366,7 @@ async function runCommand(positionals: string[], flags: Flags): Promise<void> {
     case 'keys list': {
       const org = optional(flags.org, 'org');
       const keys = await withServices((s) => s.keys.list(org), { existing: true });
-      print(
-        json,
-        { keys },
+      print(json, { keys }, () =>
         keys.length === 0
           ? 'no keys'
           : table(
