@@ -126,12 +126,16 @@ export function sharedLimitStore(
             // the key stands in Redis; only if that read fails, or finds no window (the INCR never
             // arrived), is it counted here.
             if (Date.now() - sentAt > LATE_TIMER_MS && redis!.status === 'ready') {
+              const readAt = Date.now();
               return remote!.read(
                 key,
-                (readErr, standing) =>
-                  readErr || !standing || standing.ttl === 0
-                    ? local.incr(key, cb, timeWindow, max)
-                    : cb(null, standing),
+                (readErr, standing) => {
+                  // The read is a command like any: failing in time, it says Redis is silent.
+                  if (readErr) commandFailed(readAt, readErr);
+                  else if (readAt >= failedAt) failedAt = 0;
+                  if (readErr || !standing || standing.ttl === 0) local.incr(key, cb, timeWindow, max);
+                  else cb(null, standing);
+                },
                 timeWindow,
                 max,
               );

@@ -300,4 +300,40 @@ describe('the rate limit', () => {
       await t.close();
     }
   });
+
+  // helper-142: after a late timer the key is read from Redis; a read that then times out in time is a
+  // silent Redis, and counts as a failed command. Without that, a loop lagging past the command timeout on
+  // every request never switched counting off a dead Redis, and each request waited out two timeouts.
+  it('turns local when Redis is silent and the timer of every command fires late', async () => {
+    // A Redis that takes connections and never answers (a dead host behind a live proxy).
+    const sockets = new Set<net.Socket>();
+    const silent = net.createServer((socket) => {
+      sockets.add(socket);
+      socket.on('data', () => undefined);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as net.AddressInfo;
+    const redis = new Redis({ port, host: '127.0.0.1', commandTimeout: 500, enableReadyCheck: false });
+    const changes: boolean[] = [];
+    const Store = sharedLimitStore(redis, 'silent:', (shared) => changes.push(shared));
+    const store = new Store();
+    try {
+      await eventually(() => redis.status === 'ready', 5_000, 'the connection');
+      const counted: number[] = [];
+      for (let request = 0; request < 2; request++) {
+        await new Promise((resolve) => setImmediate(resolve));
+        const inFlight = new Promise<{ current: number }>((resolve, reject) =>
+          store.incr('k', (err, result) => (err ? reject(err) : resolve(result!)), 60_000, 100),
+        );
+        stallEventLoop(800);
+        counted.push((await inFlight).current);
+      }
+      expect(counted).toEqual([1, 2]); // counted here, Redis having said nothing
+      expect(changes).toEqual([false]);
+    } finally {
+      redis.disconnect();
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
+  });
 });
