@@ -1,4 +1,5 @@
 // buildApp(deps): the whole HTTP API as a Fastify instance that never listens. server.ts owns the process.
+import proxyAddr from '@fastify/proxy-addr';
 import rateLimit from '@fastify/rate-limit';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
@@ -95,12 +96,22 @@ export async function buildApp(
       ? { loggerInstance: deps.logger as FastifyBaseLogger }
       : { logger: (deps.logger as FastifyServerOptions['logger']) ?? false };
   const trusted = config.trustProxy;
+  const trust =
+    typeof trusted === 'number'
+      ? (_address: string, hop: number) => hop < trusted
+      : trusted
+        ? proxyAddr.compile(trusted)
+        : undefined;
+  // Fastify hands the requests it refuses before routing (frameworkErrors) over without TRUST_PROXY
+  // applied, their req.ip the proxy's: every keyless client behind it shared one budget for them. Worked
+  // out here as Fastify does for the rest.
+  const clientAddress = (req: FastifyRequest) => (trust ? proxyAddr(req.raw, trust) : req.ip);
   const app = Fastify({
     ...loggerOption,
     bodyLimit: config.bodyLimitBytes,
     // Behind a proxy, the client's address (the rate limit of requests without a key, the logs) is the one
     // the trusted proxies forwarded (TRUST_PROXY); otherwise the connection's.
-    trustProxy: typeof trusted === 'number' ? (_address: string, hop: number) => hop < trusted : trusted,
+    trustProxy: trust ?? false,
     // A client has this long to send its whole request, headers included (no slowloris); Node checks
     // open connections against it every half timeout, so a stalled one is cut within 1.5 × the timeout.
     requestTimeout: config.requestTimeoutMs,
@@ -227,7 +238,8 @@ export async function buildApp(
             'Redis is not answering: rate limits are counted per instance until it does',
           ),
     ),
-    keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(req.ip)}`),
+    keyGenerator: (req) =>
+      req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(clientAddress(req))}`,
     errorResponseBuilder: (_req, ctx) =>
       new AppError(
         'RATE_LIMITED',

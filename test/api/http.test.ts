@@ -675,14 +675,19 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
 
 describe('the client address behind a proxy (TRUST_PROXY)', () => {
   /** Statuses of requests without a key from `remoteAddress`, each forwarded for the address given. */
-  async function statuses(env: Record<string, string>, remoteAddress: string, forwardedFor: string[]) {
+  async function statuses(
+    env: Record<string, string>,
+    remoteAddress: string,
+    forwardedFor: string[],
+    url = '/api/v1/lists',
+  ) {
     const t = await createTestApp('sqlite', { RATE_LIMIT_PER_MINUTE: '2', ...env });
     try {
       const out: number[] = [];
       for (const client of forwardedFor) {
         const res = await t.call({
           method: 'GET',
-          url: '/api/v1/lists',
+          url,
           remoteAddress,
           headers: { 'x-forwarded-for': client },
         });
@@ -704,6 +709,14 @@ describe('the client address behind a proxy (TRUST_PROXY)', () => {
   it('is the one the nearest proxy forwarded with TRUST_PROXY=1', async () => {
     expect(await statuses({ TRUST_PROXY: '1' }, '10.0.0.1', sameClient)).toEqual([401, 401, 429]);
     expect(await statuses({ TRUST_PROXY: '1' }, '10.0.0.1', twoClients)).toEqual([401, 401, 401]);
+  });
+
+  // Answered before routing (Fastify's frameworkErrors), they had the proxy's address: every client
+  // behind it shared one budget for them (helper-142).
+  it('is the forwarded one for a URL refused before routing too', async () => {
+    const env = { TRUST_PROXY: '1' };
+    expect(await statuses(env, '10.0.0.1', twoClients, '/api/v1/lists/%ZZ')).toEqual([400, 400, 400]);
+    expect(await statuses(env, '10.0.0.1', sameClient, '/api/v1/lists/%ZZ')).toEqual([400, 400, 429]);
   });
 
   it('is forwarded only by the proxies listed, by address or range', async () => {
