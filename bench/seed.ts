@@ -11,6 +11,7 @@ import { uuidIds } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { openStore } from '../src/store/from-config.js';
 import { createServices } from '../src/services.js';
+import { AppError } from '../src/errors.js';
 
 const BATCH = 400;
 
@@ -76,13 +77,18 @@ if (process.argv[1] !== undefined && path.resolve(process.argv[1]) === fileURLTo
   const store = openStore(config);
   await store.migrate();
   const services = createServices({ config, store });
-  const org = values.org
-    ? await services.orgs.get(values.org).catch(async () => {
-        console.error(`--org: no organisation ${values.org} in this store (mailroom orgs list shows them)`);
-        await store.close();
-        process.exit(1);
-      })
-    : await services.orgs.getOrCreateDefault();
+  const org =
+    values.org !== undefined
+      ? await services.orgs.get(values.org).catch(async (err: unknown) => {
+          // Only an unknown organisation is said so; any other fault (the store unreachable) as it is.
+          if (!(err instanceof AppError && err.code === 'NOT_FOUND')) throw err;
+          console.error(
+            `--org: no organisation "${values.org}" in this store (mailroom orgs list shows them)`,
+          );
+          await store.close();
+          process.exit(1);
+        })
+      : await services.orgs.getOrCreateDefault();
   // Addresses of their own each run, so seeding a store again adds contacts instead of colliding with the
   // last run's (a contact's address is unique in its organisation).
   const label = `seed${Date.now().toString(36)}-`;

@@ -202,7 +202,12 @@ async function withServices<T>(
   // is known only to a server started on that store, so say which (on stderr: --json's stdout is one line).
   if (applied[0] === migrationNames()[0]) {
     const [setting, where] = config.databaseUrl
-      ? ['DATABASE_URL', `database "${databaseName(config.databaseUrl)}"`]
+      ? [
+          'DATABASE_URL',
+          databaseName(config.databaseUrl)
+            ? `database "${databaseName(config.databaseUrl)}"`
+            : 'its default database',
+        ]
       : ['DATA_DIR', path.resolve(config.dataDir)];
     console.error(
       `note: made a new store in ${setting} (${where}), which had none: a server sees what this command made only when it runs with the same ${setting}`,
