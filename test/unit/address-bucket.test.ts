@@ -7,6 +7,10 @@ describe('addressBucket', () => {
     expect(addressBucket('10.0.0.1')).toBe('10.0.0.1');
     expect(addressBucket('::ffff:10.0.0.1')).toBe('10.0.0.1'); // a dual-stack listener's form
     expect(addressBucket('64:ff9b::a00:1')).toBe('10.0.0.1'); // through a NAT64 translator
+    expect(addressBucket('::ffff:0:a00:1')).toBe('10.0.0.1'); // SIIT's IPv4-translated form
+    // A local-use NAT64 prefix places the IPv4 address by its own length: not read as the last 32 bits
+    // (helper-143: 64:ff9b:1:102:3:400:: gave 0.0.0.0, one budget for every client behind it).
+    expect(addressBucket('64:ff9b:1:102:3:400::')).toBe('64:ff9b:1:102::/64');
   });
 
   it('keys a routed IPv6 client by its /64', () => {
