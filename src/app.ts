@@ -103,8 +103,8 @@ export async function buildApp(
         ? proxyAddr.compile(trusted)
         : undefined;
   // Fastify hands the requests it refuses before routing (frameworkErrors) over without TRUST_PROXY
-  // applied, their req.ip the proxy's: every keyless client behind it shared one budget for them. Worked
-  // out here as Fastify does for the rest.
+  // applied, their req.ip the proxy's: every keyless client behind it shared one budget for them, and was
+  // logged as the proxy. Worked out here as Fastify does for the rest, and set on those requests.
   const clientAddress = (req: FastifyRequest) => (trust ? proxyAddr(req.raw, trust) : req.ip);
   const app = Fastify({
     ...loggerOption,
@@ -140,6 +140,8 @@ export async function buildApp(
     // Errors raised before routing (a path with broken %-encoding, an id past the limit above) get the
     // contract's body too. No hook runs for them, so they are identified and counted here, like any request.
     frameworkErrors: (err, req, reply) => {
+      // For the rate limit and the log line alike.
+      Object.defineProperty(req, 'ip', { value: clientAddress(req), configurable: true });
       bodyDeadline(req, reply as FastifyReply, config.requestTimeoutMs);
       const answer = (e: unknown) => {
         const { status, body } = renderError(e, req.url, req.id);
@@ -238,8 +240,7 @@ export async function buildApp(
             'Redis is not answering: rate limits are counted per instance until it does',
           ),
     ),
-    keyGenerator: (req) =>
-      req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(clientAddress(req))}`,
+    keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(req.ip)}`),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(
         'RATE_LIMITED',
