@@ -31,8 +31,13 @@ export function registerHealth(app: App, store: Store): void {
       if (!s.isAllowed) {
         reply.header('x-ratelimit-limit', s.max);
         reply.header('x-ratelimit-remaining', s.remaining);
-        // Seconds left, as the plugin sets it on counted routes: finishHeaders makes it the unix time.
-        reply.header('x-ratelimit-reset', s.ttlInSeconds);
+        // The unix second the window ends, worked out now from the exact time left (the window ends on a
+        // whole second: ratelimit/shared-store.ts). Left as seconds for finishHeaders to convert after the
+        // store's ping, it came out a second late whenever a second ticked over in between.
+        reply.header(
+          'x-ratelimit-reset',
+          s.ttl > 0 ? Math.round((Date.now() + s.ttl) / 1000) : Math.floor(Date.now() / 1000),
+        );
       }
     } catch (err) {
       // The counters could not be read: the probe is answered all the same.

@@ -1,6 +1,6 @@
 // The HTTP envelope: unknown routes, content types, bad JSON, body limit, rate-limit headers and 429.
 import { gzipSync } from 'node:zlib';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import net from 'node:net';
 import { routeTable } from '../../src/app.js';
 import { originForm } from '../../src/http/client-errors.js';
@@ -588,6 +588,24 @@ describe.each(storeKinds())('rate limit on %s', (kind) => {
     const fresh = await from('10.7.7.7', '/health');
     expect(fresh.headers['x-ratelimit-remaining']).toBe('3');
     expect(Number(fresh.headers['x-ratelimit-reset'])).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
+  });
+
+  // Converted after the store's ping, a Reset crossed into the next second whenever one ticked over
+  // meanwhile: one second later than the window's (seen under load; helper-143 traced it).
+  it("a health probe's Reset is the window's however long its ping takes", async () => {
+    const counted = await t.call({ method: 'GET', url: '/api/v1/lists', remoteAddress: '10.6.6.6' });
+    const ping = t.ts.store.ping.bind(t.ts.store);
+    const slow = vi.spyOn(t.ts.store, 'ping').mockImplementation(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      return ping();
+    });
+    try {
+      const health = await t.call({ method: 'GET', url: '/health', remoteAddress: '10.6.6.6' });
+      expect(health.statusCode).toBe(200);
+      expect(health.headers['x-ratelimit-reset']).toBe(counted.headers['x-ratelimit-reset']);
+    } finally {
+      slow.mockRestore();
+    }
   });
 
   it('requests without a valid key are limited per client address', async () => {
