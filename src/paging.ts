@@ -47,11 +47,11 @@ export function agreeingTotal(page: Page, rows: number, total: number): number {
 const EMPTY_PAGE_TRIES = 3;
 
 /**
- * A page and its total (totalOf, agreeingTotal), as of one moment. Rows carry a maintained total read by their own
- * statement; an empty page has none to carry, and its total is counted after it. If that count says the
- * page should have had rows (items joined the result between the two reads: emails changing status
- * while they are delivered), the page is read again, so that a client paging up to `pages` is not given
- * an empty page before the end.
+ * A page and its total (totalOf, agreeingTotal), as of one moment. Rows carry a maintained total read by
+ * their own statement; an empty page has none to carry, and its total is counted after it. If that count
+ * says the page should have had rows (items joined the result between the two reads: emails changing
+ * status while they are delivered), the page is read again, so that a client paging up to `pages` is not
+ * given an empty page before the end.
  */
 export async function pageAndTotal<R>(
   page: Page,

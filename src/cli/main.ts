@@ -201,13 +201,9 @@ async function withServices<T>(
   // A create run where no store was (in another folder than the server's) made one: its key or organisation
   // is known only to a server started on that store, so say which (on stderr: --json's stdout is one line).
   if (applied[0] === migrationNames()[0]) {
+    const name = config.databaseUrl && databaseName(config.databaseUrl);
     const [setting, where] = config.databaseUrl
-      ? [
-          'DATABASE_URL',
-          databaseName(config.databaseUrl)
-            ? `database "${databaseName(config.databaseUrl)}"`
-            : 'its default database',
-        ]
+      ? ['DATABASE_URL', name ? `database "${name}"` : 'its default database']
       : ['DATA_DIR', path.resolve(config.dataDir)];
     console.error(
       `note: made a new store in ${setting} (${where}), which had none: a server sees what this command made only when it runs with the same ${setting}`,

@@ -10,9 +10,9 @@ const ONE_BY_ONE = new Set(['linkLocal', 'loopback', 'teredo', 'unspecified', 'm
  * change every few hours), so counting each address apart would hand one client 2^64 budgets; its /64 is
  * counted as one, as an IPv4 address is (so the hosts of one IPv6 subnet share a budget, as hosts behind
  * one IPv4 NAT do). An IPv4 address written as IPv6 (`::ffff:10.0.0.1`, how a dual-stack listener sees
- * IPv4 clients; `64:ff9b::a00:1`, a NAT64 translator's; `::ffff:0:a00:1`, SIIT's) counts as that IPv4 address. Link-local (each with
- * its zone: hosts on different links), loopback, Teredo and the like count one address each. Anything
- * unparsable stays as given.
+ * IPv4 clients; `64:ff9b::a00:1`, a NAT64 translator's; `::ffff:0:a00:1`, SIIT's) counts as that IPv4
+ * address. Link-local (each with its zone: hosts on different links), loopback, Teredo and the like count
+ * one address each. Anything unparsable stays as given.
  */
 export function addressBucket(ip: string): string {
   // Node accepts zones ipaddr.js does not (`%eth0.100`, `%br-1a2b`): parsed without, kept for link-local.
