@@ -88,7 +88,9 @@ export function parseMailbox(input: string): ParsedAddress | string {
     // `"a\\" b"` the string ends after `a\\`, with ` b"` left over.
     const quoted = /^"((?:[^"\\]|\\.)*)"$/s.exec(name);
     if (!quoted) return 'display name has an unescaped quote';
-    name = quoted[1]!.replace(/\\(.)/gs, '$1');
+    // Without the white space at its ends, which nodemailer trims from the name it writes (NBSP too):
+    // kept, the name stored and shown would not be the one sent (helper-144).
+    name = quoted[1]!.replace(/\\(.)/gs, '$1').trim();
   } else if (/[",;:<>@()[\]\\]/.test(name)) {
     // An unquoted comma, semicolon or colon would make mail clients read several addresses or a group.
     return 'display name with special characters must be quoted';

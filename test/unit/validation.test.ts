@@ -22,6 +22,10 @@ describe('addresses', () => {
     ['"John \\"JJ\\" Doe" <j@example.com>', { name: 'John "JJ" Doe', address: 'j@example.com' }],
     ['"a\\\\b" <a@example.com>', { name: 'a\\b', address: 'a@example.com' }],
     ['"" <e@example.com>', { name: undefined, address: 'e@example.com' }],
+    // Trimmed as nodemailer trims the name it sends, so what is stored is what arrives.
+    ['"  A  B " <e@example.com>', { name: 'A  B', address: 'e@example.com' }],
+    ['"\u00a0A" <e@example.com>', { name: 'A', address: 'e@example.com' }],
+    ['"   " <e@example.com>', { name: undefined, address: 'e@example.com' }],
   ])('parses %j', (input, expected) => {
     expect(parseMailbox(input)).toEqual(expected);
   });
