@@ -5,7 +5,7 @@ import type Mail from 'nodemailer/lib/mailer/index.js';
 import { encodeWord } from 'nodemailer/lib/mime-funcs';
 import { ENCODED_WORD } from '../validation/addresses.js';
 import { isPrintableAscii } from '../validation/characters.js';
-import { isUnencodableHeader } from '../emails/emails.rules.js';
+import { isMessageIdHeader, isUnencodableHeader } from '../emails/emails.rules.js';
 
 export interface OutgoingMessage {
   id: string;
@@ -128,7 +128,7 @@ function literal(text: string): string {
 function customHeaders(headers: Record<string, string>): Mail.Headers {
   const out: Record<string, string | { prepared: true; foldLines: true; value: string }> = {};
   for (const [name, value] of Object.entries(headers)) {
-    if (MESSAGE_ID_HEADERS.has(name.toLowerCase())) out[name] = value;
+    if (isMessageIdHeader(name)) out[name] = messageIds(value);
     else {
       // An unencodable header is printable ASCII, as the API refuses others; one queued before the API did so
       // is still encoded rather than sent as raw 8-bit.
@@ -139,7 +139,18 @@ function customHeaders(headers: Record<string, string>): Mail.Headers {
   return out as Mail.Headers;
 }
 
-const MESSAGE_ID_HEADERS = new Set(['in-reply-to', 'references']);
+/**
+ * Each id of an In-Reply-To or References value in its angle brackets, one space between them: nodemailer
+ * brackets the value as a whole (`a@x b@y` went out as `<a@x b@y>`). The API takes only ids (emails.rules.ts);
+ * an email queued before it did still goes out one id a word.
+ */
+function messageIds(value: string): string {
+  return value
+    .trim()
+    .split(/\s+/)
+    .map((id) => `<${id.replace(/^<|>$/g, '')}>`)
+    .join(' ');
+}
 
 /** Whether a text reads back as written in a header: printable ASCII with nothing parsers change. */
 function writable(text: string): boolean {

@@ -82,6 +82,17 @@ const UNENCODABLE_HEADERS = new Set([
   'list-archive',
 ]);
 
+/** Headers whose value is a list of message ids (RFC 5322 3.6.4): In-Reply-To, References. */
+export const isMessageIdHeader = (name: string): boolean => /^(in-reply-to|references)$/i.test(name);
+
+/**
+ * One or more message ids, separated by white space, each with or without its angle brackets. A comment,
+ * a comma or a space inside an id went out broken (`<a@x> (c)` as `<a@x> (c)>`, `hello world` as one id
+ * `<hello world>`): nodemailer brackets the whole value, not each id.
+ */
+const MESSAGE_IDS =
+  /^\s*(?:<[^<>\s(),;"\\]+>|[^<>\s(),;"\\]+)(?:\s+(?:<[^<>\s(),;"\\]+>|[^<>\s(),;"\\]+))*\s*$/;
+
 /** Whether a custom header's value must go out as written, never MIME-encoded (UNENCODABLE_HEADERS). */
 export const isUnencodableHeader = (name: string): boolean => UNENCODABLE_HEADERS.has(name.toLowerCase());
 
@@ -168,6 +179,8 @@ function checkRules(body: Loose, errors: DetailCollector) {
     else if (CRLF.test(value)) errors.add(field, 'must not contain line breaks');
     else if (isUnencodableHeader(name) && !isPrintableAscii(value)) {
       errors.add(field, 'must be printable ASCII (percent-encode a URL): this header cannot be MIME-encoded');
+    } else if (isMessageIdHeader(name) && !MESSAGE_IDS.test(value)) {
+      errors.add(field, 'must be message ids separated by spaces, such as <a@acme.test> <b@acme.test>');
     } else headers[name] = value;
   }
   return { to, cc, bcc, replyTo, from, headers };

@@ -192,6 +192,20 @@ describe.each(storeKinds())('email validation on %s', (kind) => {
     expect((await send({ ...base, headers: ascii })).statusCode).toBe(200);
   });
 
+  // A comment, a comma or a quote went out broken: `<a@x.test> (c)` as `<a@x.test> (c)>` (helper-144).
+  it('In-Reply-To and References must be message ids separated by spaces', async () => {
+    const headers = { 'In-Reply-To': '<a@x.test> (c)', References: '<a@x.test>,<b@x.test>' };
+    const res = await send({ ...base, headers });
+    expect400(res, 'emails', ['headers.In-Reply-To', 'headers.References']);
+    expect(res.json().details[0].message).toBe(
+      'must be message ids separated by spaces, such as <a@acme.test> <b@acme.test>',
+    );
+    for (const value of ['<a@x>', 'a@x', ' <a@x>\t b@y ', '<12345>']) {
+      const ok = await send({ ...base, headers: { References: value } });
+      expect(ok.statusCode, `${value}: ${ok.body}`).toBe(200);
+    }
+  });
+
   it('html and text both missing is refused; either one is enough', async () => {
     expect400(await send({ to: base.to, subject: 'x' }), 'emails', ['html']);
     // Empty counts as not given (docs/behaviour.md); spaces are something to send.
