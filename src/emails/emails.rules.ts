@@ -90,8 +90,8 @@ export const isMessageIdHeader = (name: string): boolean => /^(in-reply-to|refer
  * a comma or a space inside an id went out broken (`<a@x> (c)` as `<a@x> (c)>`, `hello world` as one id
  * `<hello world>`): nodemailer brackets the whole value, not each id.
  */
-const MESSAGE_IDS =
-  /^\s*(?:<[^<>\s(),;"\\]+>|[^<>\s(),;"\\]+)(?:\s+(?:<[^<>\s(),;"\\]+>|[^<>\s(),;"\\]+))*\s*$/;
+const MESSAGE_ID = String.raw`(?:<[^<>\s(),;"\\]+>|[^<>\s(),;"\\]+)`;
+const MESSAGE_IDS = new RegExp(String.raw`^\s*${MESSAGE_ID}(?:\s+${MESSAGE_ID})*\s*$`);
 
 /** Whether a custom header's value must go out as written, never MIME-encoded (UNENCODABLE_HEADERS). */
 export const isUnencodableHeader = (name: string): boolean => UNENCODABLE_HEADERS.has(name.toLowerCase());
