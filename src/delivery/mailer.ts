@@ -194,7 +194,8 @@ export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): 
     // Content is never read from files or URLs, whatever a field contains.
     disableFileAccess: true,
     disableUrlAccess: true,
-    textEncoding: 'quoted-printable',
+    // No textEncoding: nodemailer picks per body, quoted-printable for mostly Latin text and base64 for the
+    // rest (quoted-printable would send a Cyrillic or CJK body at about three times its size).
     dkim: dkim && { ...dkim, headerFieldNames: SIGNED_HEADERS },
   };
 }

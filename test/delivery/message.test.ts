@@ -147,6 +147,28 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     expect(parsed.html).toBe(longHtml);
   });
 
+  it('sends a mostly non-Latin body in base64 and a mostly Latin one in quoted-printable', async () => {
+    const { t, sink, auth } = d;
+    const text = 'Привет, мир! Это письмо почти целиком на русском. '.repeat(200);
+    const html = `<p>Grüße aus Zürich, ${'plain latin words '.repeat(100)}</p>`;
+    const id = await sendEmail(t, auth, { to: 'enc@example.org', subject: 'Encodings', text, html });
+    expect((await settled(t, auth, id)).status).toBe('sent');
+    const { raw } = sink.deliveredTo('enc@example.org')[0]!;
+    const parts = raw.toString('binary').split(/^--/m);
+    const encodingOf = (type: string) =>
+      parts
+        .find((p) => new RegExp(`^Content-Type: ${type}`, 'mi').test(p))
+        ?.match(/^Content-Transfer-Encoding: (\S+)/im)?.[1];
+    expect(encodingOf('text/plain')).toBe('base64');
+    expect(encodingOf('text/html')).toBe('quoted-printable');
+    // base64 is 4/3 of the UTF-8 octets (and line breaks); quoted-printable would be 3 times.
+    const octets = Buffer.byteLength(text) + Buffer.byteLength(html);
+    expect(raw.length).toBeLessThan(octets * 1.5);
+    const parsed = await simpleParser(raw);
+    expect(parsed.text).toBe(text);
+    expect(parsed.html).toBe(html);
+  });
+
   it('folds a subject of one 998-character word into lines of at most 998 octets', async () => {
     const { t, sink, auth } = d;
     for (const subject of [
