@@ -169,6 +169,15 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     expect(parsed.html).toBe(html);
   });
 
+  it('sends html alone as a single HTML part, with no plain-text version made up', async () => {
+    const { t, sink, auth } = d;
+    const id = await sendEmail(t, auth, { to: 'html@example.org', subject: 'H', html: '<p>Hi</p>' });
+    expect((await settled(t, auth, id)).status).toBe('sent');
+    const parsed = await simpleParser(sink.deliveredTo('html@example.org')[0]!.raw);
+    expect(parsed.headers.get('content-type')).toMatchObject({ value: 'text/html' });
+    expect(parsed.html?.trim()).toBe('<p>Hi</p>');
+  });
+
   it('folds a subject of one 998-character word into lines of at most 998 octets', async () => {
     const { t, sink, auth } = d;
     for (const subject of [
