@@ -175,7 +175,7 @@ describe.each(storeKinds())('message content on %s', (kind) => {
     expect((await settled(t, auth, id)).status).toBe('sent');
     const parsed = await simpleParser(sink.deliveredTo('html@example.org')[0]!.raw);
     expect(parsed.headers.get('content-type')).toMatchObject({ value: 'text/html' });
-    expect(parsed.html?.trim()).toBe('<p>Hi</p>');
+    expect(String(parsed.html).trim()).toBe('<p>Hi</p>');
   });
 
   it('folds a subject of one 998-character word into lines of at most 998 octets', async () => {
