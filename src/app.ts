@@ -22,7 +22,7 @@ import { listsEndpoints } from './lists/lists.routes.js';
 import { addressBucket } from './ratelimit/address-bucket.js';
 import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
-import { absoluteReset, bodyDeadline, finishHeaders } from './http/answer-headers.js';
+import { absoluteReset, bodyDeadline, countedIn, finishHeaders } from './http/answer-headers.js';
 import { Unauthorized, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
 import { clientErrorHandler, originForm } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
@@ -228,18 +228,23 @@ export async function buildApp(
 
   app.addHook('onRequest', (req, _reply, done) => identify(req, done));
 
+  const limits = sharedLimitStore(deps.redis, config.redisKeyPrefix, (shared, err) =>
+    shared
+      ? app.log.info('Redis answers again: rate limits are shared')
+      : app.log.warn(
+          { err: err?.message },
+          'Redis is not answering: rate limits are counted per instance until it does',
+        ),
+  );
   await app.register(rateLimit, {
     global: true,
     max: config.rateLimitPerMinute,
     timeWindow: 60_000,
-    store: sharedLimitStore(deps.redis, config.redisKeyPrefix, (shared, err) =>
-      shared
-        ? app.log.info('Redis answers again: rate limits are shared')
-        : app.log.warn(
-            { err: err?.message },
-            'Redis is not answering: rate limits are counted per instance until it does',
-          ),
-    ),
+    store: limits,
+    // Run right after the plugin sets a request's headers from its count: the end that X-RateLimit-Reset
+    // names, kept for absoluteReset.
+    onExceeding: (req, key) => countedIn(req, limits.windowEnd(key)),
+    onExceeded: (req, key) => countedIn(req, limits.windowEnd(key)),
     keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(req.ip)}`),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(

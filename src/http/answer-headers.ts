@@ -7,13 +7,26 @@ import type { Connections } from './connections.js';
 import { renderError } from './error-handler.js';
 import { armBodyDeadline, drainUnreadBody } from './unread-bodies.js';
 
-// @fastify/rate-limit reports seconds until the window ends; the API promises the unix time it ends.
-// Converted as soon as the plugin has set it, within the same second (see ratelimit/shared-store.ts).
+/** The end (ms, a whole second) of the window each request was counted in, as the store showed it. */
+const windowEnds = new WeakMap<FastifyRequest, number>();
+
+/** Called as each request is counted (the plugin's onExceeding and onExceeded), with its window's end. */
+export function countedIn(req: FastifyRequest, windowEnd: number | undefined): void {
+  if (windowEnd !== undefined) windowEnds.set(req, windowEnd);
+}
+
+// @fastify/rate-limit reports the seconds left in the window, rounded up; the API promises the unix time it
+// ends, a whole second (ratelimit/shared-store.ts). Worked out from the seconds left, it would be a second
+// late whenever a second ticked over between counting and now; so the end the store showed for this
+// request's count is taken, as long as the seconds left agree with it (they do unless the window ended
+// meanwhile and the store shows the key's next one by now).
 export function absoluteReset(reply: FastifyReply): void {
   const reset = reply.getHeader('x-ratelimit-reset');
-  if (reset !== undefined && Number(reset) < 1e9) {
-    reply.header('x-ratelimit-reset', Math.floor(Date.now() / 1000) + Number(reset));
-  }
+  if (reset === undefined || Number(reset) >= 1e9) return;
+  const fromNow = Math.floor(Date.now() / 1000) + Number(reset);
+  const end = windowEnds.get(reply.request);
+  const shown = end !== undefined && (fromNow - end / 1000 === 0 || fromNow - end / 1000 === 1);
+  reply.header('x-ratelimit-reset', shown ? end / 1000 : fromNow);
 }
 
 // A body still arriving REQUEST_TIMEOUT_MS after its headers gets a 408, unless answered already, and

@@ -38,7 +38,8 @@ const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
 export function wholeSecondEnds() {
   /** The end (ms, a whole second) shown for each key's window. */
   const shown = new Map<string, number>();
-  return (key: string, cb: Callback): Callback =>
+  const showing =
+    (key: string, cb: Callback): Callback =>
     (err, result) => {
       if (err || !result) return cb(err, result);
       const now = Date.now();
@@ -52,6 +53,8 @@ export function wholeSecondEnds() {
       }
       cb(null, { current: result.current, ttl: end - now });
     };
+  /** The end (ms) last shown for `key`'s window, if one is kept. */
+  return Object.assign(showing, { shownFor: (key: string) => shown.get(key) });
 }
 
 /** An end this close to the one shown (its rounding and a reply's delay) is of the same window. */
@@ -180,6 +183,14 @@ export function sharedLimitStore(
 
     child(): SharedLimitStore {
       return this;
+    }
+
+    /**
+     * The end (ms) shown for `key`'s window by its latest count: the time X-RateLimit-Reset names
+     * (http/answer-headers.ts absoluteReset), which the plugin passes on only as seconds left.
+     */
+    static windowEnd(key: string): number | undefined {
+      return endingOnWholeSecond.shownFor(key);
     }
   };
 }

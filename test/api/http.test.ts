@@ -186,6 +186,28 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect([...resets]).toHaveLength(1);
   });
 
+  it('X-RateLimit-Reset is the window end even when a second ticks over while a request is answered', async () => {
+    const first = await t.call({ method: 'GET', url: '/api/v1/lists', auth });
+    const end = Number(first.headers['x-ratelimit-reset']) * 1000;
+    // A clock that moves a millisecond at each reading, started closer and closer to a whole second well
+    // inside the window: in one of these requests or another, the second ticks over between the count and
+    // the header's conversion, wherever the readings between them are.
+    const resets = new Set<string>();
+    try {
+      for (let lead = 1; lead <= 80; lead++) {
+        let now = end - 20_000 - lead;
+        vi.spyOn(Date, 'now').mockImplementation(() => now++);
+        const res = await t.call({ method: 'GET', url: '/api/v1/lists', auth });
+        expect(res.statusCode).toBe(200);
+        resets.add(res.headers['x-ratelimit-reset'] as string);
+        vi.mocked(Date.now).mockRestore();
+      }
+    } finally {
+      vi.restoreAllMocks();
+    }
+    expect([...resets]).toEqual([String(end / 1000)]);
+  });
+
   it('NUL in a body string or a query is a 400 naming the field; in a path id a 404', async () => {
     expect400(
       await t.call({ method: 'POST', url: '/api/v1/lists', auth, payload: { name: 'a\u0000b' } }),

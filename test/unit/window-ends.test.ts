@@ -1,6 +1,9 @@
 // X-RateLimit-Reset stays the same whole second for every answer of one window, though Redis's time left
-// arrives a reply late (ratelimit/shared-store.ts wholeSecondEnds).
+// arrives a reply late (ratelimit/shared-store.ts wholeSecondEnds) and a second may tick over before the
+// header is written (http/answer-headers.ts absoluteReset).
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { absoluteReset, countedIn } from '../../src/http/answer-headers.js';
 import { wholeSecondEnds } from '../../src/ratelimit/shared-store.js';
 
 /** The end (ms) an answer shows: now plus the time left it reports. */
@@ -34,5 +37,37 @@ describe('the end of a rate-limit window, as shown', () => {
     expect(shownEnd(ends, 'k', 61_700, 60_000)).toBe(122_000);
     // After the shown end, a new window however close.
     expect(shownEnd(ends, 'k', 122_000, 1_500)).toBe(124_000);
+  });
+});
+
+describe('X-RateLimit-Reset from the seconds left (absoluteReset)', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  /** The header a reply ends with: `left` seconds set by the plugin at `now`, `end` kept for its count. */
+  function converted(left: number, now: number, end?: number): unknown {
+    const headers = new Map<string, unknown>([['x-ratelimit-reset', left]]);
+    const request = {} as FastifyRequest;
+    const reply = {
+      request,
+      getHeader: (name: string) => headers.get(name),
+      header: (name: string, value: unknown) => headers.set(name, value),
+    } as unknown as FastifyReply;
+    countedIn(request, end);
+    vi.spyOn(Date, 'now').mockReturnValue(now);
+    absoluteReset(reply);
+    return headers.get('x-ratelimit-reset');
+  }
+
+  it('is the end kept for the count, though a second ticked over since', () => {
+    // Counted at 59.999 s (61 s left, rounded up, of a window ending at 120 s), converted at 60.000.
+    expect(converted(61, 60_000, 120_000)).toBe(120);
+    expect(converted(61, 60_000)).toBe(121);
+    expect(converted(60, 60_000, 120_000)).toBe(120);
+  });
+
+  it('is worked out from the seconds left when the end kept is another window’s', () => {
+    // The key's next window began between the count and the conversion: its end is not this answer's.
+    expect(converted(1, 119_500, 180_000)).toBe(120);
+    expect(converted(2_000_000_000, 60_000, 120_000)).toBe(2_000_000_000);
   });
 });
