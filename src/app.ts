@@ -202,6 +202,7 @@ export async function buildApp(
   useJsonBodies(app);
   app.decorateRequest('principal', null);
   app.decorateRequest('authFault', null);
+  app.decorateRequest('windowEnd', 0);
   // Set before any plugin is registered: a plugin's routes (the docs page) keep the handler of their time.
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = renderError(err, req.url, req.id, { bodyLimitBytes: config.bodyLimitBytes });

@@ -7,12 +7,19 @@ import type { Connections } from './connections.js';
 import { renderError } from './error-handler.js';
 import { armBodyDeadline, drainUnreadBody } from './unread-bodies.js';
 
-/** The end (ms, a whole second) of the window each request was counted in, as the store showed it. */
-const windowEnds = new WeakMap<FastifyRequest, number>();
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The end (ms, a whole second) of the window the request was counted in, as the store showed it. */
+    windowEnd: number; // 0: not counted (yet)
+  }
+}
 
-/** Called as each request is counted (the plugin's onExceeding and onExceeded), with its window's end. */
+/**
+ * Called as each request is counted (the plugin's onExceeding and onExceeded), with its window's end. A
+ * property the app declares (decorateRequest), not a WeakMap: that cost 0.4 % of the event loop.
+ */
 export function countedIn(req: FastifyRequest, windowEnd: number | undefined): void {
-  if (windowEnd !== undefined) windowEnds.set(req, windowEnd);
+  req.windowEnd = windowEnd ?? 0;
 }
 
 // @fastify/rate-limit reports the seconds left in the window, rounded up; the API promises the unix time it
@@ -24,8 +31,8 @@ export function absoluteReset(reply: FastifyReply): void {
   const reset = reply.getHeader('x-ratelimit-reset');
   if (reset === undefined || Number(reset) >= 1e9) return;
   const fromNow = Math.floor(Date.now() / 1000) + Number(reset);
-  const end = windowEnds.get(reply.request);
-  const shown = end !== undefined && (fromNow - end / 1000 === 0 || fromNow - end / 1000 === 1);
+  const end = reply.request.windowEnd;
+  const shown = end > 0 && (fromNow - end / 1000 === 0 || fromNow - end / 1000 === 1);
   reply.header('x-ratelimit-reset', shown ? end / 1000 : fromNow);
 }
 
