@@ -135,26 +135,40 @@ export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
 }
 
 /** A page of the organisation's emails, newest first, each row carrying the bucket's maintained count. */
-function newestFirst(db: Executor, window: Window, organizationId: string, bucket: string) {
-  return inWindow(
-    db
-      .selectFrom('emails')
+/**
+ * A page of the organisation's emails (with one status, if given), newest first. A page after the first
+ * finds its ids alone, in the index that orders them (it holds each id), and reads only those rows: skipped
+ * through OFFSET, each earlier row would be read whole, and PostgreSQL keeps an email's bodies in its row
+ * (the last page of 300,000 emails took 0.66 s, and ten clients paging deep held up everyone's page 1).
+ */
+function newestFirst(
+  db: Executor,
+  window: Window,
+  organizationId: string,
+  status: string | undefined,
+  bucket: string,
+) {
+  let emails = db.selectFrom('emails').where('organization_id', '=', organizationId);
+  if (status !== undefined) emails = emails.where('status', '=', status);
+  const page = (q: typeof emails) =>
+    q
       .select(SUMMARY_FIELDS)
       .select(countColumn(db, 'email_counts', organizationId, bucket))
-      .where('organization_id', '=', organizationId)
       .orderBy('created_at', 'desc')
-      .orderBy('id', 'desc'),
-    window,
-  );
+      .orderBy('id', 'desc');
+  if (window.offset === undefined) return inWindow(page(emails), window);
+  const ids = inWindow(emails.select('id').orderBy('created_at', 'desc').orderBy('id', 'desc'), window);
+  // By id alone: with the organisation and status there too, PostgreSQL may read them all by that index.
+  return page(db.selectFrom('emails').where('id', 'in', ids));
 }
 
 // The two shapes of an emails page, compiled once each: every email, or those with one status. Each carries
 // its maintained count (countColumn): one round trip for the page and its total.
 const everyEmailPage = pagedShape((db, window, organizationId: string, bucket: string) =>
-  newestFirst(db, window, organizationId, bucket),
+  newestFirst(db, window, organizationId, undefined, bucket),
 );
 const statusPage = pagedShape((db, window, organizationId: string, status: string, bucket: string) =>
-  newestFirst(db, window, organizationId, bucket).where('status', '=', status),
+  newestFirst(db, window, organizationId, status, bucket),
 );
 
 const statusBucket = (status: string | undefined) => (status === undefined ? 'all' : `status:${status}`);

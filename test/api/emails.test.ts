@@ -139,6 +139,13 @@ describe.each(storeKinds())('emails on %s', (kind) => {
     expect(p1.emails.map((e: { id: string }) => e.id)).toEqual([ids[4], ids[3]]);
     expect(p3.emails.map((e: { id: string }) => e.id)).toEqual([ids[0]]);
     expect(p3.pagination).toEqual({ page: 3, limit: 2, total: 5, pages: 3 });
+    // Pages after the first find their ids first (emails.repository.ts newestFirst): the same rows.
+    for (const query of [{}, { status: 'queued' }] as Record<string, string>[]) {
+      const p2 = (await page({ ...query, limit: '2', page: '2' })).json();
+      expect(p2.emails.map((e: { id: string }) => e.id)).toEqual([ids[2], ids[1]]);
+      expect(p2.pagination).toEqual({ page: 2, limit: 2, total: 5, pages: 3 });
+      expect(p2.emails[0]).toEqual(all.json().emails[2]);
+    }
     // A page with rows carries its total; an empty one past the end reads it alone.
     for (const query of [{}, { status: 'queued' }] as Record<string, string>[]) {
       const past = (await page({ ...query, limit: '2', page: '4' })).json();
