@@ -2,7 +2,7 @@
 // relay (smtp-mailer.ts), or messages go to a file outbox when none is configured (file-outbox.ts). Both
 // build the MIME with nodemailer from mailOptions below; Mailroom never writes MIME or SMTP itself.
 import type Mail from 'nodemailer/lib/mailer/index.js';
-import { encodeWord } from 'nodemailer/lib/mime-funcs';
+import { encodeWord, hasLongerLines, isPlainText } from 'nodemailer/lib/mime-funcs';
 import { ENCODED_WORD } from '../validation/addresses.js';
 import { isPrintableAscii } from '../validation/characters.js';
 import { isMessageIdHeader, isUnencodableHeader } from '../emails/emails.rules.js';
@@ -167,39 +167,63 @@ function lines(body: string | null): string | undefined {
 }
 
 /**
- * A body part in the smaller of the two transfer encodings. Quoted-printable writes each byte it escapes
- * (non-ASCII, `=`, control characters) as three and the others as one; base64 writes every three bytes as
- * four. So base64 is the smaller once more than a sixth of the UTF-8 bytes would be escaped. nodemailer's
- * own choice counts letters instead (quoted-printable while Latin letters outnumber the rest), which sent
- * Polish or Vietnamese text, or Japanese HTML among its tags, at about twice its size where base64 takes
- * 1.37 times. Printable ASCII is left to nodemailer (7bit, or quoted-printable for lines over 76).
+ * A body part in the smaller of the two transfer encodings (encodedSizes). nodemailer's own choice counts
+ * letters (quoted-printable while Latin letters outnumber the rest), which sent Polish or Vietnamese text,
+ * or Japanese HTML among its tags, at about twice its size where base64 takes 1.37 times; and it sends
+ * printable ASCII in quoted-printable once a line passes 76 characters or the text 128 KiB, each `=` then
+ * three bytes. Printable ASCII in lines of at most 76 characters it sends as written (7bit).
  */
 function bodyPart(body: string | null): Mail.Options['text'] {
   const content = lines(body);
   if (content === undefined) return undefined;
+  if (isPlainText(content) && !hasLongerLines(content, 76)) return content;
+  const { quotedPrintable, base64 } = encodedSizes(content);
+  const contentTransferEncoding = base64 < quotedPrintable ? 'base64' : 'quoted-printable';
+  return { content, contentTransferEncoding } as Mail.AttachmentLike;
+}
+
+/**
+ * The bytes a body takes in each transfer encoding, as nodemailer writes them. Quoted-printable writes a
+ * byte it escapes as three (non-ASCII, `=`, control characters, a space or tab before a line break), a
+ * line break as CRLF, and breaks lines past 76 characters with `=` CRLF; base64 writes every three bytes
+ * as four, in lines of 76.
+ */
+export function encodedSizes(content: string): { quotedPrintable: number; base64: number } {
   let bytes = 0;
-  let escaped = 0;
-  let plain = true;
+  let quotedPrintable = 0;
+  let line = 0;
   for (let i = 0; i < content.length; i++) {
     const c = content.charCodeAt(i);
+    if (c === 0x0a || c === 0x0d) {
+      bytes++;
+      // CR LF, or a bare LF: CRLF either way (lines() leaves no bare CR).
+      if (c === 0x0a) quotedPrintable += 2;
+      line = 0;
+      continue;
+    }
+    let width: number;
     if (c < 0x80) {
       bytes++;
-      if (c === 0x3d) escaped++;
-      else if (c === 0x7f || (c < 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d)) {
-        escaped++;
-        plain = false;
-      }
+      const next = content.charCodeAt(i + 1);
+      const beforeBreak = Number.isNaN(next) || next === 0x0a || next === 0x0d;
+      const escaped =
+        c === 0x3d || c === 0x7f || (c < 0x20 && c !== 0x09) || ((c === 0x20 || c === 0x09) && beforeBreak);
+      width = escaped ? 3 : 1;
     } else {
       // Two bytes below U+0800, and each half of a surrogate pair two of its four; three otherwise.
       const n = c < 0x800 || (c >= 0xd800 && c <= 0xdfff) ? 2 : 3;
       bytes += n;
-      escaped += n;
-      plain = false;
+      width = 3 * n;
     }
+    if (line + width > 75) {
+      quotedPrintable += 3;
+      line = 0;
+    }
+    quotedPrintable += width;
+    line += width;
   }
-  if (plain) return content;
-  const contentTransferEncoding = escaped * 6 > bytes ? 'base64' : 'quoted-printable';
-  return { content, contentTransferEncoding } as Mail.AttachmentLike;
+  const encoded = 4 * Math.ceil(bytes / 3);
+  return { quotedPrintable, base64: encoded + 2 * Math.ceil(encoded / 76) };
 }
 
 /**

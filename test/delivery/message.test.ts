@@ -166,8 +166,12 @@ describe.each(storeKinds())('message content on %s', (kind) => {
         'quoted-printable',
         'base64',
       ],
-      // Nothing to escape: 7bit, as written.
+      // Printable ASCII in short lines: 7bit, as written.
       ['Plain ASCII text.\n', '<p>Plain</p>', '7bit', '7bit'],
+      // Printable ASCII that nodemailer would send in quoted-printable (a line past 76 characters, or text
+      // past 128 KiB): made mostly of what it escapes (`=`, a space before each line break), base64.
+      ['a==='.repeat(40_000), 'a \n'.repeat(50_000), 'base64', 'base64'],
+      [`${'word '.repeat(40)}\n`.repeat(700), '<p>Plain</p>', 'quoted-printable', '7bit'],
     ] as const;
     for (const [i, [text, html, textEncoding, htmlEncoding]] of cases.entries()) {
       const to = `enc-${i}@example.org`;
@@ -181,7 +185,7 @@ describe.each(storeKinds())('message content on %s', (kind) => {
           ?.match(/^Content-Transfer-Encoding: (\S+)/im)?.[1];
       expect([encodingOf('text/plain'), encodingOf('text/html')]).toEqual([textEncoding, htmlEncoding]);
       // Neither encoding is past 4/3 of the UTF-8 octets, with line breaks; quoted-printable alone would be
-      // nearly 3 times the first case's text and twice the second's html.
+      // nearly 3 times the first case's text, twice the second's html, 2.5 times the fourth's text.
       const octets = Buffer.byteLength(text) + Buffer.byteLength(html);
       if (octets > 10_000) expect(raw.length).toBeLessThan(octets * 1.45);
       const parsed = await simpleParser(raw);
