@@ -25,14 +25,14 @@ export function countedIn(req: FastifyRequest, windowEnd: number | undefined): v
 // @fastify/rate-limit reports the seconds left in the window, rounded up; the API promises the unix time it
 // ends, a whole second (ratelimit/shared-store.ts). Worked out from the seconds left, it would be a second
 // late whenever a second ticked over between counting and now; so the end the store showed for this
-// request's count is taken, as long as the seconds left agree with it (they do unless the window ended
-// meanwhile and the store shows the key's next one by now).
+// request's count is taken, unless it is later than that (the window ended meanwhile, and the store shows
+// the key's next one by now).
 export function absoluteReset(reply: FastifyReply): void {
   const reset = reply.getHeader('x-ratelimit-reset');
   if (reset === undefined || Number(reset) >= 1e9) return;
   const fromNow = Math.floor(Date.now() / 1000) + Number(reset);
   const end = reply.request.windowEnd;
-  const shown = end > 0 && (fromNow - end / 1000 === 0 || fromNow - end / 1000 === 1);
+  const shown = end > 0 && end / 1000 <= fromNow;
   reply.header('x-ratelimit-reset', shown ? end / 1000 : fromNow);
 }
 
