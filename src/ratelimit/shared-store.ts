@@ -30,20 +30,21 @@ const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (
  * The plugin shows the seconds left in the window, rounded up, and http/answer-headers.ts turns them into the
  * unix time the window ends. Reported as if the window ended on the next whole second, every request of one
  * window shows the same time; from the exact end, the two roundings would move it by a second within a
- * window. Redis's time left arrives a reply late, though, which carries the end that much later and, when
- * the window ends just short of a whole second, past it (X-RateLimit-Reset one second later than the
- * window's first answers: seen under load). So the first end shown for a key is kept, and shown for as long
- * as the window runs.
+ * window. Redis's time left arrives a reply late, though, read later still while the event loop is busy:
+ * counted from then, it carries the end that much later and, when the window ends just short of a whole
+ * second, past it (X-RateLimit-Reset one second late: seen under load, for a whole window once kept). So
+ * it is counted from when the command was sent (`askedAt`), which is at most the command's way to Redis
+ * early; and the first end shown for a key is kept, and shown for as long as the window runs.
  */
 export function wholeSecondEnds() {
   /** The end (ms, a whole second) shown for each key's window. */
   const shown = new Map<string, number>();
   const showing =
-    (key: string, cb: Callback): Callback =>
-    (err, result) => {
+    (key: string, cb: Callback) =>
+    (err: Error | null, result?: Result, askedAt?: number): void => {
       if (err || !result) return cb(err, result);
       const now = Date.now();
-      const exact = now + result.ttl;
+      const exact = (askedAt ?? now) + result.ttl;
       let end = shown.get(key);
       // Another window (a new one starts a whole window after the last began), or the last one over.
       if (end === undefined || end <= now || Math.abs(end - exact) > SAME_END_MS) {
@@ -137,7 +138,7 @@ export function sharedLimitStore(
                   if (readErr) commandFailed(readAt, readErr);
                   else if (readAt >= failedAt) failedAt = 0;
                   if (readErr || !standing || standing.ttl === 0) local.incr(key, cb, timeWindow, max);
-                  else cb(null, standing);
+                  else cb(null, standing, readAt);
                 },
                 timeWindow,
                 max,
@@ -148,7 +149,7 @@ export function sharedLimitStore(
           if (sentAt >= failedAt) failedAt = 0;
           if (failing) onChange(true);
           failing = false;
-          cb(null, result);
+          cb(null, result, sentAt);
         },
         timeWindow,
         max,
@@ -162,8 +163,8 @@ export function sharedLimitStore(
      * out the command timeout for as long as Redis stays silent.
      */
     read(key: string, done: Callback, timeWindow: number, max: number): void {
-      const cb = (err: Error | null, result?: Result) =>
-        result?.ttl === 0 ? done(err, result) : endingOnWholeSecond(key, done)(err, result);
+      const cb = (err: Error | null, result?: Result, askedAt?: number) =>
+        result?.ttl === 0 ? done(err, result) : endingOnWholeSecond(key, done)(err, result, askedAt);
       if (!remote || failing || redis!.status !== 'ready') return local.read(key, cb, timeWindow, max);
       const sentAt = Date.now();
       remote.read(
@@ -174,7 +175,7 @@ export function sharedLimitStore(
             return local.read(key, cb, timeWindow, max);
           }
           if (sentAt >= failedAt) failedAt = 0;
-          cb(null, result);
+          cb(null, result, sentAt);
         },
         timeWindow,
         max,

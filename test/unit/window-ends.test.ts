@@ -30,6 +30,15 @@ describe('the end of a rate-limit window, as shown', () => {
     expect(shownEnd(ends, 'other', 30_000, 31_998 + 5)).toBe(63_000);
   });
 
+  it("counts Redis's time left from when the command was sent, however late its reply is read", () => {
+    const ends = wholeSecondEnds();
+    // INCR sent at 1.899 s, run at 1.900 (the window ends at 61.9), its reply read at 2.2 (a busy loop).
+    vi.spyOn(Date, 'now').mockReturnValue(2_200);
+    let ttl = NaN;
+    ends('k', (_err, result) => (ttl = result!.ttl))(null, { current: 1, ttl: 60_000 }, 1_899);
+    expect(2_200 + ttl).toBe(62_000);
+  });
+
   it('moves on to the next window once one ends, or a new one began meanwhile', () => {
     const ends = wholeSecondEnds();
     expect(shownEnd(ends, 'k', 1_000, 60_500)).toBe(62_000);
