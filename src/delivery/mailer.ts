@@ -173,13 +173,19 @@ function lines(body: string | null): string | undefined {
  * printable ASCII in quoted-printable once a line passes 76 characters or the text 128 KiB, each `=` then
  * three bytes. Printable ASCII in lines of at most 76 characters it sends as written (7bit).
  */
-function bodyPart(body: string | null): Mail.Options['text'] {
+function bodyPart(body: string | null): { part: Mail.Options['text']; size: number } {
   const content = lines(body);
-  if (content === undefined) return undefined;
-  if (isPlainText(content) && !hasLongerLines(content, 76)) return content;
+  if (content === undefined) return { part: undefined, size: 0 };
+  if (isPlainText(content) && !hasLongerLines(content, 76)) {
+    // Each bare line break goes out as CRLF.
+    return { part: content, size: content.length + (content.match(/(?<!\r)\n/g)?.length ?? 0) };
+  }
   const { quotedPrintable, base64 } = encodedSizes(content);
   const contentTransferEncoding = base64 < quotedPrintable ? 'base64' : 'quoted-printable';
-  return { content, contentTransferEncoding } as Mail.AttachmentLike;
+  return {
+    part: { content, contentTransferEncoding } as Mail.AttachmentLike,
+    size: Math.min(base64, quotedPrintable),
+  };
 }
 
 /**
@@ -239,6 +245,8 @@ const SIGNED_HEADERS = [
 
 /** What nodemailer builds the MIME from; every Mailer uses it, so SMTP and the outbox write one message. */
 export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): Mail.Options {
+  const text = bodyPart(m.text);
+  const html = bodyPart(m.html);
   return {
     messageId: m.messageId,
     date: m.date,
@@ -247,10 +255,14 @@ export function mailOptions(m: OutgoingMessage, dkim: DkimOptions | undefined): 
     cc: m.cc.length > 0 ? m.cc : undefined,
     replyTo: m.replyTo.length > 0 ? m.replyTo : undefined,
     subject: foldableSubject(m.subject),
-    text: bodyPart(m.text),
-    html: bodyPart(m.html),
+    text: text.part,
+    html: html.part,
     headers: customHeaders(m.headers),
-    envelope: { from: m.envelopeFrom, to: m.recipients },
+    // SIZE (RFC 1870): the bodies' size as they go out, short of the headers, so never more than the
+    // message. A relay that announces a smaller limit is not sent the message at all: nodemailer refuses
+    // it before MAIL FROM (a final failure: smtp-relay.ts isPermanent), where the relay would have taken
+    // the whole message in before its 552.
+    envelope: { from: m.envelopeFrom, to: m.recipients, size: text.size + html.size },
     // Content is never read from files or URLs, whatever a field contains.
     disableFileAccess: true,
     disableUrlAccess: true,

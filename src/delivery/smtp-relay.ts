@@ -325,15 +325,17 @@ const RELAY_FAULT_CODES = new Set([
 ]);
 
 /**
- * Only a refusal of this message (its recipients or its data) is final. A 5xx to the greeting, EHLO, AUTH or
- * MAIL FROM says the relay, its credentials or the sender is wrong, which an operator can fix, so those
- * emails wait (a relay wanting AUTH answers 530 to MAIL FROM; one refusing MAIL_FROM's domain, 550).
+ * Only a refusal of this message (its recipients, its data or its size) is final. A 5xx to the greeting,
+ * EHLO, AUTH or MAIL FROM says the relay, its credentials or the sender is wrong, which an operator can fix,
+ * so those emails wait (a relay wanting AUTH answers 530 to MAIL FROM; one refusing MAIL_FROM's domain, 550);
+ * but a 552 there that speaks of size answers the message's SIZE (RFC 1870).
  */
 function isPermanent(e: SmtpError): boolean {
   if (e.code !== 'EENVELOPE' && e.code !== 'EMESSAGE') return false;
-  if (e.command === 'MAIL FROM') return false;
-  // No reply code: nodemailer refused the message itself (an invalid address, too large for the relay).
-  return typeof e.responseCode !== 'number' || e.responseCode >= 500;
+  // No reply code: nodemailer refused the message itself (an invalid address, larger than the relay's SIZE).
+  if (typeof e.responseCode !== 'number') return true;
+  if (e.command === 'MAIL FROM') return e.responseCode === 552 && /size/i.test(e.response ?? '');
+  return e.responseCode >= 500;
 }
 
 /**

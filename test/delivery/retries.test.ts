@@ -72,6 +72,18 @@ describe.each(storeKinds())('SMTP answers on %s', (kind) => {
     expect(d.sink.messages).toHaveLength(0);
   });
 
+  it('fails a message the relay refuses at MAIL FROM for its size; a 552 there for anything else waits', async () => {
+    d.script.onMailFrom = () => ({ code: 552, message: '5.3.4 Message size exceeds fixed limit' });
+    const big = await settled(d.t, d.auth, await sendEmail(d.t, d.auth, basicEmail('big@example.org')));
+    expect(big).toMatchObject({ status: 'failed', attempts: 1 });
+    expect(big.lastError).toMatch(/552 5\.3\.4 Message size exceeds/);
+    d.script.onMailFrom = () => ({ code: 552, message: 'Sender quota exceeded' });
+    const id = await sendEmail(d.t, d.auth, basicEmail('quota@example.org'));
+    await untilStatus(d.t, d.auth, id, 'deferred');
+    d.script.onMailFrom = undefined;
+    expect((await settled(d.t, d.auth, id)).status).toBe('sent');
+  });
+
   it('fails a 550 recipient, retries only the 451 one, and never sends the accepted one twice', async () => {
     let busy = 0;
     d.script.onRcpt = (address) => {
@@ -346,6 +358,24 @@ describe.concurrent.each(storeKinds())('relay outages on %s', (kind) => {
       }),
     60_000,
   );
+
+  it("fails a message larger than the relay's SIZE without sending it, and delivers the others", () =>
+    withRelay(async ({ t, auth, ...r }) => {
+      let mailFroms = 0;
+      const sink = await r.sink({ size: 50_000, onMailFrom: () => void mailFroms++ });
+      r.worker(r.mailer({ url: `smtp://127.0.0.1:${sink.port}` }), { maxAttempts: 3 });
+      const big = await sendEmail(t, auth, { ...basicEmail('big@example.org'), text: 'x '.repeat(40_000) });
+      const small = await sendEmail(t, auth, basicEmail('small@example.org'));
+      const [failed, sent] = [await settled(t, auth, big), await settled(t, auth, small)];
+      expect(failed.status).toBe('failed');
+      expect(failed.attempts).toBe(1);
+      expect(failed.lastError).toMatch(/size larger than allowed 50000/i);
+      expect(failed.recipients[0]).toMatchObject({ status: 'failed' });
+      expect(sent.status).toBe('sent');
+      // The big one was refused before MAIL FROM, on the SIZE the relay announced: nothing of it was sent.
+      expect(mailFroms).toBe(1);
+      expect(sink.deliveredTo('big@example.org')).toHaveLength(0);
+    }));
 
   it('delivers the other emails on their first attempt while a few messages make the relay cut the connection', () =>
     withRelay(async ({ t, auth, ...r }) => {

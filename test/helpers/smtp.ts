@@ -34,6 +34,8 @@ export interface SinkOptions {
   noAuth?: boolean;
   /** Milliseconds to wait before answering the data, to keep sends in flight. */
   dataDelayMs?: number;
+  /** The largest message taken, announced in EHLO (SIZE); 50 MiB unless given. */
+  size?: number;
   /** The address to listen on: 127.0.0.1 unless given. */
   host?: string;
   /**
@@ -91,7 +93,7 @@ export async function startSmtpSink(options: SinkOptions = {}): Promise<SmtpSink
     disableReverseLookup: true,
     // Pooled clients keep connections open; closing must not wait for them.
     closeTimeout: 50,
-    size: 50 * 1024 * 1024,
+    size: options.size ?? 50 * 1024 * 1024,
     onMailFrom(address, _session, callback) {
       const reply = options.onMailFrom?.(address.address);
       callback(reply ? replyError(reply) : undefined);
