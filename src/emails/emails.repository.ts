@@ -134,12 +134,12 @@ export function listEvents(db: Executor, emailId: string): Promise<EventRow[]> {
   return eventsByEmail.all(db, emailId);
 }
 
-/** A page of the organisation's emails, newest first, each row carrying the bucket's maintained count. */
 /**
- * A page of the organisation's emails (with one status, if given), newest first. A page after the first
- * finds its ids alone, in the index that orders them (it holds each id), and reads only those rows: skipped
- * through OFFSET, each earlier row would be read whole, and PostgreSQL keeps an email's bodies in its row
- * (the last page of 300,000 emails took 0.66 s, and ten clients paging deep held up everyone's page 1).
+ * A page of the organisation's emails (with one status, if given), newest first, each row carrying the
+ * bucket's maintained count. A page after the first finds its ids alone, in the index that orders them (it
+ * holds each id), and reads only those rows: skipped through OFFSET, each earlier row would be read whole,
+ * and PostgreSQL keeps an email's bodies in its row (the last page of 300,000 emails took 0.66 s, and ten
+ * clients paging deep held up everyone's page 1).
  */
 function newestFirst(
   db: Executor,
