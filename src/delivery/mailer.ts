@@ -181,18 +181,22 @@ function bodyPart(body: string | null): { part: Mail.Options['text']; size: numb
     return { part: content, size: content.length + (content.match(/(?<!\r)\n/g)?.length ?? 0) };
   }
   const { quotedPrintable, base64 } = encodedSizes(content);
-  const contentTransferEncoding = base64 < quotedPrintable ? 'base64' : 'quoted-printable';
-  return {
-    part: { content, contentTransferEncoding } as Mail.AttachmentLike,
-    size: Math.min(base64, quotedPrintable),
-  };
+  if (quotedPrintable <= base64) {
+    const part = { content, contentTransferEncoding: 'quoted-printable' } as Mail.AttachmentLike;
+    return { part, size: quotedPrintable };
+  }
+  // Text is encoded in its canonical form, each line break CRLF (RFC 2045 6.8): quoted-printable and 7bit
+  // lines get theirs on the wire, base64 carries what it is given.
+  const canonical = content.replace(/(?<!\r)\n/g, '\r\n');
+  const part = { content: canonical, contentTransferEncoding: 'base64' } as Mail.AttachmentLike;
+  return { part, size: base64 };
 }
 
 /**
  * The bytes a body takes in each transfer encoding, as nodemailer writes them. Quoted-printable writes a
  * byte it escapes as three (non-ASCII, `=`, control characters, a space or tab before a line break), a
  * line break as CRLF, and breaks lines past 76 characters with `=` CRLF; base64 writes every three bytes
- * as four, in lines of 76.
+ * of the text with CRLF line breaks as four, in lines of 76.
  */
 export function encodedSizes(content: string): { quotedPrintable: number; base64: number } {
   let bytes = 0;
@@ -201,9 +205,11 @@ export function encodedSizes(content: string): { quotedPrintable: number; base64
   for (let i = 0; i < content.length; i++) {
     const c = content.charCodeAt(i);
     if (c === 0x0a || c === 0x0d) {
-      bytes++;
-      // CR LF, or a bare LF: CRLF either way (lines() leaves no bare CR).
-      if (c === 0x0a) quotedPrintable += 2;
+      // CR LF, or a bare LF: CRLF either way (lines() leaves no bare CR, and base64 is given CRLF).
+      if (c === 0x0a) {
+        bytes += 2;
+        quotedPrintable += 2;
+      }
       line = 0;
       continue;
     }

@@ -184,9 +184,15 @@ describe.each(storeKinds())('message content on %s', (kind) => {
           .find((p) => new RegExp(`^Content-Type: ${type}`, 'mi').test(p))
           ?.match(/^Content-Transfer-Encoding: (\S+)/im)?.[1];
       expect([encodingOf('text/plain'), encodingOf('text/html')]).toEqual([textEncoding, htmlEncoding]);
-      // Neither encoding is past 4/3 of the UTF-8 octets, with line breaks; quoted-printable alone would be
-      // nearly 3 times the first case's text, twice the second's html, 2.5 times the fourth's text.
-      const octets = Buffer.byteLength(text) + Buffer.byteLength(html);
+      // base64 carries the text in its canonical form (RFC 2045 6.8): every line break CRLF.
+      for (const part of parts.filter((p) => /^Content-Transfer-Encoding: base64/im.test(p))) {
+        const decoded = Buffer.from(part.slice(part.indexOf('\r\n\r\n')), 'base64').toString('utf8');
+        expect(decoded).not.toMatch(/(?<!\r)\n/);
+      }
+      // Neither encoding is past 4/3 of the bodies as the request carries them (a line break `\n` there is
+      // two bytes, as its CRLF on the wire), with line breaks; quoted-printable alone would be nearly 3 times
+      // the first case's text, twice the second's html, 2.5 times the fourth's text.
+      const octets = Buffer.byteLength(JSON.stringify(text)) + Buffer.byteLength(JSON.stringify(html));
       if (octets > 10_000) expect(raw.length).toBeLessThan(octets * 1.45);
       const parsed = await simpleParser(raw);
       expect(parsed.text).toBe(text);
