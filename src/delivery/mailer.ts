@@ -178,7 +178,7 @@ function bodyPart(body: string | null): { part: Mail.Options['text']; size: numb
   if (content === undefined) return { part: undefined, size: 0 };
   if (isPlainText(content) && !hasLongerLines(content, 76)) {
     // Each bare line break goes out as CRLF.
-    return { part: content, size: content.length + (content.match(/(?<!\r)\n/g)?.length ?? 0) };
+    return { part: content, size: content.length + (content.match(BARE_LF)?.length ?? 0) };
   }
   const { quotedPrintable, base64 } = encodedSizes(content);
   if (quotedPrintable <= base64) {
@@ -187,10 +187,13 @@ function bodyPart(body: string | null): { part: Mail.Options['text']; size: numb
   }
   // Text is encoded in its canonical form, each line break CRLF (RFC 2045 6.8): quoted-printable and 7bit
   // lines get theirs on the wire, base64 carries what it is given.
-  const canonical = content.replace(/(?<!\r)\n/g, '\r\n');
+  const canonical = content.replace(BARE_LF, '\r\n');
   const part = { content: canonical, contentTransferEncoding: 'base64' } as Mail.AttachmentLike;
   return { part, size: base64 };
 }
+
+/** A line break without its CR (lines() leaves no CR without its LF). */
+const BARE_LF = /(?<!\r)\n/g;
 
 /**
  * The bytes a body takes in each transfer encoding, as nodemailer writes them. Quoted-printable writes a
@@ -216,10 +219,11 @@ export function encodedSizes(content: string): { quotedPrintable: number; base64
     let width: number;
     if (c < 0x80) {
       bytes++;
-      const next = content.charCodeAt(i + 1);
-      const beforeBreak = Number.isNaN(next) || next === 0x0a || next === 0x0d;
       const escaped =
-        c === 0x3d || c === 0x7f || (c < 0x20 && c !== 0x09) || ((c === 0x20 || c === 0x09) && beforeBreak);
+        c === 0x3d ||
+        c === 0x7f ||
+        (c < 0x20 && c !== 0x09) ||
+        ((c === 0x20 || c === 0x09) && beforeBreak(content, i));
       width = escaped ? 3 : 1;
     } else {
       // Two bytes below U+0800, and each half of a surrogate pair two of its four; three otherwise.
@@ -236,6 +240,12 @@ export function encodedSizes(content: string): { quotedPrintable: number; base64
   }
   const encoded = 4 * Math.ceil(bytes / 3);
   return { quotedPrintable, base64: encoded + 2 * Math.ceil(encoded / 76) };
+}
+
+/** Whether the character at `i` ends its line: quoted-printable escapes a space or tab there. */
+function beforeBreak(content: string, i: number): boolean {
+  const next = content.charCodeAt(i + 1);
+  return Number.isNaN(next) || next === 0x0a || next === 0x0d;
 }
 
 /**
