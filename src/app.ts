@@ -237,6 +237,7 @@ export async function buildApp(
           'Redis is not answering: rate limits are counted per instance until it does',
         ),
   );
+  const keepWindowEnd = (req: FastifyRequest, key: string) => countedIn(req, limits.windowEnd(key));
   await app.register(rateLimit, {
     global: true,
     max: config.rateLimitPerMinute,
@@ -244,8 +245,8 @@ export async function buildApp(
     store: limits,
     // Run right after the plugin sets a request's headers from its count: the end that X-RateLimit-Reset
     // names, kept for absoluteReset.
-    onExceeding: (req, key) => countedIn(req, limits.windowEnd(key)),
-    onExceeded: (req, key) => countedIn(req, limits.windowEnd(key)),
+    onExceeding: keepWindowEnd,
+    onExceeded: keepWindowEnd,
     keyGenerator: (req) => (req.principal ? `key:${req.principal.keyId}` : `ip:${addressBucket(req.ip)}`),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(
