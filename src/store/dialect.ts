@@ -31,6 +31,7 @@ export function isStoreUnavailable(err: unknown): boolean {
   // PostgreSQL: connection exceptions (08), insufficient resources (53), operator intervention (57),
   // system errors (58); and the socket-level faults of the pg client.
   if (/^(08|53|57|58)/.test(code)) return true;
+  if (refusedAtLogin(code)) return true;
   // 55000 at connect: the database is not accepting connections (ALLOW_CONNECTIONS false, being dropped).
   if (code === '55000' && /not currently accepting connections/.test(messageOf(err))) return true;
   if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code))
@@ -44,11 +45,19 @@ export function isStoreUnavailable(err: unknown): boolean {
 }
 
 /**
+ * PostgreSQL refusing a new connection at login: its database gone (3D000) or its role refused (class 28: a
+ * password rotated, a role dropped). The store is out of reach, as /health says, not a query's bug.
+ */
+const refusedAtLogin = (code: string) => code === '3D000' || code.startsWith('28');
+
+/**
  * A store fault from before any statement was sent (PostgreSQL): no connection could be made, so nothing
  * of the write can have been done.
  */
 export function failedToConnect(err: unknown): boolean {
-  if (['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '53300', '57P03'].includes(codeOf(err))) return true;
+  const code = codeOf(err);
+  if (['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '53300', '57P03'].includes(code)) return true;
+  if (refusedAtLogin(code)) return true;
   return /timeout exceeded when trying to connect|Connection terminated due to connection timeout|the database system is (starting up|shutting down)|not currently accepting connections/i.test(
     messageOf(err),
   );
