@@ -24,7 +24,7 @@ import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 import { absoluteReset, bodyDeadline, countedIn, finishHeaders } from './http/answer-headers.js';
 import { Unauthorized, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
-import { clientErrorHandler, originForm } from './http/client-errors.js';
+import { clientErrorHandler, routedTarget } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { registerHealth } from './http/health.js';
@@ -129,10 +129,11 @@ export async function buildApp(
     // Requests arriving while the server closes get the contract's 503 from http/shutdown.ts's hook instead.
     return503OnClosing: false,
     genReqId: nextRequestId,
-    // A request target in absolute form (`GET http://host/api/v1/contacts`, RFC 9112 3.2.2) is routed by its
-    // path as any other: read as written, it would miss every check of the path (`Cache-Control: no-store` on
-    // /api/, the key's rate limit on unknown /api/ routes) while the router still served it.
-    rewriteUrl: (req) => originForm(req.url ?? '/'),
+    // A request target in absolute form (`GET http://host/api/v1/contacts`, RFC 9112 3.2.2), or with letters
+    // of its path percent-encoded (`/%61pi/v1/lists`), is routed as any other: read as written, it would miss
+    // every check of the path (`Cache-Control: no-store` on /api/, the key's rate limit on unknown /api/
+    // routes, its family's error body) while the router still served it.
+    rewriteUrl: (req) => routedTarget(req.url ?? '/'),
     // One line a request instead of Fastify's two (logAnswer, http/request-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
     // Long path ids reach the route and its params check (a 404) instead of the router's bare 414.

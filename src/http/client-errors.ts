@@ -19,8 +19,26 @@ type ClientError = Omit<ConnectionError, 'rawPacket'> & { rawPacket?: Buffer };
 function pathOf(err: ClientError): string {
   const raw = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.subarray(0, 8192).toString('latin1') : '';
   const target = /^[A-Z]+ (\S+)/.exec(raw)?.[1];
-  const path = target === undefined ? undefined : originForm(target);
+  const path = target === undefined ? undefined : routedTarget(target);
   return path?.startsWith('/') ? path : '/';
+}
+
+/**
+ * The target as the router reads it: in origin form, its path with each percent-encoded unreserved character
+ * (RFC 3986 2.3) written plainly. The router decodes them to match a route (`/api/v1/%65mails` is the emails
+ * list), so every check of the path (its family's error body, Cache-Control: no-store on /api/) must see
+ * what the router saw. The query string is left as sent.
+ */
+export function routedTarget(target: string): string {
+  const url = originForm(target);
+  if (!url.includes('%')) return url;
+  const query = url.indexOf('?');
+  const path = query < 0 ? url : url.slice(0, query);
+  const plain = path.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+    const char = String.fromCharCode(parseInt(hex, 16));
+    return /[A-Za-z0-9._~-]/.test(char) ? char : escape;
+  });
+  return query < 0 ? plain : plain + url.slice(query);
 }
 
 /** The path and query of a request target in absolute form (`http://host/p?q` → `/p?q`); others as they are. */

@@ -3,7 +3,7 @@ import { gzipSync } from 'node:zlib';
 import { describe, expect, it, vi } from 'vitest';
 import net from 'node:net';
 import { routeTable } from '../../src/app.js';
-import { originForm } from '../../src/http/client-errors.js';
+import { originForm, routedTarget } from '../../src/http/client-errors.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
 import { connect } from '../helpers/raw-http.js';
@@ -815,6 +815,37 @@ describe('a request target in absolute form (RFC 9112 3.2.2)', () => {
       expect(originForm('https://h')).toBe('/');
       expect(originForm('http://h?x=1')).toBe('/?x=1');
       expect(originForm('/api/v1/lists')).toBe('/api/v1/lists');
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('a path with letters percent-encoded (RFC 3986 2.3)', () => {
+  it('is read as the router reads it: no-store on /api/, and the error body of its family', async () => {
+    const t = await createTestApp('sqlite');
+    try {
+      const { auth } = await t.newKey();
+      const listed = await t.call({ method: 'GET', url: '/%61pi/v1/lists', auth });
+      expect(listed.statusCode).toBe(200);
+      expect(listed.headers['cache-control']).toBe('no-store');
+      const id = '01a23d94-993e-7518-b31d-688b2656a36c';
+      const unknownRoute = await t.call({ method: 'POST', url: `/api/v1/%65mails/${id}`, auth });
+      expect([unknownRoute.statusCode, unknownRoute.json()]).toEqual([
+        404,
+        { error: `Route POST /api/v1/emails/${id} not found` },
+      ]);
+      const unknownId = await t.call({ method: 'GET', url: `/api/v1/%65m%61ils/${id}`, auth });
+      expect([unknownId.statusCode, unknownId.json()]).toEqual([404, { error: `Email ${id} not found` }]);
+      const broken = await t.call({ method: 'GET', url: '/api/v1/%65mails/%zz', auth });
+      expect(broken.statusCode).toBe(400);
+      expect(broken.json()).not.toHaveProperty('success');
+      // Only unreserved characters: an encoded slash stays one character of the id; the query is as sent.
+      const slash = await t.call({ method: 'GET', url: '/api/v1/lists/a%2Fb', auth });
+      expect([slash.statusCode, slash.json()]).toMatchObject([404, { success: false }]);
+      const query = await t.call({ method: 'GET', url: '/api/v1/contacts?email=%25', auth });
+      expect(query.statusCode).toBe(200);
+      expect(routedTarget('/%61pi/v1/lists?email=%61')).toBe('/api/v1/lists?email=%61');
     } finally {
       await t.close();
     }
