@@ -34,6 +34,7 @@ import { registerOverlongIds } from './http/overlong-ids.js';
 import { logAnswer, nextRequestId } from './http/request-log.js';
 import { type Shutdown, registerShutdownHooks } from './http/shutdown.js';
 import { holdContinue, sendContinue } from './http/unread-bodies.js';
+import { BodyBudget } from './http/body-budget.js';
 import { parseQueryString } from './http/query-string.js';
 import { type ServiceDeps, type Services, createServices } from './services.js';
 
@@ -210,8 +211,9 @@ export async function buildApp(
     // Every 401 says how to authenticate (RFC 9110 11.6.1); all of ours are Unauthorized, which says more.
     if (status === 401)
       reply.header('www-authenticate', err instanceof Unauthorized ? err.challenge : 'Bearer');
-    // A refusal while shutting down is expected, not a fault: no error, no stack.
+    // A refusal while shutting down, or for the bodies in flight, is expected, not a fault: no error, no stack.
     if (err instanceof AppError && err.code === 'SHUTTING_DOWN') req.log.info('refused: shutting down');
+    else if (err instanceof AppError && err.code === 'BUSY') req.log.info('refused: bodies in flight');
     else if (status >= 500) req.log.error({ err }, 'request failed');
     return reply.code(status).send(body);
   });
@@ -261,6 +263,7 @@ export async function buildApp(
   // After the rate-limit plugin, so the docs page and its files are limited per address like any route.
   await registerDocsPage(app);
 
+  const bodies = new BodyBudget(config.bodyBytesInFlight, config.bodyLimitBytes);
   app.addHook('preParsing', (req, reply, _payload, done) => {
     absoluteReset(reply);
     // An unknown route is answered before its body is read, once counted (per key under /api/, else per
@@ -272,7 +275,7 @@ export async function buildApp(
       limit(req, reply).then(() => done(hostFault ?? routeNotFound(req)), done);
       return;
     }
-    const fault = hostFault ?? permissionFault(req);
+    const fault = hostFault ?? permissionFault(req) ?? bodies.admit(req, reply);
     if (!fault) sendContinue(req, reply, config.bodyLimitBytes);
     done(fault);
   });

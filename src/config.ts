@@ -37,6 +37,8 @@ export interface Config {
   /** Emails that ended (sent, failed) are removed once their createdAt is this many days old; undefined keeps them. */
   emailRetentionDays: number | undefined;
   bodyLimitBytes: number;
+  /** Bytes of request bodies taken in at once; past them a request is refused unread (503). */
+  bodyBytesInFlight: number;
   requestTimeoutMs: number;
   /**
    * Which proxies' X-Forwarded-For to believe for the client's address (rate limits without a key, logs):
@@ -340,6 +342,7 @@ export function loadConfig(env: Env = process.env): Readonly<Config> {
     deliveryLeaseMs: int(env, 'DELIVERY_LEASE_MS', DEFAULT_LEASE_MS, 1000, 86_400_000),
     emailRetentionDays: optionalInt(env, 'EMAIL_RETENTION_DAYS', 1, 36_500),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    bodyBytesInFlight: int(env, 'BODY_BYTES_IN_FLIGHT', 64 * 1024 * 1024, 1024, 1024 ** 4),
     requestTimeoutMs: int(env, 'REQUEST_TIMEOUT_MS', 30_000, 1000, 600_000),
     trustProxy: trustProxy(env),
     logLevel,

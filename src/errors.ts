@@ -24,6 +24,7 @@ export const STATUS = {
   INTERNAL: 500,
   STORE_UNAVAILABLE: 503,
   SHUTTING_DOWN: 503,
+  BUSY: 503,
 } as const;
 
 export type ErrorCode = keyof typeof STATUS;

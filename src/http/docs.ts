@@ -114,6 +114,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             response.headers = {
               ...(UNCOUNTED[status] ?? RATE_LIMIT_HEADERS),
               ...(status === '429' ? RETRY_AFTER : {}),
+              ...(status === '503' ? BUSY_RETRY_AFTER : {}),
               ...(status === '401' ? WWW_AUTHENTICATE : {}),
             };
             response.content = nameContent(response.content, named);
@@ -147,7 +148,8 @@ const RESPONSES: Record<string, string> = {
     'The request headers are over 16 KiB; answered before the request is counted, without rate-limit headers',
   '429': 'Rate limit exceeded; retry after Retry-After seconds',
   '500': 'Internal error; `requestId` identifies it in the server log',
-  '503': 'The store is unavailable or the server is shutting down; retry shortly',
+  '503':
+    'The store is unavailable, the server is shutting down, or (with `Retry-After`) it holds as many request bodies as BODY_BYTES_IN_FLIGHT and refused this one unread; retry shortly',
 };
 
 // Required: every such answer carries them, so a generated client need not treat them as optional.
@@ -173,6 +175,13 @@ const UNCOUNTED: Record<string, Record<string, unknown>> = {
   '503': uncounted('while the server shuts down'),
 };
 const RETRY_AFTER = { 'Retry-After': integerHeader('Seconds to wait before retrying') };
+const BUSY_RETRY_AFTER = {
+  'Retry-After': {
+    ...RETRY_AFTER['Retry-After'],
+    required: false,
+    description: 'Seconds to wait before retrying; sent when the bodies in flight refused the request',
+  },
+};
 const WWW_AUTHENTICATE = {
   'WWW-Authenticate': {
     description:

@@ -1,0 +1,56 @@
+// How many bytes of request bodies the process takes in at once (BODY_BYTES_IN_FLIGHT). A body is held
+// several times over while it is read, parsed and stored (docs/performance.md): a hundred near-limit emails
+// at once ran a server with a 512 MiB heap out of memory, their clients reset without an answer. Past the
+// budget a request is refused before its body is read, so nothing of it was taken: a 503 a client retries.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.js';
+
+/** Seconds a client refused for the budget is told to wait. */
+export const BUSY_RETRY_AFTER_S = 1;
+
+export class BodyBudget {
+  /** Bytes of the bodies admitted and not yet answered. */
+  private held = 0;
+
+  constructor(
+    private readonly budgetBytes: number,
+    private readonly bodyLimitBytes: number,
+  ) {}
+
+  /**
+   * Admits the request's body, held against the budget until its answer is done, or refuses it (a 503 with
+   * Retry-After). A body alone is always admitted, however large; one declared over BODY_LIMIT_BYTES holds
+   * nothing (its 413 comes unread), and one of unknown length (chunked) holds that limit.
+   */
+  admit(req: FastifyRequest, reply: FastifyReply): AppError | undefined {
+    const bytes = this.bytesOf(req);
+    if (bytes === 0) return undefined;
+    if (this.held > 0 && this.held + bytes > this.budgetBytes) {
+      reply.header('retry-after', String(BUSY_RETRY_AFTER_S));
+      return new AppError(
+        'BUSY',
+        `The server is taking in as many request bodies as it holds at once; retry in ${BUSY_RETRY_AFTER_S} s`,
+      );
+    }
+    this.held += bytes;
+    // 'close' comes once the answer is written or the connection lost, whichever ends the request.
+    reply.raw.once('close', () => (this.held -= bytes));
+    return undefined;
+  }
+
+  /** Bytes held now (tests). */
+  get heldBytes(): number {
+    return this.held;
+  }
+
+  private bytesOf(req: FastifyRequest): number {
+    // Never read: dropped as they arrive (unread-bodies.ts).
+    if (req.method === 'GET' || req.method === 'HEAD') return 0;
+    const length = req.headers['content-length'];
+    if (length !== undefined) {
+      const declared = Number(length);
+      return declared > this.bodyLimitBytes || !Number.isFinite(declared) ? 0 : declared;
+    }
+    return req.headers['transfer-encoding'] === undefined ? 0 : this.bodyLimitBytes;
+  }
+}
