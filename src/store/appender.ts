@@ -53,6 +53,20 @@ const LOOK_RETRY_MS = 50;
 const LOOK_QUICK_MS = 1_000;
 /** Bound values per statement, under SQLite's 32,766 and PostgreSQL's 65,535. */
 const MAX_PARAMETERS = 30_000;
+/**
+ * Characters of text values per statement (but for a single row's): a driver copies every value of a
+ * statement at once (better-sqlite3 binds them all, pg builds one message of them, growing it by copies), so
+ * twenty emails near the 10 MiB limit in one INSERT held some 200-340 MiB more than each alone, and SQLite's
+ * held the event loop for 4-5 s.
+ */
+export const MAX_STATEMENT_CHARS = 1 << 20;
+
+/** The characters of a row's text values. */
+function charsOf(row: object): number {
+  let n = 0;
+  for (const value of Object.values(row)) if (typeof value === 'string') n += value.length;
+  return n;
+}
 
 export class Appender<DB> {
   private readonly queue: BatchQueue<Job>;
@@ -195,7 +209,10 @@ export class Appender<DB> {
     }
     const inserts = [...byTable.values()].filter(({ rows }) => rows.length > 0);
     const parameters = inserts.reduce((n, { rows }) => n + rows.length * Object.keys(rows[0]!).length, 0);
-    if (this.direct && inserts.length > 0 && parameters <= this.maxParameters) {
+    const oneStatement =
+      parameters <= this.maxParameters &&
+      inserts.reduce((n, { rows }) => rows.reduce((m, row) => m + charsOf(row), n), 0) <= MAX_STATEMENT_CHARS;
+    if (this.direct && inserts.length > 0 && oneStatement) {
       // One statement, committed on its own: every insert but the last rides in a WITH clause; named
       // where its shape allows (append-statements.ts), else as kysely writes it.
       if (await this.writeStatement(this.direct, this.statements!, inserts)) {
@@ -257,20 +274,30 @@ type AnyDb = Kysely<Record<string, object>>;
 
 /**
  * The rows, table by table in the order given, inside the caller's transaction: as few multi-row
- * INSERTs as the bound-value limit allows. What an append does when it cannot be one statement.
+ * INSERTs as the bound-value limit and MAX_STATEMENT_CHARS allow. What an append does when it cannot be one
+ * statement.
  */
 export async function insertRows<DB>(
   trx: Kysely<DB>,
   inserts: readonly AppendRows<DB>[],
   maxParameters = MAX_PARAMETERS,
+  maxChars = MAX_STATEMENT_CHARS,
 ): Promise<void> {
   const dialect = dialectOf(trx as unknown as Kysely<Database>);
   for (const { table, rows } of inserts as readonly { table: string; rows: readonly object[] }[]) {
     if (rows.length === 0) continue;
     const columns = Object.keys(rows[0]!);
     const perStatement = Math.max(1, Math.floor(maxParameters / columns.length));
-    for (let i = 0; i < rows.length; i += perStatement) {
-      const chunk = rows.slice(i, i + perStatement);
+    for (let i = 0; i < rows.length;) {
+      // At least one row, then as many more as both bounds allow.
+      let chars = charsOf(rows[i]!);
+      let end = i + 1;
+      for (; end < rows.length && end - i < perStatement; end++) {
+        chars += charsOf(rows[end]!);
+        if (chars > maxChars) break;
+      }
+      const chunk = rows.slice(i, end);
+      i = end;
       const statement = plainInsert(dialect, table, columns, chunk);
       // Rows whose columns differ (none the app writes) go through kysely, which reconciles them.
       if (statement) await trx.executeQuery(statement);

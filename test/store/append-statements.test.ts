@@ -5,7 +5,7 @@
 import { Kysely, PostgresDialect, sql } from '../../src/store/kysely.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Appender } from '../../src/store/appender.js';
+import { Appender, MAX_STATEMENT_CHARS } from '../../src/store/appender.js';
 import { nameStatementsOn } from '../../src/store/named-statements.js';
 import { createTestDatabase, noPostgres } from '../helpers/stores.js';
 import { type PgProxy, startPgProxy } from '../helpers/pg-proxy.js';
@@ -164,6 +164,21 @@ describe.skipIf(noPostgres())('appends as named statements on postgres', () => {
       appender.append([{ table: 'parents', rows: [{ ...parent('bad-1'), n: 'many' as unknown as number }] }]),
     ).rejects.toMatchObject({ code: '22P02' });
     expect(parentInserts).toBe(before + 1);
+  });
+
+  it('writes a batch past MAX_STATEMENT_CHARS of text a row at a time, in one transaction', async () => {
+    const note = 'n'.repeat(MAX_STATEMENT_CHARS * 0.6);
+    const before = parentInserts;
+    // The first runs at once, alone; the other two wait and go together, over the bound together.
+    await Promise.all(
+      ['big-0', 'big-1', 'big-2'].map((id) =>
+        appender.append([{ table: 'parents', rows: [{ ...parent(id), note }] }]),
+      ),
+    );
+    expect(parentInserts).toBe(before + 3);
+    expect((await stored('big-')).parents.map((p) => [p.id, p.note?.length])).toEqual(
+      ['big-0', 'big-1', 'big-2'].map((id) => [id, note.length]),
+    );
   });
 
   it('writes rows whose first column is NULL, or whose columns differ, as kysely does', async () => {

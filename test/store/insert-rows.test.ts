@@ -1,7 +1,7 @@
 // insertRows writes the multi-row INSERTs of appends itself when every row has the same columns, and
 // leaves rows it cannot write that way (differing columns, undefined values) to kysely; either way each
 // row is stored as given, on both stores, split into statements under the bound-value limit.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { insertRows } from '../../src/store/appender.js';
 import { type TestStore, storeKinds, useStore } from '../helpers/stores.js';
 
@@ -36,6 +36,19 @@ describe.each(storeKinds())('insertRows on %s', (kind) => {
     // 6 columns and at most 13 values per statement: statements of 2 rows, the last of 1.
     await ts.store.write((trx) => insertRows(trx, [{ table: 'lists', rows }], 13));
     expect(await stored('same-')).toEqual(rows.map((r) => ({ ...r, contact_count: 0 })));
+  });
+
+  it('splits statements at MAX_STATEMENT_CHARS of text: a driver copies every value of one at once', async () => {
+    // About 470 characters a row, at most 1,000 a statement: 2, 2 and then the last alone (over alone).
+    const rows = Array.from({ length: 4 }, (_, i) => list(`long-${i}`, 'x'.repeat(400)));
+    rows.push(list('long-4', 'y'.repeat(5_000)));
+    const statements = await ts.store.write(async (trx) => {
+      const executed = vi.spyOn(trx, 'executeQuery');
+      await insertRows(trx, [{ table: 'lists', rows }], undefined, 1_000);
+      return executed.mock.calls.length;
+    });
+    expect(statements).toBe(3);
+    expect(await stored('long-')).toEqual(rows.map((r) => ({ ...r, contact_count: 0 })));
   });
 
   it('leaves rows of differing columns, or with undefined values, to kysely', async () => {
