@@ -250,7 +250,8 @@ export function coalesced(): Transform {
   let pieces: Buffer[] = [];
   let size = 0;
   const joined = () => {
-    const out = Buffer.concat(pieces, size);
+    // A piece large enough alone goes as it is: a body encoded in one chunk is not copied once more.
+    const out = pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces, size);
     pieces = [];
     size = 0;
     return out;

@@ -312,8 +312,12 @@ export class DeliveryWorker {
   ): Promise<Map<number, Verdict> | undefined> {
     const pending = pendingRecipients(recipients);
     if (pending.length === 0) return new Map();
+    const message = toMessage(email, pending);
+    // The bodies are the message's now, and the mailer's once handed over (the SMTP thread's copy): the row
+    // keeps none through the send and its recording (up to DELIVERY_CONCURRENCY emails of 10 MiB each).
+    email.html = email.text = null;
     try {
-      const result = await this.sendBounded(toMessage(email, pending), startBy);
+      const result = await this.sendBounded(message, startBy);
       this.relay?.answered();
       return judgeResult(pending, result);
     } catch (err) {
@@ -333,12 +337,14 @@ export class DeliveryWorker {
   }
 
   private async sendBounded(message: OutgoingMessage, startBy: number): Promise<DeliveryResult> {
+    // The timer keeps the id alone, not the message and its bodies.
+    const { id } = message;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         // Deferred now and sent again on retry: it must not also go out from the relay's queue later, nor
         // reach the relay's data stage now (its connection is closed; data already written may arrive).
-        this.o.mailer.cancel?.(message.id);
+        this.o.mailer.cancel?.(id);
         reject(new DeliveryError(`send did not finish within ${this.sendTimeoutMs} ms`, false));
       }, this.sendTimeoutMs);
     });
