@@ -38,6 +38,14 @@ describe('coalesced', () => {
     ]);
   });
 
+  it('hands a chunk of MESSAGE_PIECE_BYTES or more on as it is, not copied', async () => {
+    // nodemailer encodes a body part in one chunk: 10 MiB copied once more for each message sent.
+    const body = Buffer.alloc(4 * MESSAGE_PIECE_BYTES, 'x');
+    const pieces = await piecesOf([body, Buffer.from('\r\n--b--\r\n')]);
+    expect(pieces[0]).toBe(body);
+    expect(pieces).toHaveLength(2);
+  });
+
   it('passes nothing on for an empty message', async () => {
     expect(await piecesOf([])).toEqual([]);
   });
