@@ -71,7 +71,7 @@ const outboxDir = (config: Config): string => path.join(config.dataDir, 'outbox'
 
 /** With no SMTP_URL, that the file outbox can be written (checkOutbox): what a worker needs of the disk. */
 export async function checkDelivery(config: Config): Promise<void> {
-  if (!config.smtpUrl) await checkOutbox(outboxDir(config));
+  if (!config.smtpUrl) await checkOutbox(outboxDir(config), { storeBeside: !config.databaseUrl });
 }
 
 export function createWorker(

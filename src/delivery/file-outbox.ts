@@ -18,7 +18,7 @@ import {
  * every email: the outbox made if missing, and a file of a name no other process uses made and removed in it
  * (`wx`: never through a link planted there).
  */
-export async function checkOutbox(dir: string): Promise<void> {
+export async function checkOutbox(dir: string, { storeBeside }: { storeBeside: boolean }): Promise<void> {
   const probe = path.join(dir, `.write-check-${randomUUID()}`);
   try {
     makeDirectory(dir);
@@ -26,8 +26,10 @@ export async function checkOutbox(dir: string): Promise<void> {
     await unlink(probe);
   } catch (err) {
     const code = (err as { code?: string }).code ?? (err as Error).message;
+    // With the SQLite store in DATA_DIR too, setting SMTP_URL would only move the failure to the store.
+    const or = storeBeside ? '' : ', or set SMTP_URL';
     throw new ConfigError(
-      `DATA_DIR: cannot write the file outbox ${dir} (${code}); make it a writable directory, or set SMTP_URL`,
+      `DATA_DIR: cannot write the file outbox ${dir} (${code}); make it a writable directory${or}`,
     );
   }
 }
