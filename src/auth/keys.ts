@@ -32,6 +32,6 @@ export function parsePermissions(text: string): Permission[] | string {
   if (items.length === 0) return `permissions must name at least one of ${PERMISSIONS.join(', ')}`;
   const unknown = items.filter((p) => !(PERMISSIONS as readonly string[]).includes(p));
   if (unknown.length > 0)
-    return `unknown permission ${unknown.join(', ')}; allowed: ${PERMISSIONS.join(', ')}`;
+    return `unknown permission${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; allowed: ${PERMISSIONS.join(', ')}`;
   return [...new Set(items)] as Permission[];
 }

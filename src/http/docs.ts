@@ -278,5 +278,7 @@ export async function registerDocsPage(app: FastifyInstance): Promise<void> {
         )
         .join(';'),
     uiConfig: { url: '/api/v1/openapi.json', validatorUrl: null },
+    // The browser tab's name: the page is this API's, not Swagger UI's.
+    theme: { title: 'Mailroom API' },
   });
 }

@@ -338,6 +338,7 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
     expect(page.statusCode).toBe(200);
     expect(page.headers['content-type']).toMatch(/text\/html/);
     expect(page.body).not.toMatch(/https?:\/\/(cdn|unpkg|cdnjs)/);
+    expect(page.body).toContain('<title>Mailroom API</title>');
     // Its own files only, and over whatever scheme it was reached by: `upgrade-insecure-requests` would
     // send a browser on a plain-HTTP server to fetch them over HTTPS, and the page would stay blank.
     const csp = String(page.headers['content-security-policy']);
