@@ -15,7 +15,7 @@ import {
   listenError,
 } from './runtime.js';
 import { openMigratedStore } from './store/from-config.js';
-import type { Migrated } from './store/store.js';
+import type { Migrated, Store } from './store/store.js';
 
 export interface ServeOptions {
   worker: boolean;
@@ -33,10 +33,7 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
   if (options.worker) await checkDelivery(config);
   const { store, ...migrated } = await openMigratedStore(config, { logger });
   logMigrated(logger, migrated);
-  logger.info(
-    { store: store.dialect === 'sqlite' ? `sqlite ${config.dataDir}` : 'postgresql' },
-    'store open',
-  );
+  logStore(logger, config, store);
 
   const clock = await processClock(store, logger);
   const mailer = options.worker ? createMailer(config) : undefined;
@@ -99,6 +96,20 @@ export async function serve(config: Config, options: ServeOptions): Promise<{ ho
     : { host: config.host, port: config.port };
 }
 
+/** Which store, and on SQLite how it syncs: an operator can tell from the log that NORMAL is on. */
+function logStore(logger: Logger, config: Config, store: Store): void {
+  if (store.dialect === 'postgres') {
+    logger.info({ store: 'postgresql' }, 'store open');
+    return;
+  }
+  logger.info({ store: `sqlite ${config.dataDir}`, synchronous: config.sqliteSynchronous }, 'store open');
+  if (config.sqliteSynchronous === 'NORMAL') {
+    logger.warn(
+      'SQLITE_SYNCHRONOUS=NORMAL: a write is answered before it is synced, so a power loss or an OS crash may lose the last ones answered',
+    );
+  }
+}
+
 function logMigrated(logger: Logger, { applied, warnings }: Migrated): void {
   if (applied.length > 0) logger.info({ migrations: applied }, 'store migrated');
   for (const warning of warnings) logger.warn(warning);
@@ -120,6 +131,7 @@ export async function runWorker(config: Config, options: { json?: boolean } = {}
   await checkDelivery(config);
   const { store, ...migrated } = await openMigratedStore(config, { logger, use: 'worker' });
   logMigrated(logger, migrated);
+  logStore(logger, config, store);
   const clock = await processClock(store, logger);
   const mailer = createMailer(config);
   const worker = createWorker(config, store, mailer, logger, clock);

@@ -2,7 +2,7 @@
 // one, malformed headers and keys in places they do not belong; no key text appears in stdout or stderr.
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MailroomProcess, startProcess } from '../helpers/process.js';
+import { type MailroomProcess, scratchDir, startProcess } from '../helpers/process.js';
 import { storeKinds } from '../helpers/stores.js';
 import { type Deployment, call, deployment } from './deployment.js';
 
@@ -97,6 +97,30 @@ describe.each(storeKinds())('logs on %s', (kind) => {
       expect(log).not.toContain(key.slice(10));
     }
   }, 20_000);
+});
+
+describe('the start-up lines', () => {
+  it('say when SQLITE_SYNCHRONOUS=NORMAL answers writes before they are synced', async () => {
+    const dataDir = scratchDir('synchronous');
+    for (const [setting, warned] of [
+      ['normal', true],
+      ['', false],
+    ] as const) {
+      const server = await startProcess(['serve', '--no-worker'], {
+        DATA_DIR: dataDir,
+        LOG_LEVEL: 'info',
+        DATABASE_URL: '',
+        SQLITE_SYNCHRONOUS: setting,
+      });
+      await server.kill();
+      const lines = server.output().split('\n');
+      const open = lines.find((line) => line.includes('"msg":"store open"'));
+      expect(open).toContain(`"synchronous":"${warned ? 'NORMAL' : 'FULL'}"`);
+      expect(lines.some((line) => line.includes('SQLITE_SYNCHRONOUS=NORMAL: a write is answered'))).toBe(
+        warned,
+      );
+    }
+  }, 30_000);
 });
 
 /** Sends one raw HTTP/1.1 request (a Host header fetch would not let through) and returns the answer. */
