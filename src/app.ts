@@ -29,7 +29,7 @@ import { type Connections, trackConnections } from './http/connections.js';
 import { openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { badHost } from './http/host.js';
-import { refuseBody, useJsonBodies } from './http/json-body.js';
+import { refuseBody, transferCodingFault, useJsonBodies } from './http/json-body.js';
 import { registerOverlongIds } from './http/overlong-ids.js';
 import { logAnswer, nextRequestId } from './http/request-log.js';
 import { type Shutdown, registerShutdownHooks } from './http/shutdown.js';
@@ -214,7 +214,8 @@ export async function buildApp(
     // A refusal while shutting down, or for the bodies in flight, is expected, not a fault: no error, no stack.
     if (err instanceof AppError && err.code === 'SHUTTING_DOWN') req.log.info('refused: shutting down');
     else if (err instanceof AppError && err.code === 'BUSY') req.log.info('refused: bodies in flight');
-    else if (status >= 500) req.log.error({ err }, 'request failed');
+    // A 501 is the client's coding, not a fault here.
+    else if (status >= 500 && status !== 501) req.log.error({ err }, 'request failed');
     return reply.code(status).send(body);
   });
 
@@ -275,7 +276,7 @@ export async function buildApp(
       limit(req, reply).then(() => done(hostFault ?? routeNotFound(req)), done);
       return;
     }
-    const fault = hostFault ?? permissionFault(req) ?? bodies.admit(req, reply);
+    const fault = hostFault ?? permissionFault(req) ?? transferCodingFault(req) ?? bodies.admit(req, reply);
     if (!fault) sendContinue(req, reply, config.bodyLimitBytes);
     done(fault);
   });

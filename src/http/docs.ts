@@ -103,6 +103,8 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
           if (op.responses?.['400']) {
             op.responses['408'] = { content: op.responses['400'].content };
             op.responses['431'] = { content: op.responses['400'].content };
+            // A body in a transfer coding other than chunked (json-body.ts transferCodingFault).
+            if (op.requestBody) op.responses['501'] = { content: op.responses['400'].content };
           }
           for (const [status, response] of Object.entries(op.responses ?? {})) {
             response.description =
@@ -148,6 +150,7 @@ const RESPONSES: Record<string, string> = {
     'The request headers are over 16 KiB; answered before the request is counted, without rate-limit headers',
   '429': 'Rate limit exceeded; retry after Retry-After seconds',
   '500': 'Internal error; `requestId` identifies it in the server log',
+  '501': 'The body is sent in a transfer coding other than chunked alone (Transfer-Encoding)',
   '503':
     'The store is unavailable, the server is shutting down, or (with `Retry-After`) it holds as many request bodies as BODY_BYTES_IN_FLIGHT and refused this one unread; retry shortly',
 };

@@ -92,6 +92,19 @@ export function useJsonBodies(app: FastifyInstance): void {
   });
 }
 
+/**
+ * A body sent in a transfer coding other than chunked alone (`gzip, chunked`): Node passes its bytes through
+ * still coded, which would be read as a body that is not UTF-8. RFC 9112 6.1: a 501, before it is read.
+ */
+export function transferCodingFault(req: FastifyRequest): AppError | undefined {
+  const coding = req.headers['transfer-encoding'];
+  if (coding === undefined || req.method === 'GET' || req.method === 'HEAD') return undefined;
+  if (coding.trim().toLowerCase() === 'chunked') return undefined;
+  return new AppError('NOT_IMPLEMENTED', `Transfer-Encoding ${coding} is not supported`, [
+    { field: 'Transfer-Encoding', message: 'must be chunked alone, or left out: send the body uncompressed' },
+  ]);
+}
+
 /** The largest body whose forbidden key is named by its path (above it, `body` is named). */
 const NAMED_KEYS_MAX_BYTES = 64 * 1024;
 

@@ -822,6 +822,54 @@ describe('a request target in absolute form (RFC 9112 3.2.2)', () => {
   });
 });
 
+describe('a transfer coding other than chunked (RFC 9112 6.1)', () => {
+  it('is a 501 naming Transfer-Encoding, given before the body is read; chunked alone is fine', async () => {
+    const t = await createTestApp('sqlite');
+    try {
+      const { auth } = await t.newKey();
+      await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = t.app.server.address() as net.AddressInfo;
+      const post = async (url: string, coding: string, body: Buffer) => {
+        const client = connect(port);
+        const chunk = Buffer.concat([
+          Buffer.from(`${body.length.toString(16)}\r\n`),
+          body,
+          Buffer.from('\r\n0\r\n\r\n'),
+        ]);
+        await client.write(
+          `POST ${url} HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\nContent-Type: application/json\r\n` +
+            `Transfer-Encoding: ${coding}\r\nConnection: close\r\n\r\n`,
+        );
+        await client.write(chunk);
+        await client.closed;
+        const answer = client.answer();
+        return {
+          status: Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1]),
+          body: JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)),
+        };
+      };
+      const gz = await post('/api/v1/emails', 'gzip, chunked', gzipSync('{"name":"gz"}'));
+      expect(gz).toEqual({
+        status: 501,
+        body: {
+          error: 'Transfer-Encoding gzip, chunked is not supported',
+          details: [{ field: 'Transfer-Encoding', message: expect.any(String) }],
+          requestId: expect.any(String),
+        },
+      });
+      const list = await post('/api/v1/lists', 'gzip, chunked', gzipSync('{"name":"gz"}'));
+      expect([list.status, list.body.success]).toEqual([501, false]);
+      const doc = (await t.call({ method: 'GET', url: '/api/v1/openapi.json' })).json();
+      expect(doc.paths['/api/v1/emails'].post.responses['501'].description).toMatch(/Transfer-Encoding/);
+      expect(doc.paths['/api/v1/emails'].get.responses['501']).toBeUndefined();
+      const plain = await post('/api/v1/lists', 'Chunked', Buffer.from('{"name":"plain"}'));
+      expect([plain.status, plain.body.list?.name]).toEqual([201, 'plain']);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('a path with letters percent-encoded (RFC 3986 2.3)', () => {
   it('is read as the router reads it: no-store on /api/, and the error body of its family', async () => {
     const t = await createTestApp('sqlite');
