@@ -53,9 +53,11 @@ export function useJsonBodies(app: FastifyInstance): void {
       // A body its client says is Latin-1 would be read as UTF-8 anyway, its accented letters refused or
       // changed: the client is told instead.
       return done(
-        new AppError('UNSUPPORTED_MEDIA_TYPE', `Request body must be UTF-8 JSON, not ${charset}`, [
-          { field: 'Content-Type', message: 'charset must be utf-8, or left out' },
-        ]),
+        new AppError(
+          'UNSUPPORTED_MEDIA_TYPE',
+          `Request body must be UTF-8 JSON, not ${charset || 'an empty charset'}`,
+          [{ field: 'Content-Type', message: 'charset must be utf-8, or left out' }],
+        ),
         undefined,
       );
     }

@@ -66,6 +66,12 @@ describe.each(storeKinds())('http envelope on %s', (kind) => {
         { field: 'Content-Type', message: 'charset must be utf-8, or left out' },
       ]);
     }
+    // An empty one is named as such, not left out of the sentence.
+    const empty = await raw('/api/v1/lists', '{"name":"x"}', 'application/json; charset=');
+    expect([empty.statusCode, empty.json().error]).toEqual([
+      415,
+      'Request body must be UTF-8 JSON, not an empty charset',
+    ]);
     expect((await raw('/api/v1/lists', '{"name":"x"}', 'application/json;charset="UTF8"')).statusCode).toBe(
       201,
     );
