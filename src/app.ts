@@ -24,7 +24,7 @@ import { sharedLimitStore } from './ratelimit/shared-store.js';
 import { createValidatorCompiler } from './validation/ajv.js';
 import { absoluteReset, bodyDeadline, countedIn, finishHeaders } from './http/answer-headers.js';
 import { Unauthorized, identifyCaller, permissionFault, routeNotFound } from './http/auth.js';
-import { clientErrorHandler, routedTarget } from './http/client-errors.js';
+import { answerConnect, clientErrorHandler, routedTarget } from './http/client-errors.js';
 import { type Connections, trackConnections } from './http/connections.js';
 import { openApiSchema, registerDocsPage, registerOpenApi } from './http/docs.js';
 import { registerHealth } from './http/health.js';
@@ -176,6 +176,7 @@ export async function buildApp(
   // server do, and the request answered as any other: Node's own answer would be a bare 417, outside the
   // contract's bodies and the rate limits.
   app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res));
+  app.server.on('connect', answerConnect);
   // 100-continue is answered once the request's checks have passed (the preParsing hook), not by Node at once.
   holdContinue(app.server);
   // Connections and their requests in progress, for shutdown (server.ts) and the answers given meanwhile.

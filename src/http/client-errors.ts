@@ -3,7 +3,7 @@
 // after the answers to the requests read before them on the connection.
 // There is no request yet, so no key and no rate-limit headers: the limiter counts requests, and this is not one.
 import type { Socket } from 'node:net';
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { type IncomingMessage, STATUS_CODES, type ServerResponse } from 'node:http';
 import type { ConnectionError } from 'fastify';
 import { AppError, requestTimedOut } from '../errors.js';
 import { renderError } from './error-handler.js';
@@ -80,6 +80,20 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
     // and have it run, so that connection is cut.
     if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') socket.end(() => socket.destroy());
     else closeAfterAnswer(socket);
+  });
+}
+
+/**
+ * A CONNECT request (a proxy's tunnel, `CONNECT host:443`): Node hands it to a 'connect' listener, and with
+ * none closes the connection without a word. Mailroom is no proxy: it is an unknown route, answered as one
+ * (uncounted, as the other answers here), and the connection closed, since the tunnel's bytes may follow.
+ */
+export function answerConnect(req: IncomingMessage, socket: Socket): void {
+  const route = new AppError('ROUTE_NOT_FOUND', `Route CONNECT ${req.url ?? ''} not found`);
+  const { status, body } = renderError(route, '/', '');
+  afterAnswers(socket, () => {
+    writeLastAnswer(socket, status, body);
+    closeAfterAnswer(socket);
   });
 }
 

@@ -876,6 +876,27 @@ describe('a transfer coding other than chunked (RFC 9112 6.1)', () => {
   });
 });
 
+describe('a CONNECT request (a proxy tunnel)', () => {
+  it('is an unknown route: a 404 in JSON, then the connection closes', async () => {
+    const t = await createTestApp('sqlite');
+    try {
+      await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = t.app.server.address() as net.AddressInfo;
+      const client = connect(port);
+      await client.write('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+      await client.closed;
+      const answer = client.answer();
+      expect(answer).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({
+        success: false,
+        error: 'Route CONNECT example.com:443 not found',
+      });
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('a path with letters percent-encoded (RFC 3986 2.3)', () => {
   it('is read as the router reads it: no-store on /api/, and the error body of its family', async () => {
     const t = await createTestApp('sqlite');
