@@ -38,11 +38,6 @@ export class BodyBudget {
     return undefined;
   }
 
-  /** Bytes held now (tests). */
-  get heldBytes(): number {
-    return this.held;
-  }
-
   private bytesOf(req: FastifyRequest): number {
     // Never read: dropped as they arrive (unread-bodies.ts).
     if (req.method === 'GET' || req.method === 'HEAD') return 0;
