@@ -1,7 +1,8 @@
 // How many bytes of request bodies the process takes in at once (BODY_BYTES_IN_FLIGHT). A body is held
 // several times over while it is read, parsed and stored (docs/performance.md): a hundred near-limit emails
 // at once ran a server with a 512 MiB heap out of memory, their clients reset without an answer. Past the
-// budget a request is refused before its body is read, so nothing of it was taken: a 503 a client retries.
+// budget a request is refused before its body is parsed (what arrives of it is dropped: unread-bodies.ts), so
+// nothing of it was taken: a 503 a client retries.
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
 
