@@ -19,7 +19,9 @@ export function logAnswer(req: FastifyRequest, reply: FastifyReply): void {
   // logger at all: Fastify's stand-in has no levels).
   if (!(req.log as Partial<Logger>).isLevelEnabled?.('info')) return;
   reply.raw.once('close', () => {
-    req.log.info(
+    // A load balancer's probe every few seconds would fill the log: a healthy answer is logged at `debug`.
+    const level = reply.statusCode === 200 && req.routeOptions.url === '/health' ? 'debug' : 'info';
+    req.log[level](
       { req, res: { statusCode: reply.statusCode }, responseTime: reply.elapsedTime },
       reply.raw.writableFinished
         ? 'request completed'

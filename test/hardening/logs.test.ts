@@ -100,7 +100,7 @@ describe.each(storeKinds())('logs on %s', (kind) => {
 });
 
 describe('the start-up lines', () => {
-  it('say when SQLITE_SYNCHRONOUS=NORMAL answers writes before they are synced', async () => {
+  it('say when SQLITE_SYNCHRONOUS=NORMAL answers writes before they are synced, and healthy probes say nothing', async () => {
     const dataDir = scratchDir('synchronous');
     for (const [setting, warned] of [
       ['normal', true],
@@ -112,8 +112,12 @@ describe('the start-up lines', () => {
         DATABASE_URL: '',
         SQLITE_SYNCHRONOUS: setting,
       });
+      // Its probes (startProcess waits for /health) are no lines at `info`; another request is one.
+      await fetch(`${server.url}/api/v1/lists`);
       await server.kill();
       const lines = server.output().split('\n');
+      const answered = lines.filter((line) => line.includes('"msg":"request completed"'));
+      expect(answered.map((line) => /"url":"([^"]*)"/.exec(line)?.[1])).toEqual(['/api/v1/lists']);
       const open = lines.find((line) => line.includes('"msg":"store open"'));
       expect(open).toContain(`"synchronous":"${warned ? 'NORMAL' : 'FULL'}"`);
       expect(lines.some((line) => line.includes('SQLITE_SYNCHRONOUS=NORMAL: a write is answered'))).toBe(
