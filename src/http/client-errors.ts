@@ -91,6 +91,11 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
 export function answerConnect(req: IncomingMessage, socket: Socket): void {
   const route = new AppError('ROUTE_NOT_FOUND', `Route CONNECT ${req.url ?? ''} not found`);
   const { status, body } = renderError(route, '/', '');
+  // Node took its own 'error' listener off the socket before handing it over: a reset while the answer is
+  // written would be thrown out of the process (helper-153). Nothing reads it either: what the client still
+  // sends is read and dropped, for the lingering close.
+  socket.on('error', () => socket.destroy());
+  socket.resume();
   afterAnswers(socket, () => {
     writeLastAnswer(socket, status, body);
     closeAfterAnswer(socket);
