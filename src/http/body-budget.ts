@@ -3,6 +3,7 @@
 // at once ran a server with a 512 MiB heap out of memory, their clients reset without an answer. Past the
 // budget a request is refused before its body is parsed (what arrives of it is dropped: unread-bodies.ts), so
 // nothing of it was taken: a 503 a client retries.
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
 
@@ -34,8 +35,19 @@ export class BodyBudget {
       );
     }
     this.held += bytes;
-    // 'close' comes once the answer is written or the connection lost, whichever ends the request.
-    reply.raw.once('close', () => (this.held -= bytes));
+    // Given back once, when the answer is written or the connection lost. A pipelined request's answer waits
+    // for those before it, and if the connection closes first it never gets the socket, nor emits 'close'
+    // (Node's abortIncoming): its bytes would be held for good (helper-153).
+    const socket = req.raw.socket as Partial<Socket> | undefined;
+    let held = true;
+    const release = () => {
+      if (!held) return;
+      held = false;
+      this.held -= bytes;
+      socket?.off?.('close', release);
+    };
+    reply.raw.once('close', release);
+    socket?.once?.('close', release);
     return undefined;
   }
 

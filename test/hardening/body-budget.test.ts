@@ -1,11 +1,12 @@
 // The bytes of request bodies a server takes in at once (BODY_BYTES_IN_FLIGHT): past them a request with a
 // body is refused unread with a 503 and Retry-After, and nothing of it is stored; a body alone is always
 // taken, and reads are never held up.
-import type net from 'node:net';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { basicEmail } from '../delivery/harness.js';
 import { connect, statuses } from '../helpers/raw-http.js';
+import { eventually } from '../helpers/smtp.js';
 
 const BUDGET = 100_000;
 
@@ -91,6 +92,32 @@ describe('bodies in flight past BODY_BYTES_IN_FLIGHT', () => {
     const unavailable = doc.paths['/api/v1/emails'].post.responses['503'];
     expect(unavailable.description).toMatch(/BODY_BYTES_IN_FLIGHT/);
     expect(unavailable.headers['Retry-After']).toMatchObject({ required: false });
+    // A GET carries no body: its 503 is the store's or the shutdown's, never with Retry-After.
+    expect(doc.paths['/api/v1/emails'].get.responses['503'].headers['Retry-After']).toBeUndefined();
+  });
+
+  it('gives the budget back when a connection closes with a pipelined request still waiting for its turn', async () => {
+    // Answers that the client does not read hold the connection's queue; the POST behind them is admitted
+    // (its 100 Continue would come only in its turn), and its answer never gets the socket.
+    const client = net.connect(port, '127.0.0.1');
+    client.on('error', () => undefined);
+    client.pause();
+    await new Promise<void>((resolve) => client.once('connect', resolve));
+    // Nothing else asks meanwhile: a body in flight beside it would have it refused instead.
+    const posted = new Promise<void>((resolve) =>
+      t.app.server.on('request', (req: { method?: string }) => req.method === 'POST' && resolve()),
+    );
+    const big = `GET /docs/static/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n`.repeat(8);
+    client.write(
+      `${big}POST /api/v1/emails HTTP/1.1\r\nHost: x\r\nAuthorization: ${auth}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: 90000\r\n\r\n{`,
+    );
+    await posted;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Held: a body beside it does not fit.
+    expect((await send(30_000)).statusCode).toBe(503);
+    client.resetAndDestroy();
+    await eventually(async () => (await send(30_000)).statusCode === 200, 10_000, 'the budget given back');
   });
 
   it('takes a body larger than the budget when it is the only one in flight', async () => {
