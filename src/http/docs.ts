@@ -85,7 +85,9 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       const openapiObject = doc.openapiObject;
       const named: Record<string, unknown> = {};
       for (const item of Object.values(openapiObject.paths ?? {})) {
-        for (const op of Object.values(item as Record<string, Op>)) {
+        for (const [method, op] of Object.entries(item as Record<string, Op>)) {
+          // A request of this method may carry a body (a DELETE too): the 501 and the busy 503 are its.
+          const mayHaveBody = method !== 'get' && method !== 'head';
           op.parameters = op.parameters?.map(documentedParameter);
           const json = op.requestBody?.content?.['application/json'];
           const nullable = nullMeansAbsent(json?.schema);
@@ -104,7 +106,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             op.responses['408'] = { content: op.responses['400'].content };
             op.responses['431'] = { content: op.responses['400'].content };
             // A body in a transfer coding other than chunked (json-body.ts transferCodingFault).
-            if (op.requestBody) op.responses['501'] = { content: op.responses['400'].content };
+            if (mayHaveBody) op.responses['501'] = { content: op.responses['400'].content };
           }
           for (const [status, response] of Object.entries(op.responses ?? {})) {
             response.description =
@@ -116,7 +118,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
             response.headers = {
               ...(UNCOUNTED[status] ?? RATE_LIMIT_HEADERS),
               ...(status === '429' ? RETRY_AFTER : {}),
-              ...(status === '503' ? BUSY_RETRY_AFTER : {}),
+              ...(status === '503' && mayHaveBody ? BUSY_RETRY_AFTER : {}),
               ...(status === '401' ? WWW_AUTHENTICATE : {}),
             };
             response.content = nameContent(response.content, named);

@@ -101,7 +101,9 @@ export function useJsonBodies(app: FastifyInstance): void {
 export function transferCodingFault(req: FastifyRequest): AppError | undefined {
   const coding = req.headers['transfer-encoding'];
   if (coding === undefined || req.method === 'GET' || req.method === 'HEAD') return undefined;
-  if (coding.trim().toLowerCase() === 'chunked') return undefined;
+  // A list, whose empty elements count for nothing (RFC 9110 5.6.1: `, chunked` is chunked, as Node reads it).
+  const codings = coding.split(',').map((c) => c.trim().toLowerCase());
+  if (codings.filter((c) => c !== '').join() === 'chunked') return undefined;
   return new AppError('NOT_IMPLEMENTED', `Transfer-Encoding ${coding} is not supported`, [
     { field: 'Transfer-Encoding', message: 'must be chunked alone, or left out: send the body uncompressed' },
   ]);

@@ -54,10 +54,10 @@ const LOOK_QUICK_MS = 1_000;
 /** Bound values per statement, under SQLite's 32,766 and PostgreSQL's 65,535. */
 const MAX_PARAMETERS = 30_000;
 /**
- * Characters of text values per statement (but for a single row's): a driver copies every value of a
- * statement at once (better-sqlite3 binds them all, pg builds one message of them, growing it by copies), so
- * twenty emails near the 10 MiB limit in one INSERT held some 200-340 MiB more than each alone, and SQLite's
- * held the event loop for 4-5 s.
+ * Characters of text values per statement (but for one row's, or one caller's): a driver copies every value
+ * of a statement at once (better-sqlite3 binds them all, pg builds one message of them, growing it by
+ * copies), so twenty emails near the 10 MiB limit in one INSERT held some 200-340 MiB more than each alone,
+ * and SQLite's held the event loop for 4-5 s.
  */
 export const MAX_STATEMENT_CHARS = 1 << 20;
 
@@ -209,9 +209,12 @@ export class Appender<DB> {
     }
     const inserts = [...byTable.values()].filter(({ rows }) => rows.length > 0);
     const parameters = inserts.reduce((n, { rows }) => n + rows.length * Object.keys(rows[0]!).length, 0);
+    // One caller's rows go together however long (a single large email is no batch to split).
     const oneStatement =
       parameters <= this.maxParameters &&
-      inserts.reduce((n, { rows }) => rows.reduce((m, row) => m + charsOf(row), n), 0) <= MAX_STATEMENT_CHARS;
+      (jobs.length === 1 ||
+        inserts.reduce((n, { rows }) => rows.reduce((m, row) => m + charsOf(row), n), 0) <=
+          MAX_STATEMENT_CHARS);
     if (this.direct && inserts.length > 0 && oneStatement) {
       // One statement, committed on its own: every insert but the last rides in a WITH clause; named
       // where its shape allows (append-statements.ts), else as kysely writes it.
