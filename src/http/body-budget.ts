@@ -39,10 +39,10 @@ export class BodyBudget {
     // for those before it, and if the connection closes first it never gets the socket, nor emits 'close'
     // (Node's abortIncoming): its bytes would be held for good (helper-153).
     const socket = req.raw.socket as Partial<Socket> | undefined;
-    let held = true;
+    let given = false;
     const release = () => {
-      if (!held) return;
-      held = false;
+      if (given) return;
+      given = true;
       this.held -= bytes;
       socket?.off?.('close', release);
     };
