@@ -15,7 +15,7 @@ import type { Permission } from './auth/keys.js';
 import { KEY_CACHE_TTL_MS } from './auth/keys.service.js';
 import { contactsEndpoints } from './contacts/contacts.routes.js';
 import { emailsEndpoints } from './emails/emails.routes.js';
-import { AppError } from './errors.js';
+import { AppError, type ErrorCode } from './errors.js';
 import { type AnyEndpoint, refuseHeaderProblems, replayingHandler } from './http/endpoint.js';
 import { renderError } from './http/error-handler.js';
 import { listsEndpoints } from './lists/lists.routes.js';
@@ -53,6 +53,16 @@ export interface AppDeps extends ServiceDeps {
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 /** Counts a request against its rate limit, as the plugin does for a route (the 429 is its rejection). */
 type Limit = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+
+/**
+ * Refusals expected in normal running, not faults: a line at `info`, no error, no stack (each a 5xx: the
+ * server closing, the bodies in flight, a transfer coding it does not take).
+ */
+const REFUSALS: Partial<Record<ErrorCode, string>> = {
+  SHUTTING_DOWN: 'refused: shutting down',
+  BUSY: 'refused: bodies in flight',
+  NOT_IMPLEMENTED: 'refused: a transfer coding not implemented',
+};
 
 /** Every API route and the permission it needs, in one table. */
 export function routeTable(s: Services): [Method, string, Permission, AnyEndpoint][] {
@@ -212,11 +222,9 @@ export async function buildApp(
     // Every 401 says how to authenticate (RFC 9110 11.6.1); all of ours are Unauthorized, which says more.
     if (status === 401)
       reply.header('www-authenticate', err instanceof Unauthorized ? err.challenge : 'Bearer');
-    // A refusal while shutting down, or for the bodies in flight, is expected, not a fault: no error, no stack.
-    if (err instanceof AppError && err.code === 'SHUTTING_DOWN') req.log.info('refused: shutting down');
-    else if (err instanceof AppError && err.code === 'BUSY') req.log.info('refused: bodies in flight');
-    // A 501 is the client's coding, not a fault here.
-    else if (status >= 500 && status !== 501) req.log.error({ err }, 'request failed');
+    const refusal = err instanceof AppError ? REFUSALS[err.code] : undefined;
+    if (refusal) req.log.info(refusal);
+    else if (status >= 500) req.log.error({ err }, 'request failed');
     return reply.code(status).send(body);
   });
 

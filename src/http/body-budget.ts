@@ -6,9 +6,10 @@
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
+import { bodyIsDropped } from './unread-bodies.js';
 
 /** Seconds a client refused for the budget is told to wait. */
-export const BUSY_RETRY_AFTER_S = 1;
+const BUSY_RETRY_AFTER_S = 1;
 
 export class BodyBudget {
   /** Bytes of the bodies admitted and not yet answered. */
@@ -52,8 +53,7 @@ export class BodyBudget {
   }
 
   private bytesOf(req: FastifyRequest): number {
-    // Never read: dropped as they arrive (unread-bodies.ts).
-    if (req.method === 'GET' || req.method === 'HEAD') return 0;
+    if (bodyIsDropped(req.method)) return 0;
     const length = req.headers['content-length'];
     if (length !== undefined) {
       const declared = Number(length);

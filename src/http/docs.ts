@@ -6,6 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { nullMeansAbsent } from '../validation/nullable.js';
 import { ContactsError } from './schemas.js';
+import { bodyIsDropped } from './unread-bodies.js';
 import { MAX_IDEMPOTENCY_KEY } from '../emails/emails.schemas.js';
 import { HEADER_NAME_PATTERN, MAX_HEADER_NAME } from '../emails/emails.rules.js';
 import { MAX_FIELD_KEY } from '../contacts/contacts.rules.js';
@@ -87,7 +88,7 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       for (const item of Object.values(openapiObject.paths ?? {})) {
         for (const [method, op] of Object.entries(item as Record<string, Op>)) {
           // A request of this method may carry a body (a DELETE too): the 501 and the busy 503 are its.
-          const mayHaveBody = method !== 'get' && method !== 'head';
+          const mayHaveBody = !bodyIsDropped(method.toUpperCase());
           op.parameters = op.parameters?.map(documentedParameter);
           const json = op.requestBody?.content?.['application/json'];
           const nullable = nullMeansAbsent(json?.schema);

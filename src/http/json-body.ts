@@ -8,6 +8,7 @@ import {
 } from 'fastify';
 import { AppError, validationError } from '../errors.js';
 import { timesSent } from './endpoint.js';
+import { bodyIsDropped } from './unread-bodies.js';
 
 export function useJsonBodies(app: FastifyInstance): void {
   // Only JSON bodies: anything else is a 415 rather than a string handed to the schema.
@@ -100,7 +101,7 @@ export function useJsonBodies(app: FastifyInstance): void {
  */
 export function transferCodingFault(req: FastifyRequest): AppError | undefined {
   const coding = req.headers['transfer-encoding'];
-  if (coding === undefined || req.method === 'GET' || req.method === 'HEAD') return undefined;
+  if (coding === undefined || bodyIsDropped(req.method)) return undefined;
   // A list, whose empty elements count for nothing (RFC 9110 5.6.1: `, chunked` is chunked, as Node reads it).
   const codings = coding.split(',').map((c) => c.trim().toLowerCase());
   if (codings.filter((c) => c !== '').join() === 'chunked') return undefined;

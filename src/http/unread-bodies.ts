@@ -37,6 +37,11 @@ export function sendContinue(req: FastifyRequest, reply: FastifyReply, bodyLimit
   restarts.get(req.raw)?.();
 }
 
+/** Fastify never reads the body of a request with this method: it is dropped as it arrives. */
+export function bodyIsDropped(method: string | undefined): boolean {
+  return method === 'GET' || method === 'HEAD';
+}
+
 /** A request made by inject(): no real socket to cut, no client still sending, no `complete` to go by. */
 function injected(raw: IncomingMessage): boolean {
   return typeof (raw.socket as Partial<Socket> | undefined)?.destroy !== 'function';
@@ -59,9 +64,9 @@ export function armBodyDeadline(
   if (injected(raw) || raw.complete) return;
   // Node marks a request complete only after its 'request' event: the headers tell whether a body comes.
   if (!(raw.headers['transfer-encoding'] || Number(raw.headers['content-length']) > 0)) return;
-  // Fastify never reads a GET's or HEAD's body: dropped as it arrives, it is complete once sent, however
-  // slow the answer (left unread, Node would stop reading the socket once 64 KiB of it waited).
-  if (raw.method === 'GET' || raw.method === 'HEAD') raw.resume();
+  // Dropped as it arrives, such a body is complete once sent, however slow the answer (left unread, Node
+  // would stop reading the socket once 64 KiB of it waited).
+  if (bodyIsDropped(raw.method)) raw.resume();
   const start = (): NodeJS.Timeout =>
     setTimeout(() => {
       if (raw.complete || raw.socket.destroyed) return;
