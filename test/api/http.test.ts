@@ -6,7 +6,7 @@ import { routeTable } from '../../src/app.js';
 import { originForm, routedTarget } from '../../src/http/client-errors.js';
 import { type TestApp, createTestApp } from '../helpers/app.js';
 import { expect400, expectError, expectRateHeaders, useApp, x } from '../helpers/api.js';
-import { connect } from '../helpers/raw-http.js';
+import { connect, jsonBody, statuses } from '../helpers/raw-http.js';
 import { storeKinds } from '../helpers/stores.js';
 
 describe.each(storeKinds())('http envelope on %s', (kind) => {
@@ -850,8 +850,8 @@ describe('a transfer coding other than chunked (RFC 9112 6.1)', () => {
         await client.closed;
         const answer = client.answer();
         return {
-          status: Number(/^HTTP\/1\.1 (\d+)/.exec(answer)?.[1]),
-          body: JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)),
+          status: statuses(answer)[0],
+          body: jsonBody<{ success?: boolean; list?: { name: string } }>(answer),
         };
       };
       const gz = await post('/api/v1/emails', 'gzip, chunked', gzipSync('{"name":"gz"}'));
@@ -892,7 +892,7 @@ describe('a CONNECT request (a proxy tunnel)', () => {
       await client.closed;
       const answer = client.answer();
       expect(answer).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
-      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({
+      expect(jsonBody(answer)).toEqual({
         success: false,
         error: 'Route CONNECT example.com:443 not found',
       });
@@ -953,7 +953,7 @@ describe('the Host header (RFC 9112 3.2)', () => {
       await client.write(`${head}\r\nAuthorization: ${auth}\r\nConnection: close\r\n\r\n${body}`);
       await client.closed;
       const answer = client.answer();
-      return { answer, body: JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as unknown };
+      return { answer, body: jsonBody(answer) };
     };
 
   it("missing from HTTP/1.1 is a 400 in the contract's shape, counted, on a known route, an unknown one and /health", async () => {

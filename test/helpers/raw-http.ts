@@ -61,6 +61,10 @@ export function connect(port: number): Client {
   };
 }
 
+/** The JSON body of the (one) answer in `answer`. */
+export const jsonBody = <T = unknown>(answer: string): T =>
+  JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as T;
+
 /** The status codes of the answers in `answer`, in order (a 100 Continue among them). */
 export const statuses = (answer: string) =>
   [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
